@@ -1,0 +1,85 @@
+# GuideLoom's entry points. `make test` is what the README and CI (.ci/run) run.
+#
+#   make venv    .venv with everything (one pip command, torch pinned); re-runs are instant
+#   make test    venv + Debian's S3 (radosgw) and chromium when missing (best effort) + pytest
+#   make demo    python -m guideloom.demo
+#   make bench   python -m benchmarks
+#   make docs    mkdocs build --strict
+#   make lint    ruff + mypy on guideloom
+#
+# PYTEST_ARGS passes options to pytest: make test PYTEST_ARGS="tests/infra -x"
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+# Re-install when pyproject.toml changes.
+STAMP := $(VENV)/.guideloom-installed
+# torch is pinned here, not in pyproject.toml (whose ranges stay broad): without the pin pip
+# picks a CUDA build plus GBs of nvidia wheels. Everything goes in ONE pip command: installing
+# piecemeal lets moto[server] upgrade botocore past aiobotocore's pin.
+TORCH_PIN := torch==2.13.0
+PYTEST_ARGS ?=
+LINT_PATHS ?= guideloom
+APT_GET := DEBIAN_FRONTEND=noninteractive apt-get
+
+.PHONY: venv test demo bench docs lint system-packages
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@if [ ! -x "$(PY)" ]; then \
+	    if ! "$(PYTHON)" -m venv "$(VENV)" 2>/dev/null; then \
+	        echo "make venv: '$(PYTHON) -m venv' failed (Debian ships venv separately); installing python3-venv"; \
+	        rm -rf "$(VENV)"; \
+	        $(APT_GET) update -qq && $(APT_GET) install -y -qq python3-venv \
+	            "$$(basename "$$(readlink -f "$(PYTHON)")")-venv" || $(APT_GET) install -y -qq python3-venv; \
+	        "$(PYTHON)" -m venv "$(VENV)"; \
+	    fi; \
+	fi
+	$(PY) -m pip install --disable-pip-version-check $(TORCH_PIN) -e ".[dev]"
+	touch $(STAMP)
+
+# Best effort: without radosgw the tests use moto's server; without chromium browser tests skip.
+system-packages:
+	@missing=""; \
+	command -v radosgw >/dev/null && command -v ceph-mon >/dev/null && command -v ceph-osd >/dev/null \
+	    || missing="$$missing s3"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	    echo "make: not installing$$missing (needs root and apt-get); tests fall back to moto / skip browser tests"; \
+	    exit 0; \
+	fi; \
+	$(APT_GET) update -qq || echo "make: apt-get update failed; trying the install anyway"; \
+	case "$$missing" in *s3*) \
+	    { $(APT_GET) install -y -qq radosgw \
+	      && $(APT_GET) install -y -qq --no-install-recommends ceph-mon ceph-osd; } \
+	    || echo "make: could not install radosgw/ceph; the tests fall back to moto's S3 server";; \
+	esac; \
+	case "$$missing" in *chromium*) \
+	    $(APT_GET) install -y -qq chromium \
+	    || echo "make: could not install chromium; browser tests will not run";; \
+	esac
+
+test: venv system-packages
+	@rc=0; $(PY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc = 5 ]; then echo "make test: pytest collected no tests (exit 5): that is a failure" >&2; fi; \
+	exit $$rc
+
+demo: venv
+	$(PY) -m guideloom.demo
+
+bench: venv
+	$(PY) -m benchmarks
+
+docs: venv
+	$(VENV)/bin/mkdocs build --strict
+
+lint: venv
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+	$(VENV)/bin/mypy $(LINT_PATHS)

@@ -1,0 +1,62 @@
+"""GuideLoom: tokenized training data in object storage, read back by an exactly resumable loader.
+
+``import guideloom`` loads neither torch nor ray: :class:`StatefulDataLoader` is imported from
+:mod:`guideloom.loading` on first use, and Ray ingestion lives in the separate ``workers``
+package.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from guideloom.errors import GuideLoomError
+from guideloom.formats import (
+    DocumentJsonFormat,
+    DocumentMsgpackFormat,
+    DocumentPickleFormat,
+    DocumentStorageFormat,
+    StreamNumpyFormat,
+    StreamWithMetaStorageFormat,
+)
+from guideloom.manifest import Manifest
+from guideloom.storage import (
+    DocumentDataset,
+    DocumentStorage,
+    StreamDataset,
+    StreamStorage,
+    StreamWithMetaDataset,
+    StreamWithMetaStorage,
+)
+
+if TYPE_CHECKING:
+    from guideloom.loading import StatefulDataLoader
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DocumentDataset",
+    "DocumentJsonFormat",
+    "DocumentMsgpackFormat",
+    "DocumentPickleFormat",
+    "DocumentStorage",
+    "DocumentStorageFormat",
+    "GuideLoomError",
+    "Manifest",
+    "StatefulDataLoader",
+    "StreamDataset",
+    "StreamNumpyFormat",
+    "StreamStorage",
+    "StreamWithMetaDataset",
+    "StreamWithMetaStorage",
+    "StreamWithMetaStorageFormat",
+    "__version__",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # torch is heavy and a Ray ingestion worker never needs it: load the loader on first use.
+    if name == "StatefulDataLoader":
+        from guideloom.loading import StatefulDataLoader
+
+        return StatefulDataLoader
+    raise AttributeError(f"module 'guideloom' has no attribute {name!r}")

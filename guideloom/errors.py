@@ -1,0 +1,98 @@
+"""Errors raised by GuideLoom.
+
+Every error derives from :class:`GuideLoomError` and, where one fits, from the built-in
+exception a caller would already catch, so ``except FileNotFoundError`` keeps working::
+
+    GuideLoomError (Exception)
+    ├── DatasetNotFoundError (FileNotFoundError)      no manifest at the URL
+    ├── DatasetExistsError (FileExistsError)          writing where a dataset is already committed
+    ├── ShardNotFoundError (FileNotFoundError)        a shard the manifest lists is missing
+    ├── ShardCorruptError (ValueError)                a shard's size or checksum differs from the manifest
+    ├── ManifestError (ValueError)                    a manifest that cannot be read or validated
+    ├── SchemaMismatchError (TypeError)               reopened with another storage class or format
+    ├── RecordError (ValueError)                      an appended record that the format refuses
+    ├── SpanError (RecordError)                       spans that overlap, are unsorted or leave the record
+    ├── IncompletePartsError (RuntimeError)           commit found parts without a completion record
+    ├── StorageAccessError (PermissionError)          credentials refused or bucket not reachable
+    ├── UnknownProtocolError (ValueError)             a URL scheme that fsspec does not know
+    ├── ResumeStateError (ValueError)                 a loader state that does not belong to this loader
+    └── IngestError (RuntimeError)                    bad input in a Ray ingestion job
+
+Messages say what failed, where (URL, shard, record, line) and how to fix it. They never contain
+credentials: URLs are passed through :func:`guideloom.io.redact_url` before they are shown.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DatasetExistsError",
+    "DatasetNotFoundError",
+    "GuideLoomError",
+    "IncompletePartsError",
+    "IngestError",
+    "ManifestError",
+    "RecordError",
+    "ResumeStateError",
+    "SchemaMismatchError",
+    "ShardCorruptError",
+    "ShardNotFoundError",
+    "SpanError",
+    "StorageAccessError",
+    "UnknownProtocolError",
+]
+
+
+class GuideLoomError(Exception):
+    """Root of every error GuideLoom raises on purpose."""
+
+
+class DatasetNotFoundError(GuideLoomError, FileNotFoundError):
+    """There is no committed dataset (no ``manifest.json``) at the URL."""
+
+
+class DatasetExistsError(GuideLoomError, FileExistsError):
+    """A writer was opened where a dataset is already committed, without ``overwrite=True``."""
+
+
+class ShardNotFoundError(GuideLoomError, FileNotFoundError):
+    """A shard file that the manifest lists does not exist."""
+
+
+class ShardCorruptError(GuideLoomError, ValueError):
+    """A shard file's size or checksum differs from what the manifest records."""
+
+
+class ManifestError(GuideLoomError, ValueError):
+    """A manifest or part completion record that is unreadable, of an unknown version or invalid."""
+
+
+class SchemaMismatchError(GuideLoomError, TypeError):
+    """A dataset was opened with another storage class or format than it was written with."""
+
+
+class RecordError(GuideLoomError, ValueError):
+    """An appended record that the format cannot store as it is."""
+
+
+class SpanError(RecordError):
+    """Spans passed with a stream record that overlap, are unsorted or reach past the record."""
+
+
+class IncompletePartsError(GuideLoomError, RuntimeError):
+    """``commit`` found parts that have no valid completion record."""
+
+
+class StorageAccessError(GuideLoomError, PermissionError):
+    """The storage refused the request: wrong credentials, missing bucket, no permission."""
+
+
+class UnknownProtocolError(GuideLoomError, ValueError):
+    """The URL's protocol is not known to fsspec (or its package is not installed)."""
+
+
+class ResumeStateError(GuideLoomError, ValueError):
+    """A loader state dict that is corrupt or was saved by a loader over other data or settings."""
+
+
+class IngestError(GuideLoomError, RuntimeError):
+    """Bad input or configuration in an ingestion job."""

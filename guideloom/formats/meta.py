@@ -1,0 +1,88 @@
+"""Streams with metadata: a stream format plus annotations mapped to token spans.
+
+The token array is *stream data*; the separately encoded annotations are *document data*. A
+span ``(start, stop, annotation)`` says that tokens ``[start, stop)`` share one stored
+annotation. Subclasses decide how annotations become bytes (:meth:`encode_meta`,
+:meth:`decode_meta`) and how a window and the spans overlapping it become one training sample
+(:meth:`align`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from guideloom.errors import SpanError
+from guideloom.formats.base import Format
+from guideloom.formats.stream import StreamNumpyFormat
+
+__all__ = ["Span", "StreamWithMetaStorageFormat", "check_spans"]
+
+Span = tuple[int, int, Any]
+
+
+class StreamWithMetaStorageFormat(Format):
+    """Base class for stream-with-metadata formats.
+
+    Pass the stream format (the token fields) to ``__init__``; implement :meth:`encode_meta` and
+    :meth:`decode_meta`; override :meth:`align` to shape samples. If your subclass has its own
+    parameters, override :meth:`config` and include ``super().config()``.
+    """
+
+    def __init__(self, stream_format: StreamNumpyFormat) -> None:
+        if not isinstance(stream_format, StreamNumpyFormat):
+            raise TypeError(
+                f"{type(self).__qualname__} wraps a StreamNumpyFormat, got "
+                f"{type(stream_format).__name__}"
+            )
+        self.stream_format = stream_format
+
+    def config(self) -> dict[str, Any]:
+        return {"stream": self.stream_format.config()}
+
+    def encode_meta(self, annotation: Any) -> bytes:
+        """Turn one annotation into bytes."""
+        raise NotImplementedError(f"{type(self).__qualname__} must implement encode_meta")
+
+    def decode_meta(self, data: bytes | memoryview) -> Any:
+        """Turn the bytes of one annotation back into the annotation."""
+        raise NotImplementedError(f"{type(self).__qualname__} must implement decode_meta")
+
+    def align(self, window: dict[str, np.ndarray], spans: list[Span]) -> Any:
+        """Build one sample from a window and the spans that overlap it.
+
+        ``window`` maps each stream field to an array of ``sequence_length`` values. ``spans``
+        are the annotated spans overlapping the window, clipped to it, in window coordinates
+        (``0 <= start < stop <= sequence_length``), sorted. The default returns the window's
+        fields plus ``"spans"``.
+        """
+        return {**window, "spans": spans}
+
+
+def check_spans(spans: Sequence[Any], length: int, where: str) -> list[Span]:
+    """Validate record-relative spans: ints, ``0 <= start < stop <= length``, sorted, disjoint."""
+    out: list[Span] = []
+    prev_stop = 0
+    for j, span in enumerate(spans):
+        try:
+            start, stop, annotation = span
+        except (TypeError, ValueError) as err:
+            raise SpanError(f"{where}: span {j} is not a (start, stop, annotation) triple") from err
+        if not isinstance(start, (int, np.integer)) or not isinstance(stop, (int, np.integer)):
+            raise SpanError(f"{where}: span {j} ({start!r}, {stop!r}) needs integer bounds")
+        start, stop = int(start), int(stop)
+        if not 0 <= start < stop <= length:
+            raise SpanError(
+                f"{where}: span {j} [{start}, {stop}) must satisfy 0 <= start < stop <= {length} "
+                "(the record's token count); spans are record-relative and non-empty"
+            )
+        if start < prev_stop:
+            raise SpanError(
+                f"{where}: span {j} [{start}, {stop}) overlaps or comes before the previous span "
+                f"(which ends at {prev_stop}); pass spans sorted by start and non-overlapping"
+            )
+        prev_stop = stop
+        out.append((start, stop, annotation))
+    return out

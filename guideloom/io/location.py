@@ -1,0 +1,284 @@
+"""A dataset root on any fsspec filesystem, and byte ranges of the files under it.
+
+This is the only module that talks to fsspec. It adds what GuideLoom needs on top of it and
+nothing else: atomic whole-file writes, half-open byte ranges (only fsspec builds ``Range``
+headers), short-read detection, a few retries on transient network errors, translation of
+backend errors into :mod:`guideloom.errors` once, and fork safety: the filesystem object is
+created lazily in each process, because an s3fs instance used in a parent process does not work
+in a forked DataLoader worker.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from guideloom.errors import GuideLoomError, StorageAccessError, UnknownProtocolError
+
+__all__ = ["Location", "redact_url"]
+
+T = TypeVar("T")
+
+_TRANSIENT = (ConnectionError, TimeoutError)
+_RETRIES = 3
+
+
+def redact_url(url: str) -> str:
+    """``url`` without user info or query string, so no credential can reach a message or log."""
+    if "://" not in url:
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+class Location:
+    """A directory-like root (``s3://bucket/prefix``, ``/data/x``, ``memory://x``) on fsspec.
+
+    Paths given to methods are relative to the root and use ``/``. Byte ranges are half-open
+    ``[start, end)`` and counted from the start of the file.
+    """
+
+    def __init__(self, url: str | os.PathLike[str], storage_options: dict[str, Any] | None = None):
+        self.url = os.fspath(url)
+        if "://" not in self.url:
+            self.url = os.path.abspath(self.url)
+        self.display_url = redact_url(self.url).rstrip("/")
+        self.storage_options = dict(storage_options or {})
+        self._fs: fsspec.AbstractFileSystem | None = None
+        self._pid = -1
+        self._root = ""
+        _ = self.fs  # resolve the protocol now, so an unknown one fails at construction
+
+    # -- the filesystem, per process ---------------------------------------------------------
+
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        if self._fs is None or self._pid != os.getpid():
+            try:
+                fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
+            except ImportError as err:
+                raise UnknownProtocolError(
+                    f"{self.display_url}: the package for this protocol is not installed ({err}); "
+                    "for s3:// install guideloom[s3] (s3fs)"
+                ) from err
+            except ValueError as err:
+                if "Protocol not known" in str(err):
+                    raise UnknownProtocolError(
+                        f"{self.display_url}: unknown protocol ({err}); use a local path or an "
+                        "fsspec URL such as s3://bucket/prefix, gs://..., memory://..."
+                    ) from err
+                raise
+            self._fs, self._root, self._pid = fs, root.rstrip("/"), os.getpid()
+        return self._fs
+
+    @property
+    def is_local(self) -> bool:
+        return isinstance(self.fs, LocalFileSystem)
+
+    def path(self, rel: str) -> str:
+        """Full path of ``rel`` inside the filesystem (no protocol)."""
+        _ = self.fs
+        return f"{self._root}/{rel}" if rel else self._root
+
+    def describe(self, rel: str) -> str:
+        """``rel`` as a redacted URL, for messages."""
+        return f"{self.display_url}/{rel}" if rel else self.display_url
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_fs"], state["_pid"] = None, -1
+        return state
+
+    def __repr__(self) -> str:
+        return f"Location({self.display_url!r})"
+
+    # -- error translation and retries ----------------------------------------------------------
+
+    @contextmanager
+    def _translated(self, action: str, rel: str) -> Iterator[None]:
+        where = self.describe(rel)
+        try:
+            yield
+        except GuideLoomError:
+            raise
+        except FileNotFoundError as err:
+            raise FileNotFoundError(f"{action} {where}: not found") from err
+        except PermissionError as err:
+            raise StorageAccessError(
+                f"{action} {where}: access denied ({type(err).__name__}: {_safe(err)}). Check the "
+                "credentials (storage_options key/secret or the AWS_* environment variables), the "
+                "endpoint_url, and that the bucket exists and you may use it"
+            ) from err
+        except OSError as err:
+            if _looks_like_access_problem(err):
+                raise StorageAccessError(
+                    f"{action} {where}: the storage refused the request ({_safe(err)}). Check the "
+                    "credentials, the endpoint_url and the bucket name"
+                ) from err
+            raise
+
+    def _retry(self, fn: Callable[[], T]) -> T:
+        for attempt in range(_RETRIES):
+            try:
+                return fn()
+            except _TRANSIENT:
+                if attempt == _RETRIES - 1:
+                    raise
+                time.sleep(0.2 * 2**attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def read(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
+        """Bytes ``[start, end)`` of a file (the whole file when both are None)."""
+        with self._translated("reading", rel):
+            # Keyword arguments: s3fs's second positional argument is a version id.
+            data = self._retry(lambda: self.fs.cat_file(self.path(rel), start=start, end=end))
+        return bytes(data)
+
+    def read_ranges(
+        self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int], max_gap: int = 0
+    ) -> list[bytes]:
+        """Many byte ranges at once, each ``[start, end)`` of file ``rel``.
+
+        Ranges of one file that touch or overlap (or lie at most ``max_gap`` bytes apart) are
+        merged into one request; remote filesystems fetch the merged ranges concurrently
+        (``cat_ranges``). A result shorter than asked means the file is shorter than expected;
+        callers check lengths.
+        """
+        if not rels:
+            return []
+        merged = merge_ranges(rels, starts, ends, max_gap)
+        paths = [self.path(r) for r, _, _ in merged.requests]
+        req_starts = [s for _, s, _ in merged.requests]
+        req_ends = [e for _, _, e in merged.requests]
+        with self._translated("reading", rels[0]):
+            if self.is_local:
+                blobs = [self._read_local(p, s, e) for p, s, e in zip(paths, req_starts, req_ends)]
+            else:
+                blobs = self._retry(
+                    lambda: self.fs.cat_ranges(paths, req_starts, req_ends, on_error="raise")
+                )
+        views = [memoryview(b) for b in blobs]
+        return [bytes(views[i][a:b]) for i, a, b in merged.slices]
+
+    @staticmethod
+    def _read_local(path: str, start: int, end: int) -> bytes:
+        with open(path, "rb") as f:
+            return os.pread(f.fileno(), end - start, start)
+
+    # Other processes write these files: never answer from fsspec's listings cache.
+
+    def exists(self, rel: str) -> bool:
+        with self._translated("checking", rel):
+            self.fs.invalidate_cache(self.path(rel))
+            return bool(self._retry(lambda: self.fs.exists(self.path(rel))))
+
+    def size(self, rel: str) -> int:
+        with self._translated("checking the size of", rel):
+            self.fs.invalidate_cache(self.path(rel))
+            return int(self._retry(lambda: self.fs.size(self.path(rel))))
+
+    def list(self, rel: str) -> list[str]:
+        """Names (not paths) directly under ``rel``; empty if it does not exist."""
+        with self._translated("listing", rel):
+            try:
+                self.fs.invalidate_cache(self.path(rel))
+                entries = self.fs.ls(self.path(rel), detail=False)
+            except FileNotFoundError:
+                return []
+        return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries)
+
+    def local_path(self, rel: str) -> str:
+        """The OS path of a file on a local filesystem (for memory maps)."""
+        if not self.is_local:
+            raise ValueError(f"{self.describe(rel)} is not on a local filesystem")
+        return self.path(rel)
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def write(self, rel: str, chunks: bytes | Sequence[bytes | memoryview]) -> None:
+        """Write a whole file so that readers see the old file or the new one, never a mix.
+
+        Local disk: a temporary file in the same directory, then an atomic rename. Object
+        stores: one PUT (a multipart upload also appears at once, when it completes).
+        """
+        parts = [chunks] if isinstance(chunks, (bytes, bytearray, memoryview)) else list(chunks)
+        with self._translated("writing", rel):
+            path = self.path(rel)
+            if self.is_local:
+                directory = os.path.dirname(path)
+                os.makedirs(directory, exist_ok=True)
+                tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+                try:
+                    with open(tmp, "wb") as f:
+                        for part in parts:
+                            f.write(part)
+                    os.replace(tmp, path)
+                except BaseException:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
+                    raise
+            else:
+                data = parts[0] if len(parts) == 1 else b"".join(parts)
+                self._retry(lambda: self.fs.pipe_file(path, bytes(data)))
+
+    def delete(self, rel: str, recursive: bool = False) -> None:
+        """Remove a file (or a tree with ``recursive``); missing is fine."""
+        with self._translated("deleting", rel):
+            try:
+                self.fs.rm(self.path(rel), recursive=recursive)
+            except FileNotFoundError:
+                pass
+
+
+class _Merged:
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, int, int]] = []  # (rel, start, end) actually fetched
+        self.slices: list[tuple[int, int, int]] = []  # per asked range: (request, start, end)
+
+
+def merge_ranges(rels: Sequence[str], starts: Sequence[int], ends: Sequence[int], max_gap: int) -> _Merged:
+    """Plan requests: ranges of one file closer than ``max_gap`` bytes become one request."""
+    order = sorted(range(len(rels)), key=lambda i: (rels[i], starts[i]))
+    out = _Merged()
+    out.slices = [(0, 0, 0)] * len(rels)
+    current = -1
+    for i in order:
+        rel, start, end = rels[i], int(starts[i]), int(ends[i])
+        if end < start:
+            raise ValueError(f"byte range [{start}, {end}) of {rel} is reversed")
+        if current >= 0:
+            c_rel, c_start, c_end = out.requests[current]
+            if c_rel == rel and start <= c_end + max_gap:
+                out.requests[current] = (rel, c_start, max(c_end, end))
+                out.slices[i] = (current, start - c_start, end - c_start)
+                continue
+        out.requests.append((rel, start, end))
+        current = len(out.requests) - 1
+        out.slices[i] = (current, 0, end - start)
+    return out
+
+
+def _safe(err: BaseException) -> str:
+    # Backend messages name buckets and keys, never secrets; cut them short anyway.
+    return str(err).splitlines()[0][:300] if str(err) else type(err).__name__
+
+
+def _looks_like_access_problem(err: OSError) -> bool:
+    text = str(err)
+    return any(
+        code in text
+        for code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "Forbidden", "403")
+    )

@@ -1,0 +1,23 @@
+"""Feeding GuideLoom datasets to PyTorch: the only package that imports torch and torchdata.
+
+``StatefulDataLoader`` (in :mod:`guideloom.loading.loader`) is loaded lazily, so that the pure
+order arithmetic (:mod:`~guideloom.loading.order`, :mod:`~guideloom.loading.schedule`,
+:mod:`~guideloom.loading.state`) can be used and tested without torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from guideloom.loading.loader import StatefulDataLoader
+
+__all__ = ["StatefulDataLoader"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "StatefulDataLoader":
+        from guideloom.loading.loader import StatefulDataLoader
+
+        return StatefulDataLoader
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

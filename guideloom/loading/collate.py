@@ -1,0 +1,77 @@
+"""Turning one fetched batch into what the training step gets (runs in the DataLoader workers).
+
+- stream windows (``view.read_windows``: a dict of ``(batch, sequence_length)`` NumPy arrays)
+  become a dict of tensors of the same shape;
+- aligned stream-with-metadata samples (whatever the format's ``align`` returns) are collated
+  field by field: equal-shape arrays and plain numbers stack into tensors, anything else (strings,
+  lists of spans, ragged arrays, dicts) stays a list with one entry per sample;
+- documents stay a list of decoded records (pass ``collate_fn`` to pad them, for example).
+
+Dtypes: an ``nn.Embedding`` takes int32 or int64 ids, and torch has no uint16/uint32 arithmetic,
+so ``uint16`` becomes ``int32`` and ``uint32``/``uint64`` become ``int64`` (``uint64`` values
+above ``2**63 - 1`` would wrap; no tokenizer has that many ids). ``uint8``, ``bool``, signed
+integers and floats keep their dtype (cast a ``uint8`` id field with ``.long()``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from numbers import Number
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["collate_aligned", "collate_documents", "collate_windows", "to_tensor"]
+
+_WIDEN = {
+    np.dtype(np.uint16): np.dtype(np.int32),
+    np.dtype(np.uint32): np.dtype(np.int64),
+    np.dtype(np.uint64): np.dtype(np.int64),
+}
+
+
+def to_tensor(array: np.ndarray) -> torch.Tensor:
+    """A tensor over ``array`` (no copy when the dtype needs no widening and it is writable)."""
+    target = _WIDEN.get(array.dtype)
+    if target is not None:
+        array = array.astype(target)
+    elif not array.flags.writeable or not array.flags.c_contiguous:
+        array = np.array(array, order="C")  # torch refuses to alias read-only memory
+    return torch.from_numpy(array)
+
+
+def collate_windows(windows: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """Stream batch: field -> tensor of shape (batch, sequence_length)."""
+    return {name: to_tensor(np.asarray(values)) for name, values in windows.items()}
+
+
+def collate_documents(records: Sequence[Any]) -> list[Any]:
+    """Document batch: the decoded records, as a list, untouched."""
+    return list(records)
+
+
+def _collate_field(values: list[Any]) -> Any:
+    first = values[0]
+    if isinstance(first, np.ndarray) and first.dtype.kind in "biuf":
+        if all(
+            isinstance(v, np.ndarray) and v.shape == first.shape and v.dtype == first.dtype for v in values
+        ):
+            return to_tensor(np.stack(values))
+    elif isinstance(first, torch.Tensor):
+        if all(isinstance(v, torch.Tensor) and v.shape == first.shape for v in values):
+            return torch.stack(values)
+    elif isinstance(first, (Number, np.number)) and not isinstance(first, complex):
+        if all(isinstance(v, (Number, np.number)) and not isinstance(v, complex) for v in values):
+            return to_tensor(np.asarray(values))
+    return list(values)
+
+
+def collate_aligned(samples: Sequence[Any]) -> Any:
+    """Stream-with-metadata batch: dict samples are collated per key, others as one field."""
+    samples = list(samples)
+    if samples and all(isinstance(s, Mapping) for s in samples):
+        keys = list(samples[0].keys())
+        if all(list(s.keys()) == keys for s in samples):
+            return {key: _collate_field([s[key] for s in samples]) for key in keys}
+    return _collate_field(samples) if samples else []

@@ -1,0 +1,385 @@
+"""``StatefulDataLoader``: torchdata's loader over a GuideLoom view, with exact, O(1), elastic resume.
+
+How it works
+------------
+The main process decides everything about the order. A batch sampler turns the epoch's
+:class:`~guideloom.loading.schedule.EpochSchedule` (which positions this rank takes at each step)
+and :class:`~guideloom.loading.order.EpochOrder` (position -> sample index, from ``seed`` and the
+epoch) into lists of sample indexes; the DataLoader hands each list to a worker, which fetches the
+whole batch with one batched read (``view.read_windows`` / ``view.__getitems__``: concurrent,
+coalesced range requests) and collates it. Workers never choose samples, so ``num_workers`` and
+``prefetch_factor`` change nothing about which samples a rank sees or their order.
+
+The state is ``(epoch, position)``: ``position`` counts the samples handed out in the epoch over
+all ranks, up to the last batch the caller has *received* (not what was dispatched to workers
+or prefetched). Loading a state configures the sampler to start there: no earlier batch is read,
+replayed or skipped through, so resuming at 90 % of an epoch costs what resuming at 1 % does.
+torchdata's own snapshot and fast-forward machinery is not used.
+
+Resume semantics (the ``docs/training.md`` section)
+---------------------------------------------------
+- ``state_dict()`` may be called at any time, also between epochs and before the first batch; it
+  describes the position after the last batch the loop has received. It is a small dict of ints
+  and short strings (see :mod:`guideloom.loading.state`); save it next to the model's checkpoint.
+- ``load_state_dict(state)`` on a freshly built loader (same dataset content, ``sequence_length``,
+  ``seed`` and shuffle settings) makes the next ``iter(loader)`` continue exactly: mid-epoch it
+  yields the rest of that epoch; if the state was saved after the epoch's last batch it starts
+  the next epoch. Iterating the loader again (a new ``for`` loop) always starts the next epoch.
+- ``num_workers``, ``prefetch_factor``, ``batch_size``, ``drop_last`` and the world size may
+  differ on resume. After a change of world size every rank loads the state *rank 0* saved; the
+  rest of the epoch is then split over the new ranks, every remaining sample exactly once (except
+  the bounded end-of-epoch remainder below).
+- Every rank gets the same number of batches per epoch. Step ``s`` takes ``world_size *
+  batch_size`` consecutive positions, rank ``r`` the ``batch_size`` at offset ``r * batch_size``.
+  At the end of an epoch, fewer than ``world_size * batch_size`` positions remain: with
+  ``drop_last=True`` they are not handed out; with ``drop_last=False`` each rank gets one smaller
+  last batch of ``remaining // world_size`` and at most ``world_size - 1`` samples are left out.
+  Which samples are left out changes every epoch when shuffling.
+- A state from another dataset content, ``sequence_length``, seed, shuffle setting or layout, or a
+  corrupt or truncated one, raises :class:`~guideloom.errors.ResumeStateError`. The same dataset
+  copied to another URL or bucket resumes (the check uses the manifest's content fingerprint).
+- Ranks must save at the same step (the usual case: all ranks run the same number of steps).
+
+In a training loop::
+
+    loader = StatefulDataLoader.from_storage(storage, sequence_length=2048, batch_size=8,
+                                             shuffle=True, seed=0, num_workers=2)
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["model"])
+        loader.load_state_dict(checkpoint["loader"])      # O(1): nothing is re-read
+    while step < max_steps:
+        for batch in loader:                                # one pass = (the rest of) one epoch
+            loss = train_step(model, batch)
+            step += 1
+            if step % save_every == 0 and rank == 0:
+                torch.save({"model": model.state_dict(),
+                            "loader": loader.state_dict(), "step": step}, path)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch.distributed as dist
+from torch.utils.data import Dataset, Sampler
+from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
+
+from guideloom.loading.collate import collate_aligned, collate_documents, collate_windows
+from guideloom.loading.order import EpochOrder, ShuffleMode
+from guideloom.loading.schedule import EpochSchedule
+from guideloom.loading.state import LoaderState
+
+__all__ = ["StatefulDataLoader"]
+
+_LAYOUTS = ("documents", "stream", "stream_with_meta")
+_REFUSED_KWARGS = ("sampler", "batch_sampler", "generator")
+
+
+class _BatchSource(Dataset):  # type: ignore[type-arg]
+    """The view as the DataLoader sees it: ``__getitems__`` fetches one batch in one read."""
+
+    def __init__(self, view: Any, use_windows: bool) -> None:
+        self.view = view
+        self.use_windows = use_windows  # stream fast path: dict of (B, L) arrays in one call
+
+    def __len__(self) -> int:
+        return len(self.view)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.view[index]
+
+    def __getitems__(self, indexes: list[int]) -> Any:
+        if self.use_windows:
+            return self.view.read_windows(indexes)
+        return self.view.__getitems__(indexes)
+
+
+class _OrderedBatchSampler(Sampler[list[int]]):
+    """Yields this rank's batches of sample indexes for the configured (rest of an) epoch."""
+
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        self.rank = rank
+        self.order: EpochOrder | None = None
+        self.schedule: EpochSchedule | None = None
+
+    def configure(self, order: EpochOrder, schedule: EpochSchedule) -> None:
+        self.order, self.schedule = order, schedule
+
+    def __iter__(self) -> Iterator[list[int]]:
+        order, schedule = self.order, self.schedule
+        if order is None or schedule is None:
+            raise RuntimeError("the batch sampler was iterated before it was configured")
+        for step in range(schedule.num_steps):
+            lo, hi = schedule.batch_range(step, self.rank)
+            yield order(np.arange(lo, hi, dtype=np.int64)).tolist()
+
+    def __len__(self) -> int:
+        return self.schedule.num_steps if self.schedule is not None else 0
+
+
+def _shuffle_mode(shuffle: bool | str | None) -> ShuffleMode:
+    if shuffle is None or shuffle is False or shuffle == "none":
+        return "none"
+    if shuffle is True or shuffle == "full":
+        return "full"
+    if shuffle == "block":
+        return "block"
+    raise ValueError(f"shuffle must be False, True, 'full' or 'block', got {shuffle!r}")
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _distributed_default(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    initialized = dist.is_available() and dist.is_initialized()
+    if world_size is None:
+        world_size = dist.get_world_size() if initialized else 1
+    if rank is None:
+        rank = dist.get_rank() if initialized else 0
+    world_size = _positive_int("world_size", world_size)
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be an integer in [0, world_size={world_size}), got {rank!r}")
+    return int(rank), world_size
+
+
+class StatefulDataLoader(_TorchdataLoader):
+    """A torchdata ``StatefulDataLoader`` over a GuideLoom view, resumable exactly and in O(1).
+
+    Build it with :meth:`from_storage`. Batches: streams give a dict of tensors of shape
+    ``(batch, sequence_length)``; streams with metadata give the format's aligned samples
+    collated per field (see :mod:`guideloom.loading.collate`); documents give a list of records.
+    ``collate_fn``, when given, receives the list of samples instead.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        batch_size: int = 1,
+        shuffle: bool | str = False,
+        seed: int = 0,
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        num_workers: int = 0,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        shuffle_block_size: int = 64,
+        shuffle_buffer_blocks: int = 4,
+        **kwargs: Any,
+    ) -> None:
+        storage = getattr(dataset, "storage", None)
+        layout = getattr(storage, "layout", None)
+        if layout not in _LAYOUTS:
+            raise TypeError(
+                "StatefulDataLoader reads a GuideLoom dataset view (DocumentDataset, StreamDataset, "
+                f"StreamWithMetaDataset), got {type(dataset).__name__}; build it with "
+                "StatefulDataLoader.from_storage(storage, ...)"
+            )
+        for name in _REFUSED_KWARGS:
+            if name in kwargs:
+                raise TypeError(
+                    f"{name}= is not accepted: the order comes from seed and shuffle, so that it "
+                    "can be resumed exactly"
+                )
+        if kwargs.get("in_order", True) is not True:
+            raise ValueError("in_order=False is not supported: it breaks exact resume")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise ValueError(f"seed must be an integer, got {seed!r}")
+        batch_size = _positive_int("batch_size", batch_size)
+        rank, world_size = _distributed_default(rank, world_size)
+        mode = _shuffle_mode(shuffle)
+        if mode == "block":
+            shuffle_block_size = _positive_int("shuffle_block_size", shuffle_block_size)
+            shuffle_buffer_blocks = _positive_int("shuffle_buffer_blocks", shuffle_buffer_blocks)
+
+        num_samples = len(dataset)
+        what = "documents" if layout == "documents" else "windows"
+        if num_samples < 1:
+            raise ValueError(f"the dataset at {storage.url} has no {what} to load")
+        if world_size > num_samples:
+            raise ValueError(
+                f"world_size={world_size} is larger than the {num_samples} {what} of "
+                f"{storage.url}: some ranks would get no batch"
+            )
+        schedule = EpochSchedule(num_samples, batch_size, world_size, bool(drop_last))
+        if schedule.num_steps == 0:
+            raise ValueError(
+                f"with drop_last=True, batch_size={batch_size} and world_size={world_size} an "
+                f"epoch of {num_samples} {what} has no full batch; use a smaller batch_size or "
+                "drop_last=False"
+            )
+
+        if collate_fn is not None:
+            source, collate = _BatchSource(dataset, use_windows=False), collate_fn
+        elif layout == "stream":
+            source, collate = _BatchSource(dataset, use_windows=True), collate_windows
+        elif layout == "stream_with_meta":
+            source, collate = _BatchSource(dataset, use_windows=False), collate_aligned
+        else:
+            source, collate = _BatchSource(dataset, use_windows=False), collate_documents
+
+        kwargs.setdefault("snapshot_every_n_steps", None)  # our state needs no torchdata snapshots
+        sampler = _OrderedBatchSampler(rank)
+        super().__init__(source, batch_sampler=sampler, num_workers=num_workers, collate_fn=collate, **kwargs)
+        # DataLoader sets these to None/False for a batch_sampler; report the real settings.
+        object.__setattr__(self, "batch_size", batch_size)
+        object.__setattr__(self, "drop_last", bool(drop_last))
+
+        self.view = dataset
+        self.rank = rank
+        self.world_size = world_size
+        self._identity = LoaderState(
+            layout=layout,
+            fingerprint=str(storage.manifest.fingerprint),
+            num_samples=num_samples,
+            sequence_length=getattr(dataset, "sequence_length", None) if layout != "documents" else None,
+            seed=int(seed),
+            shuffle=mode,
+            shuffle_block_size=shuffle_block_size if mode == "block" else None,
+            shuffle_buffer_blocks=shuffle_buffer_blocks if mode == "block" else None,
+            epoch=0,
+            position=0,
+            batch_size=batch_size,
+            world_size=world_size,
+            drop_last=bool(drop_last),
+        )
+        self._sampler = sampler
+        self._live: Any = None  # the iterator of the current pass, to count received batches
+        self._prepare(epoch=0, position=0)
+
+    @classmethod
+    def from_storage(
+        cls,
+        storage: Any,
+        *,
+        sequence_length: int | None = None,
+        batch_size: int = 1,
+        shuffle: bool | str = False,
+        seed: int = 0,
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        num_workers: int = 0,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        **kwargs: Any,
+    ) -> StatefulDataLoader:
+        """A loader over ``storage`` wrapped in its matching view.
+
+        ``sequence_length`` (tokens per window) is required for streams and refused for
+        documents. ``shuffle``: ``False`` (sequential), ``True`` / ``"full"`` (a full random
+        permutation per epoch) or ``"block"`` (random blocks of ``shuffle_block_size``
+        consecutive samples, shuffled inside buffers of ``shuffle_buffer_blocks`` blocks: far fewer
+        remote requests, less mixing; see :mod:`guideloom.loading.order`). ``rank`` and
+        ``world_size`` default to torch.distributed's when it is initialized. Other keyword
+        arguments (``prefetch_factor``, ``pin_memory``, ``persistent_workers``,
+        ``multiprocessing_context``, ``timeout``, ``worker_init_fn``, ...) go to torchdata.
+        """
+        from guideloom import DocumentDataset, StreamDataset, StreamWithMetaDataset
+
+        layout = getattr(storage, "layout", None)
+        view: Any
+        if layout == "documents":
+            if sequence_length is not None:
+                raise ValueError(
+                    f"sequence_length={sequence_length!r} has no meaning for the document dataset "
+                    f"at {storage.url}: documents are read whole; leave it out"
+                )
+            view = DocumentDataset(storage)
+        elif layout in ("stream", "stream_with_meta"):
+            if sequence_length is None:
+                raise ValueError(
+                    f"sequence_length is required for the stream dataset at {storage.url}: pass "
+                    "the number of tokens per training window, e.g. sequence_length=2048"
+                )
+            sequence_length = _positive_int("sequence_length", sequence_length)
+            total = int(storage.manifest.total_tokens)
+            if sequence_length > total:
+                raise ValueError(
+                    f"sequence_length={sequence_length} is larger than the whole stream at "
+                    f"{storage.url} ({total} tokens): no complete window fits"
+                )
+            view_cls = StreamDataset if layout == "stream" else StreamWithMetaDataset
+            view = view_cls(storage, sequence_length=sequence_length)
+        else:
+            raise TypeError(f"from_storage takes a GuideLoom storage, got {type(storage).__name__}")
+        return cls(
+            view,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            rank=rank,
+            world_size=world_size,
+            num_workers=num_workers,
+            collate_fn=collate_fn,
+            **kwargs,
+        )
+
+    # -- epochs and positions --------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        """The epoch of the current pass (or of the next one, before it starts)."""
+        return self._epoch
+
+    def _prepare(self, epoch: int, position: int) -> None:
+        """Set up the next pass to start at ``position`` of ``epoch`` (or the next epoch if done)."""
+        ident = self._identity
+        schedule = EpochSchedule(
+            ident.num_samples, self.batch_size, self.world_size, self.drop_last, position
+        )
+        if schedule.num_steps == 0 and position > 0:  # nothing of this epoch left for us
+            epoch += 1
+            schedule = EpochSchedule(ident.num_samples, self.batch_size, self.world_size, self.drop_last)
+        order = EpochOrder(
+            ident.num_samples,
+            shuffle=ident.shuffle,  # type: ignore[arg-type]
+            seed=ident.seed,
+            epoch=epoch,
+            block_size=ident.shuffle_block_size or 1,
+            buffer_blocks=ident.shuffle_buffer_blocks or 1,
+        )
+        self._sampler.configure(order, schedule)
+        self._epoch = epoch
+        self._schedule = schedule
+        self._fresh = True  # the next __iter__ starts here instead of moving to the next epoch
+        self._live = None
+
+    def __iter__(self) -> Any:
+        if not self._fresh:
+            self._prepare(self._epoch + 1, 0)
+        self._fresh = False
+        self._live = super().__iter__()
+        return self._live
+
+    # -- state -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Where the caller is: epoch and global position after the last *received* batch."""
+        if self._live is None:
+            position = self._schedule.start
+        else:
+            position = self._schedule.position_after(int(self._live._num_yielded))
+        state = LoaderState(
+            **{
+                **self._identity.__dict__,
+                "epoch": self._epoch,
+                "position": position,
+            }
+        )
+        return state.to_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue from a saved state at O(1) cost; raises ResumeStateError if it does not fit."""
+        saved = LoaderState.from_dict(state_dict)
+        saved.check_compatible(self._identity)
+        self._prepare(saved.epoch, saved.position)
+        self.next_iter_state = None  # torchdata must never fast-forward: its own state stays empty
+
+    def __len__(self) -> int:
+        """Batches in the current (or next) pass: a whole epoch, or its rest after a resume."""
+        return self._schedule.num_steps

@@ -1,0 +1,193 @@
+"""Each epoch's sample order, computable at any position (NumPy only).
+
+An *order* maps a position in an epoch (0 .. N-1: the how-many-th sample the epoch hands out,
+counted over all ranks) to a sample index of the dataset (a window or a document). It is a
+bijection on ``[0, N)`` derived from ``(seed, epoch)`` alone, and evaluating it at position ``p``
+costs the same for every ``p``: nothing is materialized, memory does not grow with ``N`` (which
+may be 10^10), and resuming at 90 % of an epoch costs what resuming at 1 % does.
+
+Three modes:
+
+``"none"``
+    Sequential: position ``p`` is sample ``p``. Best locality, no randomness.
+``"full"``
+    A keyed pseudo-random permutation of all ``N`` samples: a balanced Feistel network over the
+    smallest even power of two >= N, restricted to ``[0, N)`` by cycle-walking (re-applying it
+    until the value falls inside; on average fewer than 4 times). Every epoch gets an independent
+    permutation. Any sample can follow any other: the best mixing, the worst locality.
+``"block"``
+    Locality for remote data. The samples are cut into blocks of ``block_size`` consecutive
+    samples; the blocks are permuted (Feistel again); consecutive runs of ``buffer_blocks``
+    permuted blocks form a *buffer*, and the samples inside each buffer are permuted (a Feistel
+    keyed by the buffer number). So a stretch of ``block_size * buffer_blocks`` positions draws
+    from only ``buffer_blocks`` contiguous regions of the dataset, which a reader can fetch with
+    few, large range requests, while over the epoch every sample still appears exactly once and
+    blocks come in a random order. Larger blocks and smaller buffers mean more locality and
+    less mixing; ``buffer_blocks * block_size >= N`` is a full shuffle.
+
+All arithmetic is on 64-bit unsigned NumPy arrays and vectorized over a batch of positions.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+__all__ = ["EpochOrder", "FeistelPermutation", "ShuffleMode", "derive_key"]
+
+ShuffleMode = Literal["none", "full", "block"]
+
+_MASK64 = (1 << 64) - 1
+_ROUNDS = 6
+
+# Purposes, so that keys for different uses of one (seed, epoch) never coincide.
+_PURPOSE_FULL = 1
+_PURPOSE_BLOCKS = 2
+_PURPOSE_BUFFER = 3
+
+
+def _splitmix64(z: int) -> int:
+    z = (z + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def derive_key(*parts: int) -> int:
+    """A 64-bit key from a sequence of integers (seed, epoch, purpose, ...); stable across runs."""
+    h = 0x6A09E667F3BCC908
+    for part in parts:
+        h = _splitmix64(h ^ (int(part) & _MASK64))
+        h = _splitmix64(h ^ ((int(part) >> 64) & _MASK64))  # seeds wider than 64 bits still count
+    return h
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """The splitmix64 finalizer on a uint64 array (a bijection of 64-bit words; wraps silently)."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+class FeistelPermutation:
+    """A keyed bijection on ``[0, n)``, evaluable (and invertible) at any point.
+
+    A balanced Feistel network on ``2 * half`` bits, where ``4 ** half`` is the smallest power of
+    four >= ``n``, with cycle-walking to stay inside ``[0, n)``.
+    """
+
+    def __init__(self, n: int, key: int) -> None:
+        if n < 1:
+            raise ValueError(f"a permutation needs a domain of at least 1 element, got {n}")
+        if n > 1 << 62:
+            raise ValueError(f"a permutation domain of {n} elements is larger than 2**62")
+        self.n = int(n)
+        bits = max(2, (self.n - 1).bit_length())
+        self._half = (bits + 1) // 2
+        self._mask = np.uint64((1 << self._half) - 1)
+        self._keys = [np.uint64(derive_key(key, r)) for r in range(_ROUNDS)]
+
+    def _rounds(self, x: np.ndarray, inverse: bool) -> np.ndarray:
+        half = np.uint64(self._half)
+        left, right = x >> half, x & self._mask
+        if not inverse:
+            for k in self._keys:
+                left, right = right, left ^ (_mix(right ^ k) & self._mask)
+        else:
+            for k in reversed(self._keys):
+                left, right = right ^ (_mix(left ^ k) & self._mask), left
+        return (left << half) | right
+
+    def _walk(self, positions: np.ndarray, inverse: bool) -> np.ndarray:
+        x = np.atleast_1d(np.asarray(positions, dtype=np.int64))
+        if x.size and (x.min() < 0 or x.max() >= self.n):
+            raise IndexError(f"positions must lie in [0, {self.n})")
+        y = self._rounds(x.astype(np.uint64), inverse)
+        outside = np.flatnonzero(y >= np.uint64(self.n))
+        while outside.size:  # cycle-walking: terminates, every cycle through [0, n) returns there
+            y[outside] = self._rounds(y[outside], inverse)
+            outside = outside[y[outside] >= np.uint64(self.n)]
+        return y.astype(np.int64)
+
+    def __call__(self, positions: np.ndarray) -> np.ndarray:
+        """The images of ``positions`` (int64 array of the same shape, flattened to 1-D)."""
+        return self._walk(positions, inverse=False)
+
+    def inverse(self, values: np.ndarray) -> np.ndarray:
+        """The positions whose images are ``values``."""
+        return self._walk(values, inverse=True)
+
+
+class EpochOrder:
+    """The sample order of one epoch: ``order(positions) -> sample indexes``.
+
+    ``num_samples`` samples (windows or documents); ``shuffle`` is ``"none"``, ``"full"`` or
+    ``"block"``; ``block_size`` (samples) and ``buffer_blocks`` only matter for ``"block"``.
+    """
+
+    def __init__(
+        self,
+        num_samples: int,
+        *,
+        shuffle: ShuffleMode,
+        seed: int,
+        epoch: int,
+        block_size: int = 1,
+        buffer_blocks: int = 1,
+    ) -> None:
+        if num_samples < 1:
+            raise ValueError(f"an epoch order needs at least 1 sample, got {num_samples}")
+        if shuffle not in ("none", "full", "block"):
+            raise ValueError(f"shuffle mode must be 'none', 'full' or 'block', got {shuffle!r}")
+        if block_size < 1 or buffer_blocks < 1:
+            raise ValueError("block_size and buffer_blocks must be positive")
+        self.num_samples = n = int(num_samples)
+        self.shuffle = shuffle
+        self.seed = int(seed)
+        self.epoch = int(epoch)
+        if shuffle == "full":
+            self._perm = FeistelPermutation(n, derive_key(seed, epoch, _PURPOSE_FULL))
+        elif shuffle == "block":
+            self._k = k = int(block_size)
+            self._g = int(buffer_blocks)
+            self._nb = nb = -(-n // k)
+            self._r = n - (nb - 1) * k  # size of the last (possibly partial) block, 1 .. k
+            self._blocks = FeistelPermutation(nb, derive_key(seed, epoch, _PURPOSE_BLOCKS))
+            # slot = place in the permuted block order; the partial block sits in slot _jp
+            self._jp = int(self._blocks.inverse(np.array([nb - 1]))[0])
+
+    def __call__(self, positions: np.ndarray | list[int] | range) -> np.ndarray:
+        """Sample indexes (int64) at ``positions`` of this epoch, each in ``[0, num_samples)``."""
+        p = np.atleast_1d(np.asarray(positions, dtype=np.int64))
+        if p.size and (p.min() < 0 or p.max() >= self.num_samples):
+            raise IndexError(f"positions must lie in [0, {self.num_samples})")
+        if self.shuffle == "none":
+            return p.copy()
+        if self.shuffle == "full":
+            return self._perm(p)
+        return self._block_order(p)
+
+    # -- block mode ------------------------------------------------------------------------
+    def _slot_start(self, j: np.ndarray) -> np.ndarray:
+        """First position of slot ``j`` (``j == nb`` gives ``num_samples``)."""
+        return j * self._k - (self._k - self._r) * (j > self._jp)
+
+    def _slot_of(self, p: np.ndarray) -> np.ndarray:
+        a = self._jp * self._k  # first position of the partial block's slot
+        after = self._jp + 1 + (p - a - self._r) // self._k
+        return np.where(p < a, p // self._k, np.where(p < a + self._r, self._jp, after))
+
+    def _block_order(self, p: np.ndarray) -> np.ndarray:
+        buffers = self._slot_of(p) // self._g
+        shuffled = np.empty_like(p)
+        for b in np.unique(buffers):  # a batch of consecutive positions spans one or two buffers
+            sel = buffers == b
+            lo = int(self._slot_start(np.int64(b * self._g)))
+            hi = int(self._slot_start(np.int64(min((b + 1) * self._g, self._nb))))
+            perm = FeistelPermutation(hi - lo, derive_key(self.seed, self.epoch, _PURPOSE_BUFFER, b))
+            shuffled[sel] = lo + perm(p[sel] - lo)
+        slots = self._slot_of(shuffled)
+        return self._blocks(slots) * self._k + (shuffled - self._slot_start(slots))

@@ -1,0 +1,141 @@
+"""The loader's persisted state: a small, versioned, validated dict (no torch).
+
+``StatefulDataLoader.state_dict()`` returns::
+
+    {"guideloom_loader": {
+        "version": 1,
+        "layout": "stream",             # "documents" | "stream" | "stream_with_meta"
+        "fingerprint": "…",             # the manifest's content fingerprint (not the URL)
+        "num_samples": 48828,           # windows or documents in one epoch
+        "sequence_length": 2048,        # None for documents
+        "seed": 0,
+        "shuffle": "block",             # "none" | "full" | "block"
+        "shuffle_block_size": 64,       # None unless shuffle == "block"
+        "shuffle_buffer_blocks": 4,     # None unless shuffle == "block"
+        "epoch": 3,
+        "position": 1024,               # samples handed out in this epoch over all ranks
+        "batch_size": 8,                # informational: may differ on resume
+        "world_size": 4,                # informational: may differ on resume
+        "drop_last": False,             # informational: may differ on resume
+    }}
+
+``position == num_samples`` means the epoch is complete: iterating again starts ``epoch + 1``.
+Everything above ``epoch`` must match the loader that loads the state, or loading raises
+:class:`~guideloom.errors.ResumeStateError`; the last three may change (elastic resume).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from guideloom.errors import ResumeStateError
+
+__all__ = ["STATE_KEY", "STATE_VERSION", "LoaderState"]
+
+STATE_KEY = "guideloom_loader"
+STATE_VERSION = 1
+
+_MUST_MATCH = (
+    ("layout", "storage layout"),
+    ("fingerprint", "dataset content (manifest fingerprint)"),
+    ("sequence_length", "sequence_length"),
+    ("num_samples", "number of samples"),
+    ("seed", "seed"),
+    ("shuffle", "shuffle mode"),
+    ("shuffle_block_size", "shuffle_block_size"),
+    ("shuffle_buffer_blocks", "shuffle_buffer_blocks"),
+)
+
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "layout": (str,),
+    "fingerprint": (str,),
+    "num_samples": (int,),
+    "sequence_length": (int, type(None)),
+    "seed": (int,),
+    "shuffle": (str,),
+    "shuffle_block_size": (int, type(None)),
+    "shuffle_buffer_blocks": (int, type(None)),
+    "epoch": (int,),
+    "position": (int,),
+    "batch_size": (int,),
+    "world_size": (int,),
+    "drop_last": (bool,),
+}
+
+
+@dataclass(frozen=True)
+class LoaderState:
+    """What identifies the data order (the first eight fields) and where in it the loader is."""
+
+    layout: str
+    fingerprint: str
+    num_samples: int
+    sequence_length: int | None
+    seed: int
+    shuffle: str
+    shuffle_block_size: int | None
+    shuffle_buffer_blocks: int | None
+    epoch: int
+    position: int
+    batch_size: int
+    world_size: int
+    drop_last: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {STATE_KEY: {"version": STATE_VERSION, **asdict(self)}}
+
+    @classmethod
+    def from_dict(cls, state: Any) -> LoaderState:
+        """Parse a saved state; every problem is a :class:`ResumeStateError` saying what is wrong."""
+        if not isinstance(state, dict) or STATE_KEY not in state:
+            keys = sorted(map(str, state)) if isinstance(state, dict) else type(state).__name__
+            raise ResumeStateError(
+                f"not a GuideLoom loader state: expected a dict with key {STATE_KEY!r}, got {keys}. "
+                "Pass what guideloom's StatefulDataLoader.state_dict() returned, saved whole."
+            )
+        inner = state[STATE_KEY]
+        if not isinstance(inner, dict):
+            raise ResumeStateError(f"corrupt loader state: {STATE_KEY!r} is not a dict")
+        version = inner.get("version")
+        if version != STATE_VERSION:
+            raise ResumeStateError(
+                f"loader state version {version!r} is not supported (this GuideLoom reads "
+                f"version {STATE_VERSION})"
+            )
+        missing = [name for name in _FIELD_TYPES if name not in inner]
+        if missing:
+            raise ResumeStateError(f"truncated loader state: missing {', '.join(missing)}")
+        for name, types in _FIELD_TYPES.items():
+            value = inner[name]
+            is_bool = isinstance(value, bool)
+            if not isinstance(value, types) or (is_bool and bool not in types):
+                raise ResumeStateError(
+                    f"corrupt loader state: {name}={value!r} should be of type "
+                    f"{' or '.join(t.__name__ for t in types)}"
+                )
+        fields = {name: inner[name] for name in _FIELD_TYPES}
+        result = cls(**fields)
+        if result.epoch < 0 or not 0 <= result.position <= result.num_samples:
+            raise ResumeStateError(
+                f"corrupt loader state: epoch={result.epoch}, position={result.position} "
+                f"(positions lie in [0, {result.num_samples}])"
+            )
+        return result
+
+    def check_compatible(self, current: LoaderState) -> None:
+        """Raise :class:`ResumeStateError` if this saved state does not belong to ``current``."""
+        for name, what in _MUST_MATCH:
+            saved, now = getattr(self, name), getattr(current, name)
+            if saved != now:
+                hint = ""
+                if name == "fingerprint":
+                    hint = (
+                        " The state was saved over a dataset with other content; moving the same"
+                        " dataset to another URL or bucket keeps the fingerprint."
+                    )
+                raise ResumeStateError(
+                    f"the loader state was saved with {what} {saved!r}, but this loader has "
+                    f"{now!r}; it cannot continue that order.{hint} Build the loader with the "
+                    "settings of the run that saved the state, or start without loading it."
+                )

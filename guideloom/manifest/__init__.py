@@ -1,0 +1,27 @@
+"""Pydantic models of what is persisted as JSON. No I/O."""
+
+from guideloom.manifest.models import (
+    MANIFEST_VERSION,
+    FileInfo,
+    FormatSpecModel,
+    Manifest,
+    PartRecord,
+    ShardInfo,
+    StorageClassName,
+    now_iso,
+    parse_manifest,
+    parse_part_record,
+)
+
+__all__ = [
+    "MANIFEST_VERSION",
+    "FileInfo",
+    "FormatSpecModel",
+    "Manifest",
+    "PartRecord",
+    "ShardInfo",
+    "StorageClassName",
+    "now_iso",
+    "parse_manifest",
+    "parse_part_record",
+]

@@ -1,0 +1,251 @@
+"""Writers: records in, shard files and a part completion record out.
+
+A writer owns one *part*. It fills shards in memory up to ``shard_size`` bytes, writes each one
+atomically when it is full (a shard closes after the record that reaches the size, so records
+are never split), and writes ``parts/part-NNNNN.json`` last, only if the ``with`` block exits
+cleanly. Shard names depend only on (part, shard number), so a retried part overwrites its own
+earlier attempt instead of adding a duplicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import xxhash
+
+from guideloom.errors import RecordError
+from guideloom.formats import StreamWithMetaStorageFormat, check_spans
+from guideloom.manifest import FileInfo, FormatSpecModel, PartRecord, ShardInfo, now_iso
+from guideloom.storage import layout
+
+if TYPE_CHECKING:
+    from guideloom.storage.base import Storage
+
+__all__ = ["DEFAULT_SHARD_SIZE", "Writer"]
+
+DEFAULT_SHARD_SIZE = 64 * 2**20
+
+
+class _ShardBuffer:
+    """The files of one shard being filled: per file kind, a list of byte chunks."""
+
+    def __init__(self, kinds: Sequence[str]):
+        self.chunks: dict[str, list[bytes | memoryview]] = {k: [] for k in kinds}
+        self.nbytes = 0
+        self.records = 0
+        self.tokens = 0
+        self.spans = 0
+
+    def add(self, kind: str, data: bytes | memoryview) -> None:
+        self.chunks.setdefault(kind, []).append(data)
+        self.nbytes += len(data)
+
+
+class Writer:
+    """Appends records to one part of a dataset. Use it as a context manager.
+
+    Obtain one from ``storage.writer()`` (the whole dataset, committed when the block exits
+    cleanly) or ``storage.writer(part=k)`` (part ``k`` of a parallel write; commit with
+    ``storage.commit(num_parts=n)``). After an exception inside the block nothing is committed:
+    shards already written stay invisible until a later attempt completes the part.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        part: int,
+        *,
+        shard_size: int,
+        metadata: dict[str, Any] | None,
+        commit: bool,
+        shard_prefix: str = layout.SHARDS_DIR,
+    ) -> None:
+        if shard_size <= 0:
+            raise ValueError(f"shard_size must be a positive number of bytes, got {shard_size}")
+        self.storage = storage
+        self.part = part
+        self.shard_size = shard_size
+        self.metadata = dict(metadata or {})
+        self._commit = commit
+        self._prefix = shard_prefix
+        self._shards: list[ShardInfo] = []
+        self._kinds = _FILE_KINDS[storage.layout]
+        self._buffer = _ShardBuffer(self._kinds)
+        self._records = 0
+        self._closed = False
+        if not commit:
+            # A retried part is incomplete while it is being rewritten.
+            storage.location.delete(layout.part_record_path(part))
+
+    # -- appending --------------------------------------------------------------------------
+
+    def append(self, record: Any, spans: Sequence[Any] | None = None) -> None:
+        """Append one record.
+
+        Documents: any object the format encodes. Streams: a dict of equal-length 1-D arrays,
+        one per field of the format. Streams with metadata: that dict plus ``spans``, a list of
+        record-relative ``(start, stop, annotation)`` triples, sorted and non-overlapping.
+        """
+        if self._closed:
+            raise RuntimeError("this writer is closed; open a new one with storage.writer()")
+        where = f"{self.storage.location.display_url}: part {self.part} record {self._records}"
+        buf = self._buffer
+        fmt = self.storage.format
+        kind = self.storage.layout
+        if kind != "stream_with_meta" and spans is not None:
+            raise RecordError(f"{where}: spans are only stored by StreamWithMetaStorage")
+        if kind == "documents":
+            data = fmt.encode(record)
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise RecordError(
+                    f"{where}: {type(fmt).__qualname__}.encode returned "
+                    f"{type(data).__name__}; it must return bytes"
+                )
+            if buf.records == 0:
+                self._offsets = [0]
+            self._offsets.append(self._offsets[-1] + len(data))
+            buf.add("docs", bytes(data))
+        elif kind == "stream":
+            elements = fmt.to_elements(record, where)
+            buf.add("tokens", memoryview(elements).cast("B"))
+            buf.tokens += len(elements)
+        else:
+            elements = fmt.stream_format.to_elements(record, where)
+            checked = check_spans(spans or [], len(elements), where)
+            if buf.records == 0:
+                self._span_rows: list[tuple[int, int, int, int]] = []
+                self._meta_size = 0
+            for start, stop, annotation in checked:
+                data = fmt.encode_meta(annotation)
+                if not isinstance(data, (bytes, bytearray, memoryview)):
+                    raise RecordError(f"{where}: encode_meta must return bytes, got {type(data).__name__}")
+                row = (buf.tokens + start, buf.tokens + stop, self._meta_size, self._meta_size + len(data))
+                self._span_rows.append(row)
+                self._meta_size += len(data)
+                buf.add("meta", bytes(data))
+            buf.spans += len(checked)
+            buf.add("tokens", memoryview(elements).cast("B"))
+            buf.tokens += len(elements)
+        buf.records += 1
+        self._records += 1
+        if buf.nbytes >= self.shard_size:
+            self._flush()
+
+    # -- shards -----------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        buf = self._buffer
+        if buf.records == 0:
+            return
+        index = len(self._shards)
+        kind = self.storage.layout
+        if kind == "documents":
+            offsets = np.asarray(self._offsets, dtype=layout.OFFSET_DTYPE)
+            buf.add("docs.idx", memoryview(offsets).cast("B"))
+        elif kind == "stream_with_meta":
+            table = np.array(self._span_rows, dtype=np.uint64).reshape(-1, 4)
+            spans = np.empty(len(table), dtype=layout.SPAN_DTYPE)
+            for col, name in enumerate(layout.SPAN_DTYPE.names or ()):
+                spans[name] = table[:, col]
+            buf.add("spans", memoryview(spans).cast("B"))
+        files: dict[str, FileInfo] = {}
+        for file_kind, chunks in buf.chunks.items():
+            itemsize, count = self._items(file_kind, buf)
+            header = layout.ShardHeader(file_kind, itemsize, count).pack()
+            hasher = xxhash.xxh3_64(header)
+            size = len(header)
+            for chunk in chunks:
+                hasher.update(chunk)
+                size += len(chunk)
+            rel = layout.shard_file_path(self.part, index, file_kind, self._prefix)
+            self.storage.location.write(rel, [header, *chunks])
+            name = {"tokens": "data", "docs": "data", "docs.idx": "index"}.get(file_kind, file_kind)
+            files[name] = FileInfo(path=rel, size=size, checksum=layout.checksum(hasher))
+        self._shards.append(
+            ShardInfo(
+                part=self.part,
+                index=index,
+                records=buf.records,
+                tokens=buf.tokens,
+                spans=buf.spans,
+                files=files,
+            )
+        )
+        self._buffer = _ShardBuffer(self._kinds)
+
+    def _items(self, file_kind: str, buf: _ShardBuffer) -> tuple[int, int]:
+        """(bytes per item, item count) of one file of the shard, for its header."""
+        if file_kind == "tokens":
+            fmt = self.storage.format
+            stream = fmt.stream_format if isinstance(fmt, StreamWithMetaStorageFormat) else fmt
+            return int(stream.itemsize), buf.tokens
+        if file_kind == "docs.idx":
+            return layout.OFFSET_DTYPE.itemsize, buf.records + 1
+        if file_kind == "spans":
+            return layout.SPAN_DTYPE.itemsize, buf.spans
+        return 1, sum(len(c) for c in buf.chunks[file_kind])  # docs, meta: bytes
+
+    # -- finishing ----------------------------------------------------------------------------
+
+    def close(self) -> PartRecord:
+        """Write the last shard and the part's completion record (and commit, for ``writer()``)."""
+        if self._closed:
+            raise RuntimeError("this writer is already closed")
+        self._flush()
+        self._closed = True
+        self._remove_stale_shards()
+        record = PartRecord(
+            storage_class=self.storage.storage_class,
+            format=FormatSpecModel(**self.storage.format.spec()),
+            shards=tuple(self._shards),
+            part=self.part,
+            created_at=now_iso(),
+            metadata=self.metadata if not self._commit else {},
+        )
+        self.storage.location.write(
+            layout.part_record_path(self.part), record.model_dump_json(indent=1).encode()
+        )
+        if self._commit:
+            self.storage.commit(num_parts=1, metadata=self.metadata)
+            self.storage.remove_unreferenced()
+        return record
+
+    def _remove_stale_shards(self) -> None:
+        # An earlier attempt of this part may have written more shards than this one.
+        keep = {f.path.rsplit("/", 1)[-1] for s in self._shards for f in s.files.values()}
+        directory = layout.part_dir(self.part, self._prefix)
+        for name in self.storage.location.list(directory):
+            if name not in keep and name.startswith("shard-"):
+                self.storage.location.delete(f"{directory}/{name}")
+
+    def abort(self) -> None:
+        """Stop without writing a completion record (shards written so far stay invisible).
+
+        A single writer's run also removes its own shards; a part's shards stay for its retry
+        to overwrite.
+        """
+        self._closed = True
+        if self._commit:
+            self.storage.location.delete(self._prefix, recursive=True)
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    @property
+    def records_written(self) -> int:
+        return self._records
+
+
+_FILE_KINDS = {
+    "documents": ("docs",),
+    "stream": ("tokens",),
+    "stream_with_meta": ("tokens", "meta"),
+}

@@ -1,0 +1,179 @@
+"""Test infrastructure shared by every test: the S3 endpoint, fresh dataset locations, a counting
+proxy and a local Ray. Fixtures for one area belong in that sub-directory's conftest.py.
+
+Fixtures:
+    s3_endpoint   session   the running endpoint (`tests/s3server.py` says which one and why)
+    s3_options    session   s3fs storage options for it: {"key", "secret", "client_kwargs"}
+    s3_bucket     function  a fresh, empty bucket's name (removed afterwards, best effort)
+    dataset_url   function  (url, storage_options) of a fresh empty location; runs for file, memory
+                            and s3 (the s3 case is marked `s3`)
+    counting_s3   function  a counting reverse proxy in front of the endpoint (`tests/s3proxy.py`)
+    ray_local     session   a local Ray (2 CPUs) whose workers see the S3 endpoint's env vars
+
+Set-up writes through raw fsspec/s3fs, never through guideloom.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# Import the helpers beside this file whatever pytest's import mode is.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import s3server  # noqa: E402
+from s3proxy import CountingProxy  # noqa: E402
+
+_S3_STASH = pytest.StashKey[dict[str, Any]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The region comes from the environment, not from client_kwargs["region_name"]: moto refuses
+    # bucket creation when the client names a region. us-east-1 needs no LocationConstraint.
+    if not os.environ.get(s3server.ENDPOINT_ENV):
+        os.environ["AWS_DEFAULT_REGION"] = s3server.DEFAULT_REGION
+    else:
+        os.environ.setdefault("AWS_DEFAULT_REGION", s3server.DEFAULT_REGION)
+    # Keep Ray from writing an auth token into the home directory (and from warning about it).
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    config.stash[_S3_STASH] = {"planned": s3server.choose_backend(), "endpoint": None, "note": None}
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    planned = config.stash[_S3_STASH]["planned"]
+    what = {
+        "external": f"external endpoint {os.environ.get(s3server.ENDPOINT_ENV)}",
+        "rgw": "Ceph RGW (started on first use, ~12 s)",
+        "moto": "moto ThreadedMotoServer (started on first use)",
+    }[planned]
+    return [f"S3 backend: {what}  [{s3server.ENDPOINT_ENV} / {s3server.BACKEND_ENV}=moto|rgw]"]
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    info = config.stash.get(_S3_STASH, None)
+    if info is None:
+        return
+    endpoint = info["endpoint"]
+    ran = endpoint.description if endpoint else "not started (no selected test needed S3)"
+    terminalreporter.write_sep("-", "S3")
+    terminalreporter.write_line(f"S3 backend that ran: {ran}")
+    if info["note"]:
+        terminalreporter.write_line(f"WARNING: {info['note']}", yellow=True, bold=True)
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(
+    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[s3server.S3Endpoint]:
+    """The session's S3 endpoint; its env vars (endpoint, keys, region) are exported for
+    subprocesses while it runs. RGW's cluster and logs live in pytest's base temp (the last few
+    runs are kept)."""
+    workdir = tmp_path_factory.mktemp("rgw")
+    if len(str(workdir)) > 60:  # Ceph's admin sockets live inside; a Unix socket path is < 108 bytes
+        workdir = Path(tempfile.mkdtemp(prefix="guideloom-rgw-"))
+    endpoint, note = s3server.start(workdir)
+    pytestconfig.stash[_S3_STASH].update(endpoint=endpoint, note=note)
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in endpoint.env().items():
+            mp.setenv(name, value)
+        try:
+            yield endpoint
+        finally:
+            endpoint.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_options(s3_endpoint: s3server.S3Endpoint) -> dict[str, Any]:
+    """s3fs storage options for the session's endpoint. Returns a fresh copy each session."""
+    return s3_endpoint.storage_options()
+
+
+def _s3fs(options: dict[str, Any]) -> Any:
+    import s3fs
+
+    return s3fs.S3FileSystem(**options)
+
+
+@pytest.fixture
+def s3_bucket(s3_options: dict[str, Any]) -> Iterator[str]:
+    """A fresh bucket (lowercase, 3+ characters, unique) created through s3fs; removed afterwards."""
+    fs = _s3fs(s3_options)
+    name = f"gl-test-{uuid.uuid4().hex[:16]}"
+    fs.mkdir(name)
+    try:
+        yield name
+    finally:
+        try:
+            fs.invalidate_cache()
+            fs.rm(name, recursive=True)
+        except Exception:  # noqa: BLE001 - cleanup is best effort; a leftover bucket is harmless
+            pass
+        fs.invalidate_cache()
+
+
+@pytest.fixture(
+    params=["file", "memory", pytest.param("s3", marks=pytest.mark.s3)],
+)
+def dataset_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """`(url, storage_options)` of a fresh location that does not exist yet: a local path under
+    tmp_path, `memory://<unique>`, or `s3://<fresh bucket>/ds`."""
+    backend = request.param
+    if backend == "file":
+        yield str(tmp_path / "ds"), {}
+    elif backend == "memory":
+        import fsspec
+
+        root = f"gl-test-{uuid.uuid4().hex[:16]}"
+        try:
+            yield f"memory://{root}", {}
+        finally:
+            fs = fsspec.filesystem("memory")
+            prefix = f"/{root}"
+            for key in [k for k in fs.store if k == prefix or k.startswith(prefix + "/")]:
+                fs.store.pop(key, None)
+            fs.pseudo_dirs[:] = [d for d in fs.pseudo_dirs if not (d == prefix or d.startswith(prefix + "/"))]
+    else:
+        bucket = request.getfixturevalue("s3_bucket")
+        yield f"s3://{bucket}/ds", dict(request.getfixturevalue("s3_options"))
+
+
+@pytest.fixture
+def counting_s3(s3_endpoint: s3server.S3Endpoint) -> Iterator[CountingProxy]:
+    """A counting reverse proxy in front of the endpoint. Read through `.storage_options`, then
+    check `.requests["GET"]`, `.request_count`, `.bytes_out` (response body bytes) and `.log`
+    (method, path, range, status, bytes per request); `.reset()` after set-up."""
+    with CountingProxy(s3_endpoint.url) as proxy:
+        # A fresh s3fs instance: a later test's proxy may get the same port, and a cached
+        # instance would keep connections (and listings) from this one.
+        proxy.storage_options = {
+            **s3_endpoint.storage_options(proxy.url),
+            "skip_instance_cache": True,
+        }
+        yield proxy
+
+
+@pytest.fixture(scope="session")
+def ray_local(s3_endpoint: s3server.S3Endpoint) -> Iterator[Any]:
+    """A local Ray (num_cpus=2, no dashboard, 512 MiB object store). Its workers get the S3
+    endpoint's env vars (GUIDELOOM_TEST_S3_ENDPOINT, AWS_*), so a task can reach the endpoint."""
+    import ray  # lazily: only Ray tests pay for it
+
+    env = {**s3_endpoint.env(), "RAY_AUTH_MODE": "disabled"}
+    context = ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=512 * 2**20,
+        runtime_env={"env_vars": env},
+        configure_logging=False,
+    )
+    try:
+        yield context
+    finally:
+        ray.shutdown()

@@ -1,0 +1,36 @@
+"""Ray ingestion for GuideLoom: raw text in, a committed tokenized dataset out.
+
+The only package of the project that imports Ray, and only in :mod:`workers.ingest` (the driver),
+so that ``import workers`` and ``workers.cli`` stay light. It talks to storage only through
+GuideLoom's public API: ``storage.writer(part=k)``, ``storage.part_complete(k)``,
+``storage.commit(num_parts=n)``.
+
+Modules, one concern each::
+
+    config      IngestConfig: the pydantic job description (flags or a YAML job file)
+    sources     finding input files and reading records from one segment of one file
+    planning    deterministic parts from the inputs: file segments at record boundaries
+    tokenizer   bytes / hf:tokenizer.json / tiktoken:NAME behind one small interface
+    output      storage class and format from the options; manifest metadata
+    part        one part end to end: read, tokenize, storage.writer(part=k) (no Ray)
+    ingest      the driver: plan, submit Ray tasks, progress, commit -> run_ingest(config)
+    progress    live progress (rich) and the plain log-line mode
+    cli         the typer command behind ``guideloom ingest``
+"""
+
+from __future__ import annotations
+
+__all__ = ["IngestConfig", "run_ingest"]
+
+
+def __getattr__(name: str) -> object:
+    # Lazy so that `import workers` (and the CLI's registration) never imports Ray.
+    if name == "run_ingest":
+        from workers.ingest import run_ingest
+
+        return run_ingest
+    if name == "IngestConfig":
+        from workers.config import IngestConfig
+
+        return IngestConfig
+    raise AttributeError(f"module 'workers' has no attribute {name!r}")

@@ -1,0 +1,122 @@
+"""The ingestion job description: one frozen pydantic model, from CLI flags or a YAML job file.
+
+Every option that changes the bytes written is part of the job's *identity* (see
+:meth:`IngestConfig.identity`): a re-run with the same identity resumes, another identity is a
+different dataset. Options that only say where or how fast to run (Ray address, worker count,
+progress style, credentials) are not.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from guideloom.errors import IngestError
+
+__all__ = ["IngestConfig", "load_job_file", "MiB"]
+
+MiB = 2**20
+
+InputFormat = Literal["auto", "jsonl", "parquet", "text"]
+
+
+class IngestConfig(BaseModel):
+    """What to ingest, how to tokenize it and where to write it.
+
+    Sizes are in bytes. ``part_size`` is how much input (compressed bytes as stored) one part
+    reads; it is what makes planning deterministic and independent of the number of workers.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    inputs: list[str] = Field(min_length=1, description="paths, globs or fsspec URLs")
+    output: str = Field(min_length=1, description="dataset URL or local directory")
+    input_format: InputFormat = "auto"
+    text_field: str = "text"
+    text_per_line: bool = Field(False, description="plain text: one document per line")
+    tokenizer: str = "bytes"
+    eos_token: str | None = Field(None, description="hf: name of the end-of-document token")
+    append_eos: bool | None = Field(None, description="default: True for stream, False for document")
+    layout: Literal["stream", "document"] = "stream"
+    doc_index: bool = Field(False, description="stream: add a per-token doc_index field")
+    format: Literal["json", "msgpack", "pickle"] = "json"
+    passthrough: list[str] = Field(default_factory=list, description="document: fields to copy")
+    shard_size: int = Field(64 * MiB, gt=0)
+    part_size: int = Field(32 * MiB, gt=0)
+    on_bad_record: Literal["fail", "skip"] = "fail"
+    overwrite: bool = False
+    # Where and how to run: not part of the job's identity.
+    ray_address: str | None = None
+    num_workers: int | None = Field(None, gt=0, description="concurrent tasks; default: cluster CPUs")
+    max_retries: int = Field(3, ge=0)
+    progress: Literal["auto", "rich", "plain", "none"] = "auto"
+    storage_options: dict[str, Any] = Field(default_factory=dict, repr=False)
+    input_storage_options: dict[str, Any] = Field(default_factory=dict, repr=False)
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer_spec(cls, value: str) -> str:
+        if value == "bytes" or (value.startswith(("hf:", "tiktoken:")) and value.split(":", 1)[1]):
+            return value
+        raise ValueError(
+            f"unknown tokenizer {value!r}: use 'bytes', 'hf:PATH/tokenizer.json' or 'tiktoken:NAME'"
+        )
+
+    @model_validator(mode="after")
+    def _layout_options(self) -> IngestConfig:
+        if self.layout == "stream" and self.passthrough:
+            raise ValueError("passthrough fields need --layout document (a stream stores tokens only)")
+        if self.layout == "document" and self.doc_index:
+            raise ValueError("--doc-index needs --layout stream (a document is its own index)")
+        if self.layout == "stream" and self.format != "json":
+            raise ValueError("--format chooses a document format: it needs --layout document")
+        if self.eos_token is not None and not self.tokenizer.startswith("hf:"):
+            raise ValueError("--eos-token applies to hf: tokenizers only")
+        return self
+
+    @property
+    def eos(self) -> bool:
+        """Whether an end-of-document token follows each document's tokens."""
+        return self.append_eos if self.append_eos is not None else self.layout == "stream"
+
+    def identity(self) -> dict[str, Any]:
+        """The options that decide the bytes written (recorded in the manifest metadata)."""
+        keep = {
+            "input_format", "text_field", "text_per_line", "tokenizer", "eos_token", "layout",
+            "doc_index", "format", "passthrough", "shard_size", "part_size", "on_bad_record",
+        }
+        options = self.model_dump(include=keep)
+        options["append_eos"] = self.eos
+        return options
+
+
+def load_job_file(path: str | Path, overrides: dict[str, Any] | None = None) -> IngestConfig:
+    """Read a YAML job file, apply ``overrides`` (flags given on the command line) and validate."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError as err:
+        raise IngestError(f"job file {path} does not exist") from err
+    except yaml.YAMLError as err:
+        raise IngestError(f"job file {path} is not valid YAML: {err}") from err
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise IngestError(f"job file {path} must hold a mapping of option names to values")
+    data.update(overrides or {})
+    return validate_config(data, source=f"job file {path}")
+
+
+def validate_config(data: dict[str, Any], *, source: str = "options") -> IngestConfig:
+    """Build an :class:`IngestConfig`, turning pydantic's errors into one readable IngestError."""
+    try:
+        return IngestConfig.model_validate(data)
+    except ValidationError as err:
+        lines = []
+        for e in err.errors():
+            where = ".".join(str(p) for p in e["loc"]) or "job"
+            lines.append(f"  {where}: {e['msg']}")
+        raise IngestError(f"invalid ingestion {source}:\n" + "\n".join(lines)) from None

@@ -1,0 +1,162 @@
+"""One part, end to end: read its segments, tokenize, write through ``storage.writer(part=k)``.
+
+Plain Python with no Ray in it: a Ray task calls :func:`write_part`, and so can a test or any
+other engine. The output depends only on the plan, the part number and the identity options, so
+a retry (or a re-run) rewrites the same shard bytes under the same names.
+
+Memory stays bounded: records stream from the input and are tokenized and appended in batches of
+at most ``BATCH_DOCS`` documents / ``BATCH_CHARS`` characters; the writer flushes shards as they
+fill.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from guideloom.errors import IngestError
+from workers.config import IngestConfig
+from workers.output import open_storage, read_sidecar, write_sidecar
+from workers.planning import Plan
+from workers.sources import Bad, Doc, InputFile, line_number, read_segment
+from workers.tokenizer import Tokenizer, load_tokenizer, token_dtype
+
+__all__ = ["write_part", "PartResult"]
+
+BATCH_DOCS = 512
+BATCH_CHARS = 2**20
+
+PartResult = dict[str, Any]
+"""Counts of one part: part, documents, tokens, input_bytes, empty_documents{file: n},
+bad_records{file: {reason: n}}, reused (True when a valid earlier part was kept)."""
+
+
+def _where(f: InputFile, bad: Bad, options: dict[str, Any]) -> str:
+    if bad.row is not None:
+        return f"{f.url} row {bad.row}"
+    line = bad.line
+    if line is None and bad.offset is not None:
+        line = line_number(f, bad.offset, options)
+    return f"{f.url} line {line}" if line is not None else f.url
+
+
+class _PartWriter:
+    """Batches documents, tokenizes them and appends them to the part's writer."""
+
+    def __init__(self, config: IngestConfig, tokenizer: Tokenizer, writer: Any, part: int) -> None:
+        self.config, self.tokenizer, self.writer, self.part = config, tokenizer, writer, part
+        self.dtype = token_dtype(tokenizer.vocab_size)
+        self.texts: list[str] = []
+        self.fields: list[tuple[str, dict[str, Any]]] = []
+        self.chars = 0
+        self.documents = 0
+        self.tokens = 0
+        self.empty: Counter[str] = Counter()
+        if config.eos and tokenizer.eos_id is None:
+            raise IngestError(
+                f"tokenizer {tokenizer.spec} has no end-of-document token: name one with "
+                "--eos-token, or pass --no-eos"
+            )
+
+    def add(self, url: str, doc: Doc) -> None:
+        self.texts.append(doc.text)
+        self.fields.append((url, doc.fields))
+        self.chars += len(doc.text)
+        if len(self.texts) >= BATCH_DOCS or self.chars >= BATCH_CHARS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.texts:
+            return
+        encoded = self.tokenizer.encode_batch(self.texts)
+        kept: list[tuple[np.ndarray, dict[str, Any]]] = []
+        for ids, (url, fields) in zip(encoded, self.fields):
+            if ids.size == 0:  # "" or text the tokenizer maps to nothing: counted, not stored
+                self.empty[url] += 1
+                continue
+            if self.config.eos:
+                ids = np.append(ids, self.tokenizer.eos_id)
+            kept.append((ids, fields))
+        self.texts, self.fields, self.chars = [], [], 0
+        if kept:
+            self._append(kept)
+
+    def _append(self, kept: list[tuple[np.ndarray, dict[str, Any]]]) -> None:
+        if self.config.layout == "document":
+            for ids, fields in kept:
+                self.writer.append({"tokens": ids.tolist(), **fields})
+                self.documents += 1
+                self.tokens += int(ids.size)
+            return
+        tokens = np.concatenate([ids for ids, _ in kept])
+        if tokens.size and int(tokens.max()) >= self.tokenizer.vocab_size:
+            raise IngestError(f"tokenizer {self.tokenizer.spec} produced an id past its vocabulary")
+        record = {"tokens": tokens.astype(self.dtype)}
+        if self.config.doc_index:
+            first = (self.part << 32) + self.documents
+            numbers = np.arange(first, first + len(kept), dtype=np.uint64)
+            record["doc_index"] = np.repeat(numbers, [ids.size for ids, _ in kept])
+        self.writer.append(record)  # one record per batch: the stream joins them anyway
+        self.documents += len(kept)
+        self.tokens += int(tokens.size)
+
+
+def _maybe_crash(hooks: dict[str, Any], part: int) -> None:
+    """Test hook: the first attempt of one part dies like a killed worker (no cleanup)."""
+    crash = hooks.get("crash_once")
+    if crash and crash["part"] == part and not os.path.exists(crash["marker"]):
+        with open(crash["marker"], "w") as marker:
+            marker.write(str(os.getpid()))
+        os._exit(1)
+
+
+def write_part(
+    config: IngestConfig, plan: Plan, part: int, digest: str, hooks: dict[str, Any] | None = None
+) -> PartResult:
+    """Write part ``part`` unless a valid one (completion record + same plan digest) exists."""
+    hooks = hooks or {}
+    if hooks.get("part_delay_s"):
+        time.sleep(float(hooks["part_delay_s"]))
+    tokenizer = load_tokenizer(
+        config.tokenizer, eos_token=config.eos_token, storage_options=config.input_storage_options
+    )
+    storage = open_storage(config, tokenizer)
+    previous = read_sidecar(config, part)
+    if previous and previous.get("plan") == digest and storage.part_complete(part, verify="checksum"):
+        return {**previous["result"], "reused": True}
+
+    bad: dict[str, Counter[str]] = {}
+    options = config.input_storage_options
+    with storage.writer(part=part, shard_size=config.shard_size) as writer:
+        out = _PartWriter(config, tokenizer, writer, part)
+        for seg in plan.parts[part]:
+            f = plan.files[seg.file]
+            for item in read_segment(
+                f, seg, text_field=config.text_field, text_per_line=config.text_per_line,
+                passthrough=config.passthrough, storage_options=options,
+            ):
+                if isinstance(item, Doc):
+                    out.add(f.url, item)
+                elif config.on_bad_record == "skip":
+                    bad.setdefault(f.url, Counter())[item.reason] += 1
+                else:
+                    raise IngestError(
+                        f"{_where(f, item, options)}: {item.detail}. Fix the input, or pass "
+                        "--on-bad-record skip to skip and count such records"
+                    )
+        out.flush()
+        _maybe_crash(hooks, part)
+        result: PartResult = {
+            "part": part,
+            "documents": out.documents,
+            "tokens": out.tokens,
+            "input_bytes": plan.part_bytes[part],
+            "empty_documents": dict(sorted(out.empty.items())),
+            "bad_records": {url: dict(sorted(c.items())) for url, c in sorted(bad.items())},
+        }
+        write_sidecar(config, part, {"version": 1, "plan": digest, "result": result})
+    return {**result, "reused": False}
