@@ -45,13 +45,14 @@ class TokenizedDocumentFormat(DocumentStorageFormat):
         if tokens.size and (tokens.min() < 0 or tokens.max() > np.iinfo(self.token_dtype).max):
             raise ValueError(f"document {record['id']!r}: a token id does not fit {self.token_dtype}")
         header = msgpack.packb({"id": record["id"], "n": int(tokens.size)})
-        return b"".join([_HEADER.pack(len(header)), header,
-                         tokens.astype(self.token_dtype).tobytes(), labels.tobytes()])
+        return b"".join(
+            [_HEADER.pack(len(header)), header, tokens.astype(self.token_dtype).tobytes(), labels.tobytes()]
+        )
 
     def decode(self, data: bytes | memoryview) -> dict[str, Any]:
         data = memoryview(data)
         (size,) = _HEADER.unpack_from(data)
-        header = msgpack.unpackb(data[_HEADER.size:_HEADER.size + size])
+        header = msgpack.unpackb(data[_HEADER.size : _HEADER.size + size])
         offset = _HEADER.size + size
         n = header["n"]
         # .copy(): the bytes may belong to a reused buffer; the record must own its arrays.
@@ -63,8 +64,11 @@ class TokenizedDocumentFormat(DocumentStorageFormat):
 def main(root: str) -> None:
     documents = [
         {"id": "doc-0", "tokens": np.array([101, 7592, 2088, 102]), "labels": np.array([0, 1, 1, 0])},
-        {"id": "doc-1", "tokens": np.array([101, 2129, 2024, 2017, 1029, 102]),
-         "labels": np.array([0, 1, 1, 1, 1, 0])},
+        {
+            "id": "doc-1",
+            "tokens": np.array([101, 2129, 2024, 2017, 1029, 102]),
+            "labels": np.array([0, 1, 1, 1, 1, 0]),
+        },
         {"id": "doc-2", "tokens": np.array([101, 102]), "labels": np.array([0, 0])},
     ]
 
@@ -88,8 +92,9 @@ def main(root: str) -> None:
     as_json = DocumentStorage(f"{root}/json", DocumentJsonFormat())
     with as_json.writer() as writer:
         for doc in documents:
-            writer.append({"id": doc["id"], "tokens": doc["tokens"].tolist(),
-                           "labels": doc["labels"].tolist()})
+            writer.append(
+                {"id": doc["id"], "tokens": doc["tokens"].tolist(), "labels": doc["labels"].tolist()}
+            )
     print(f"JSON: {as_json.manifest.total_bytes} bytes")
     assert DocumentDataset(as_json)[1]["tokens"] == documents[1]["tokens"].tolist()
 

@@ -34,7 +34,7 @@ class PadCollator:
     def __call__(self, records: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         sequences = [list(r["tokens"])[: self.max_length] for r in records]
         length = max(len(s) for s in sequences)
-        length = -(-length // self.multiple_of) * self.multiple_of   # round up, e.g. to 8
+        length = -(-length // self.multiple_of) * self.multiple_of  # round up, e.g. to 8
         input_ids = torch.full((len(sequences), length), self.pad_id, dtype=torch.long)
         attention_mask = torch.zeros((len(sequences), length), dtype=torch.long)
         for row, seq in enumerate(sequences):
@@ -58,9 +58,9 @@ def main(root: str) -> None:
         print(batch["input_ids"].shape, batch["attention_mask"].sum(dim=1).tolist())
 
     first, second = batches
-    assert first["input_ids"].shape == (3, 7)                  # longest of 3, 7, 2
+    assert first["input_ids"].shape == (3, 7)  # longest of 3, 7, 2
     assert first["attention_mask"].sum(dim=1).tolist() == [3, 7, 2]
-    assert second["input_ids"].shape == (3, 8)                 # 9 tokens capped at 8
+    assert second["input_ids"].shape == (3, 8)  # 9 tokens capped at 8
     assert (first["labels"][2, 2:] == -100).all()
 
     # Without a collate_fn a document batch is simply a list of records.

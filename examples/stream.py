@@ -60,9 +60,11 @@ def main(root: str) -> None:
     for i in range(len(ds)):
         window = ds[i]
         crosses = len(set(window["doc_id"].tolist())) > 1
-        print(f"window {i}: {' '.join(words[t] for t in window['tokens'])!r:44} "
-              f"doc_id={window['doc_id'].tolist()} loss_mask={window['loss_mask'].tolist()}"
-              + ("  <- crosses a document boundary" if crosses else ""))
+        print(
+            f"window {i}: {' '.join(words[t] for t in window['tokens'])!r:44} "
+            f"doc_id={window['doc_id'].tolist()} loss_mask={window['loss_mask'].tolist()}"
+            + ("  <- crosses a document boundary" if crosses else "")
+        )
 
     # Window 1 holds the <eos> of document 0 and the start of document 1.
     assert ds[1]["doc_id"].tolist() == [0, 1, 1, 1, 1, 1]
@@ -73,7 +75,7 @@ def main(root: str) -> None:
     assert batch["tokens"].shape == (2, 6) and batch["loss_mask"].dtype == np.uint8
 
     # An attention mask that keeps each token inside its own document (block-diagonal causal).
-    doc = batch["doc_id"][1]                                   # window 2: documents 1 and 2
+    doc = batch["doc_id"][1]  # window 2: documents 1 and 2
     mask = (doc[:, None] == doc[None, :]) & np.tri(6, dtype=bool)
     print("attention mask for window 2:\n", mask.astype(int))
     assert mask[3].tolist() == [False, False, False, True, False, False]

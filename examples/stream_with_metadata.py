@@ -21,8 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from guideloom import (StreamNumpyFormat, StreamWithMetaDataset, StreamWithMetaStorage,
-                       StreamWithMetaStorageFormat)
+from guideloom import (
+    StreamNumpyFormat,
+    StreamWithMetaDataset,
+    StreamWithMetaStorage,
+    StreamWithMetaStorageFormat,
+)
 
 
 class ConceptFormat(StreamWithMetaStorageFormat):
@@ -49,7 +53,7 @@ class ConceptFormat(StreamWithMetaStorageFormat):
     def align(self, window: dict[str, np.ndarray], spans: list[tuple[int, int, Any]]) -> dict[str, Any]:
         length = len(window["tokens"])
         multi_hot = np.zeros((length, len(self.concepts)), dtype=np.uint8)
-        for start, stop, concepts in spans:          # window coordinates, clipped to the window
+        for start, stop, concepts in spans:  # window coordinates, clipped to the window
             for name in concepts:
                 multi_hot[start:stop, self._index[name]] = 1
         return {"tokens": window["tokens"], "concepts": multi_hot}
@@ -69,7 +73,7 @@ def to_record(paragraphs: list[str], concepts: list[list[str]], vocab: dict[str,
     spans = []
     for text, names in zip(paragraphs, concepts):
         ids = [vocab.setdefault(w, len(vocab)) for w in text.split()]
-        if names:                                  # a paragraph without concepts needs no span
+        if names:  # a paragraph without concepts needs no span
             spans.append((len(tokens), len(tokens) + len(ids), names))
         tokens.extend(ids)
     return {"tokens": np.array(tokens)}, spans
@@ -83,8 +87,9 @@ def main(root: str) -> None:
             record, spans = to_record(paragraphs, concepts, vocab)
             writer.append(record, spans=spans)
 
-    ds = StreamWithMetaDataset(StreamWithMetaStorage(f"{root}/articles", ConceptFormat(CONCEPTS)),
-                               sequence_length=5)
+    ds = StreamWithMetaDataset(
+        StreamWithMetaStorage(f"{root}/articles", ConceptFormat(CONCEPTS)), sequence_length=5
+    )
     words = {i: w for w, i in vocab.items()}
     print(f"{storage.manifest.total_tokens} tokens -> {len(ds)} windows of 5")
     for i in range(len(ds)):
@@ -97,12 +102,12 @@ def main(root: str) -> None:
     # Window 1 is "mat it was raining outside": the end of paragraph 1, then paragraph 2.
     window = ds[1]
     assert [words[int(t)] for t in window["tokens"]] == ["mat", "it", "was", "raining", "outside"]
-    assert window["concepts"][0].tolist() == [1, 1, 0, 0]      # mat: animals, home
-    assert window["concepts"][1].tolist() == [0, 0, 0, 1]      # it: weather
+    assert window["concepts"][0].tolist() == [1, 1, 0, 0]  # mat: animals, home
+    assert window["concepts"][1].tolist() == [0, 0, 0, 1]  # it: weather
     assert window["concepts"].shape == (5, len(CONCEPTS))
     # 19 tokens make three windows; "ball then it slept" is the dropped partial window.
     assert len(ds) == 3
-    assert ds[2]["concepts"].tolist() == [[1, 0, 1, 0]] * 5     # a dog chased the red: animals, play
+    assert ds[2]["concepts"].tolist() == [[1, 0, 1, 0]] * 5  # a dog chased the red: animals, play
 
 
 if __name__ == "__main__":

@@ -62,11 +62,17 @@ def _sidecar_fs(config: IngestConfig) -> tuple[Any, str]:
     return fs, f"{root.rstrip('/')}/{SIDECAR_DIR}"
 
 
+def _put(fs: Any, path: str, data: bytes) -> None:
+    # Only a local directory needs creating; on object stores makedirs would create a *bucket*.
+    if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    fs.pipe_file(path, data)
+
+
 def write_sidecar(config: IngestConfig, k: int, record: dict[str, Any]) -> None:
     """Write part ``k``'s sidecar record (one PUT; a retry overwrites it)."""
     fs, root = _sidecar_fs(config)
-    fs.makedirs(root, exist_ok=True)
-    fs.pipe_file(f"{root}/part-{k:05d}.json", json.dumps(record, sort_keys=True).encode())
+    _put(fs, f"{root}/part-{k:05d}.json", json.dumps(record, sort_keys=True).encode())
 
 
 def read_sidecar(config: IngestConfig, k: int) -> dict[str, Any] | None:
@@ -89,8 +95,7 @@ def check_writable(config: IngestConfig, display_url: str) -> None:
     fs, root = _sidecar_fs(config)
     probe = f"{root}/.probe"
     try:
-        fs.makedirs(root, exist_ok=True)
-        fs.pipe_file(probe, b"")
+        _put(fs, probe, b"")
         fs.rm(probe)
     except (OSError, ValueError) as err:
         raise IngestError(

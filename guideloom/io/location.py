@@ -113,6 +113,11 @@ class Location:
         except GuideLoomError:
             raise
         except FileNotFoundError as err:
+            if action == "writing":
+                raise FileNotFoundError(
+                    f"{action} {where}: the bucket or parent directory does not exist; create the "
+                    "bucket first (or check its name and the endpoint_url)"
+                ) from err
             raise FileNotFoundError(f"{action} {where}: not found") from err
         except PermissionError as err:
             raise StorageAccessError(

@@ -24,7 +24,7 @@ import torch
 
 __all__ = ["collate_aligned", "collate_documents", "collate_windows", "to_tensor"]
 
-_WIDEN = {
+_WIDEN: dict[np.dtype[Any], np.dtype[Any]] = {
     np.dtype(np.uint16): np.dtype(np.int32),
     np.dtype(np.uint32): np.dtype(np.int64),
     np.dtype(np.uint64): np.dtype(np.int64),

@@ -173,7 +173,7 @@ class StatefulDataLoader(_TorchdataLoader):
         shuffle_buffer_blocks: int = 4,
         **kwargs: Any,
     ) -> None:
-        storage = getattr(dataset, "storage", None)
+        storage: Any = getattr(dataset, "storage", None)
         layout = getattr(storage, "layout", None)
         if layout not in _LAYOUTS:
             raise TypeError(
@@ -215,6 +215,7 @@ class StatefulDataLoader(_TorchdataLoader):
                 "drop_last=False"
             )
 
+        collate: Callable[[Any], Any]
         if collate_fn is not None:
             source, collate = _BatchSource(dataset, use_windows=False), collate_fn
         elif layout == "stream":

@@ -31,7 +31,7 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def build_site(site_dir: Path) -> subprocess.CompletedProcess[str]:
+def build_site(site_dir: Path, config: Path = REPO / "mkdocs.yml") -> subprocess.CompletedProcess[str]:
     """`mkdocs build --strict` into site_dir, the same command as `make docs`."""
     mkdocs = [sys.executable, "-m", "mkdocs"]
     return subprocess.run(
@@ -40,7 +40,7 @@ def build_site(site_dir: Path) -> subprocess.CompletedProcess[str]:
             "build",
             "--strict",
             "--config-file",
-            str(REPO / "mkdocs.yml"),
+            str(config),
             "--site-dir",
             str(site_dir),
         ],

@@ -4,21 +4,42 @@ internal links and anchors, are errors) and the built site needs nothing from th
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
-from docs_helpers import DOCS, EXAMPLES, build_site
+import pytest
+from docs_helpers import DOCS, EXAMPLES, REPO, build_site
 
 
-def test_strict_build_catches_a_broken_link(tmp_path: Path) -> None:
-    # Strict mode must fail on a broken internal link; check with a throwaway page.
-    page = DOCS / "_broken_link_probe.md"
-    page.write_text("# Probe\n\n[nowhere](does-not-exist.md)\n", encoding="utf-8")
-    try:
-        result = build_site(tmp_path / "site")
-    finally:
-        page.unlink()
-    assert result.returncode != 0
-    assert "does-not-exist.md" in result.stdout + result.stderr
+def _copy_with_page(tmp_path: Path, text: str) -> Path:
+    """A copy of docs/ plus one extra page, and a config that builds it (from the repo root)."""
+    docs = tmp_path / "docs"
+    shutil.copytree(DOCS, docs)
+    (docs / "probe.md").write_text(text, encoding="utf-8")
+    config = (REPO / "mkdocs.yml").read_text(encoding="utf-8")
+    config = config.replace("docs_dir: docs", f"docs_dir: {docs}")
+    config = config.replace('paths: ["."]', f'paths: ["{REPO}"]')
+    config = config.replace(
+        "  - API reference: reference/api.md", "  - API reference: reference/api.md\n  - Probe: probe.md"
+    )
+    path = tmp_path / "mkdocs.yml"
+    path.write_text(config, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("link", ["does-not-exist.md", "index.md#no-such-anchor", "/absolute.html"])
+def test_strict_build_refuses_a_bad_link(tmp_path: Path, link: str) -> None:
+    config = _copy_with_page(tmp_path, f"# Probe\n\n[somewhere]({link})\n")
+    result = build_site(tmp_path / "site", config)
+    assert result.returncode != 0, f"a link to {link} was accepted"
+    assert link.split("#")[-1].lstrip("/") in result.stdout + result.stderr
+
+
+def test_strict_build_accepts_the_probe_copy(tmp_path: Path) -> None:
+    # The copy itself builds, so the failures above are the links' fault.
+    config = _copy_with_page(tmp_path, "# Probe\n\n[home](index.md)\n")
+    result = build_site(tmp_path / "site", config)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_site_builds_with_every_page(built_site: Path) -> None:

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from docs_helpers import DOCS, subprocess_env
 
 MARK = re.compile(r"^<!--\s*(runnable(?::\s*(?P<kind>[\w-]+))?|not-runnable:\s*\S.*?)\s*-->\s*$")

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from docs_helpers import EXAMPLES, subprocess_env
 
 SCRIPTS = sorted(EXAMPLES.glob("*.py"))

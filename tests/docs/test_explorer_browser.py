@@ -75,6 +75,7 @@ def page_factory(browser: Any, site_url: str) -> Iterator[Any]:
 
 # -- helpers that read what the page shows ------------------------------------------------------
 
+
 def set_mode(page: Any, mode: str) -> None:
     page.locator(f"{EXPLORER} input[type=radio][value={mode}]").check()
     assert page.locator(EXPLORER).get_attribute("data-mode") == mode
@@ -119,6 +120,7 @@ def shown_stream(page: Any) -> list[tuple[str, int]]:
 
 # -- tests ----------------------------------------------------------------------------------------
 
+
 def test_loads_offline_without_errors(page_factory: Any) -> None:
     page = page_factory()
     assert page.external_requests == []
@@ -155,8 +157,9 @@ def test_windows_match_stream_dataset(page_factory: Any, tmp_path: Path) -> None
     docs = np.array([doc for _, doc in stream])
     words = {i: w for w, i in vocab.items()}
 
-    storage = StreamStorage(str(tmp_path / "explorer"),
-                            StreamNumpyFormat({"tokens": np.uint32, "doc": np.uint8}))
+    storage = StreamStorage(
+        str(tmp_path / "explorer"), StreamNumpyFormat({"tokens": np.uint32, "doc": np.uint8})
+    )
     with storage.writer() as writer:
         for d in np.unique(docs):  # one record per document, as the page describes
             writer.append({"tokens": ids[docs == d], "doc": docs[docs == d]})
@@ -172,7 +175,7 @@ def test_windows_match_stream_dataset(page_factory: Any, tmp_path: Path) -> None
         assert [w["crosses"] for w in shown["windows"]] == [
             len(set(w["doc"].tolist())) > 1 for w in expected
         ], f"sequence_length={size}"
-        assert shown["dropped"] == [t for t, _ in stream[len(ds) * size:]], f"sequence_length={size}"
+        assert shown["dropped"] == [t for t, _ in stream[len(ds) * size :]], f"sequence_length={size}"
         assert f"{len(ds)} window" in shown["summary"]
 
 
@@ -285,11 +288,12 @@ def test_screenshot_is_not_blank(page_factory: Any, tmp_path: Path) -> None:
     png = explorer.screenshot(path=str(tmp_path / "explorer.png"))
     stats = _pixel_stats(page, png)
     assert stats["width"] > 300 and stats["height"] > 200, stats
-    assert stats["colours"] > 50, stats                 # text, borders, fills: not a flat render
-    assert 0.05 < stats["nonWhite"] < 0.95, stats        # neither blank nor one solid block
-    assert stats["highlight"] > 50, stats                # the selected token is highlighted
+    assert stats["colours"] > 50, stats  # text, borders, fills: not a flat render
+    assert 0.05 < stats["nonWhite"] < 0.95, stats  # neither blank nor one solid block
+    assert stats["highlight"] > 50, stats  # the selected token is highlighted
     assert stats["docA"] > 50 and stats["docB"] > 50, stats  # both documents are coloured
     # The styles took effect (a broken stylesheet link would leave default buttons).
     colour = page.locator(f'{EXPLORER} .gl-token[aria-pressed="true"]').evaluate(
-        "b => getComputedStyle(b).backgroundColor")
+        "b => getComputedStyle(b).backgroundColor"
+    )
     assert colour == "rgb(255, 211, 61)"

@@ -219,6 +219,49 @@ def test_resume_at_90_percent_costs_what_1_percent_does_on_s3(
         assert bytes_out <= 2 * 4 * SEQUENCE_LENGTH * 3  # 3 bytes per token (uint16 + uint8)
 
 
+@pytest.mark.s3
+def test_resume_with_workers_on_s3_does_not_replay(
+    counting_s3: Any,
+    s3_bucket: str,
+    make_loader_for: Callable[..., Callable[..., Any]],
+    write_dataset: Callable[..., Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Forked workers (after s3fs was used in the parent) read only the batches after the position."""
+    storage = write_dataset("stream", f"s3://{s3_bucket}/ds", counting_s3.storage_options, size=200)
+    make = make_loader_for(storage, batch_size=4, shuffle=True, prefetch_factor=1)
+    state = make(num_workers=2, rank=0, world_size=1).state_dict()
+    state["guideloom_loader"]["position"] = 180
+    resumed = make(num_workers=2, rank=0, world_size=1)
+    resumed.load_state_dict(state)
+    counting_s3.reset()
+    batches = list(resumed)
+    assert len(batches) == 5  # positions 180..200
+    assert counting_s3.request_count <= 5 * 2 * 4  # replaying 45 batches would take far more
+    assert "fast-forward" not in caplog.text
+
+
+def test_persistent_workers_resume(stream: Any) -> None:
+    def make() -> Any:
+        return StatefulDataLoader.from_storage(
+            stream,
+            sequence_length=SEQUENCE_LENGTH,
+            batch_size=4,
+            shuffle=True,
+            num_workers=2,
+            persistent_workers=True,
+        )
+
+    reference = make()
+    ref = [keys(reference), keys(reference)]
+    loader = make()
+    assert keys(loader) == ref[0]
+    state = {"guideloom_loader": {**loader.state_dict()["guideloom_loader"], "epoch": 0, "position": 20}}
+    loader.load_state_dict(state)  # into a loader whose workers are alive
+    assert keys(loader) == ref[0][20:]
+    assert keys(loader) == ref[1]
+
+
 def test_dataset_moved_to_another_url_resumes(stream: Any, tmp_path: Any) -> None:
     loader = StatefulDataLoader.from_storage(
         stream, sequence_length=SEQUENCE_LENGTH, batch_size=4, shuffle=True

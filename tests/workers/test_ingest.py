@@ -166,15 +166,18 @@ def test_interrupted_driver_rerun_redoes_only_missing_parts(reference, tmp_path)
     config = {"inputs": [str(p) for p in inputs], "output": str(out), **options,
               "num_workers": 1, "ray_address": ray.get_runtime_context().gcs_address}
     env = {**os.environ, HOOKS_ENV: json.dumps({"part_delay_s": 0.5})}
-    driver = subprocess.Popen(
-        [sys.executable, "-c",
-         f"from workers.ingest import run_ingest; run_ingest({json.dumps(config)!r})"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
+    log = tmp_path / "driver.log"
+    with log.open("wb") as log_file:
+        driver = subprocess.Popen(
+            [sys.executable, "-c",
+             "import json, sys; from workers.ingest import run_ingest; "
+             "run_ingest(json.loads(sys.argv[1]))", json.dumps(config)],
+            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log_file,
+        )
     try:
         deadline = time.monotonic() + 60
         while not (out / "parts" / "part-00001.json").exists():
-            assert driver.poll() is None, driver.stderr.read().decode()[-2000:]
+            assert driver.poll() is None, log.read_text()[-2000:]
             assert time.monotonic() < deadline, "no part completed within 60 s"
             time.sleep(0.05)
     finally:
