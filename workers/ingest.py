@@ -92,11 +92,18 @@ def _open_output(config: IngestConfig, tokenizer: Any) -> Any:
     return storage
 
 
+def _in_flight(config: IngestConfig) -> int:
+    """Parts submitted at once: ``num_workers``, else twice the cluster's CPUs right now (the
+    queued half is the demand an autoscaling cluster grows on; re-read as parts finish)."""
+    if config.num_workers:
+        return config.num_workers
+    return max(2 * int(ray.cluster_resources().get("CPU", 0)), 2)
+
+
 def _run_parts(
     config: IngestConfig, plan: Plan, digest: str, progress: Progress
 ) -> list[PartResult]:
     hooks = json.loads(os.environ.get(HOOKS_ENV, "{}"))
-    limit = config.num_workers or max(int(ray.cluster_resources().get("CPU", 1)), 1)
     task = _write_part_task.options(max_retries=config.max_retries, num_cpus=1)
     config_ref, plan_ref = ray.put(config), ray.put(plan)
     todo = list(range(len(plan.parts)))[::-1]
@@ -104,6 +111,7 @@ def _run_parts(
     results: list[PartResult] = []
     try:
         while todo or pending:
+            limit = _in_flight(config)
             while todo and len(pending) < limit:
                 k = todo.pop()
                 pending[task.remote(config_ref, plan_ref, k, digest, hooks)] = k

@@ -118,7 +118,7 @@ class _Shards(_Frozen):
 class PartRecord(_Shards):
     """The completion record one writer process leaves for its part."""
 
-    version: Literal[1] = MANIFEST_VERSION
+    version: Literal[1] = 1
     part: int = Field(ge=0)
     created_at: str
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -136,7 +136,7 @@ class PartRecord(_Shards):
 class Manifest(_Shards):
     """What a committed dataset holds. Readers open a dataset by reading only this."""
 
-    version: Literal[1] = MANIFEST_VERSION
+    version: Literal[1] = 1
     num_parts: int = Field(ge=0)
     total_records: int = Field(ge=0)
     total_tokens: int = Field(ge=0)

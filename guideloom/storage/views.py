@@ -101,7 +101,7 @@ class DocumentDataset(_View):
             requests.append(ItemRequest(s, "data", int(offsets[j]), int(offsets[j + 1]), 1))
         blobs = self._access.read(requests)
         decode = self.storage.format.decode  # type: ignore[attr-defined]
-        return [decode(memoryview(b)) for b in blobs]
+        return [decode(b.data) for b in blobs]
 
 
 class _Windows(_View):
@@ -185,7 +185,7 @@ class StreamDataset(_Windows):
 
     def __init__(self, storage: StreamStorage, sequence_length: int) -> None:
         self._check_storage(storage)
-        super().__init__(storage, sequence_length, storage.format)
+        super().__init__(storage, sequence_length, storage.format)  # type: ignore[arg-type]
 
     def __getitems__(self, indexes: Sequence[int]) -> list[dict[str, np.ndarray]]:
         batch = self.read_windows(indexes)
@@ -242,7 +242,7 @@ class StreamWithMetaDataset(_Windows):
                 blob = blobs[req]
                 base = int(hit["meta_start"][0])
                 for start, stop, m0, m1 in hit.tolist():
-                    annotation = fmt.decode_meta(memoryview(blob[m0 - base : m1 - base]))
+                    annotation = fmt.decode_meta(blob[m0 - base : m1 - base].data)
                     spans.append((max(start, a) - a + off, min(stop, b) - a + off, annotation))
             window = {name: arr[row] for name, arr in windows.items()}
             samples.append(fmt.align(window, spans))

@@ -16,7 +16,12 @@ import numpy as np
 import xxhash
 
 from guideloom.errors import RecordError
-from guideloom.formats import StreamWithMetaStorageFormat, check_spans
+from guideloom.formats import (
+    DocumentStorageFormat,
+    StreamNumpyFormat,
+    StreamWithMetaStorageFormat,
+    check_spans,
+)
 from guideloom.manifest import FileInfo, FormatSpecModel, PartRecord, ShardInfo, now_iso
 from guideloom.storage import layout
 
@@ -93,10 +98,9 @@ class Writer:
         where = f"{self.storage.location.display_url}: part {self.part} record {self._records}"
         buf = self._buffer
         fmt = self.storage.format
-        kind = self.storage.layout
-        if kind != "stream_with_meta" and spans is not None:
+        if spans is not None and not isinstance(fmt, StreamWithMetaStorageFormat):
             raise RecordError(f"{where}: spans are only stored by StreamWithMetaStorage")
-        if kind == "documents":
+        if isinstance(fmt, DocumentStorageFormat):
             data = fmt.encode(record)
             if not isinstance(data, (bytes, bytearray, memoryview)):
                 raise RecordError(
@@ -107,26 +111,28 @@ class Writer:
                 self._offsets = [0]
             self._offsets.append(self._offsets[-1] + len(data))
             buf.add("docs", bytes(data))
-        elif kind == "stream":
+        elif isinstance(fmt, StreamNumpyFormat):
             elements = fmt.to_elements(record, where)
-            buf.add("tokens", memoryview(elements).cast("B"))
+            buf.add("tokens", elements.data.cast("B"))
             buf.tokens += len(elements)
-        else:
+        elif isinstance(fmt, StreamWithMetaStorageFormat):
             elements = fmt.stream_format.to_elements(record, where)
             checked = check_spans(spans or [], len(elements), where)
             if buf.records == 0:
                 self._span_rows: list[tuple[int, int, int, int]] = []
                 self._meta_size = 0
             for start, stop, annotation in checked:
-                data = fmt.encode_meta(annotation)
-                if not isinstance(data, (bytes, bytearray, memoryview)):
-                    raise RecordError(f"{where}: encode_meta must return bytes, got {type(data).__name__}")
-                row = (buf.tokens + start, buf.tokens + stop, self._meta_size, self._meta_size + len(data))
-                self._span_rows.append(row)
-                self._meta_size += len(data)
-                buf.add("meta", bytes(data))
+                meta = fmt.encode_meta(annotation)
+                if not isinstance(meta, (bytes, bytearray, memoryview)):
+                    raise RecordError(f"{where}: encode_meta must return bytes, got {type(meta).__name__}")
+                size = len(meta)
+                self._span_rows.append(
+                    (buf.tokens + start, buf.tokens + stop, self._meta_size, self._meta_size + size)
+                )
+                self._meta_size += size
+                buf.add("meta", bytes(meta))
             buf.spans += len(checked)
-            buf.add("tokens", memoryview(elements).cast("B"))
+            buf.add("tokens", elements.data.cast("B"))
             buf.tokens += len(elements)
         buf.records += 1
         self._records += 1
@@ -143,13 +149,13 @@ class Writer:
         kind = self.storage.layout
         if kind == "documents":
             offsets = np.asarray(self._offsets, dtype=layout.OFFSET_DTYPE)
-            buf.add("docs.idx", memoryview(offsets).cast("B"))
+            buf.add("docs.idx", offsets.data.cast("B"))
         elif kind == "stream_with_meta":
             table = np.array(self._span_rows, dtype=np.uint64).reshape(-1, 4)
             spans = np.empty(len(table), dtype=layout.SPAN_DTYPE)
             for col, name in enumerate(layout.SPAN_DTYPE.names or ()):
                 spans[name] = table[:, col]
-            buf.add("spans", memoryview(spans).cast("B"))
+            buf.add("spans", spans.data.cast("B"))
         files: dict[str, FileInfo] = {}
         for file_kind, chunks in buf.chunks.items():
             itemsize, count = self._items(file_kind, buf)
@@ -180,7 +186,9 @@ class Writer:
         if file_kind == "tokens":
             fmt = self.storage.format
             stream = fmt.stream_format if isinstance(fmt, StreamWithMetaStorageFormat) else fmt
-            return int(stream.itemsize), buf.tokens
+            if not isinstance(stream, StreamNumpyFormat):
+                raise TypeError(f"{type(fmt).__qualname__} is not a stream format")
+            return stream.itemsize, buf.tokens
         if file_kind == "docs.idx":
             return layout.OFFSET_DTYPE.itemsize, buf.records + 1
         if file_kind == "spans":
@@ -197,7 +205,7 @@ class Writer:
         self._closed = True
         self._remove_stale_shards()
         record = PartRecord(
-            storage_class=self.storage.storage_class,
+            storage_class=self.storage.storage_class,  # type: ignore[arg-type]
             format=FormatSpecModel(**self.storage.format.spec()),
             shards=tuple(self._shards),
             part=self.part,
