@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from workers.output import open_storage
     from workers.tokenizer import load_tokenizer
 
-    config = {
+    config: dict[str, Any] = {
         "inputs": [str(CORPUS / "*.jsonl")],
         "output": output,
         "tokenizer": "bytes",

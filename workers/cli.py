@@ -1,3 +1,4 @@
+# ruff: noqa: B008  (typer declares options as argument defaults)
 """``guideloom ingest``: the typer command, registered on GuideLoom's CLI by :func:`register`.
 
 Importing this module does not import Ray: the driver (:mod:`workers.ingest`) is imported when
@@ -11,7 +12,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -45,45 +46,45 @@ def _json_option(text: str | None, name: str) -> dict[str, Any] | None:
 
 
 def ingest(
-    inputs: Optional[list[str]] = typer.Argument(
+    inputs: list[str] | None = typer.Argument(
         None, help="Input files: paths, globs or fsspec URLs (JSONL, .gz/.zst, Parquet, text)."
     ),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Dataset URL or directory."),
-    config: Optional[Path] = typer.Option(None, "--config", help="YAML job file; flags override."),
-    input_format: Optional[str] = typer.Option(None, help="auto | jsonl | parquet | text."),
-    text_field: Optional[str] = typer.Option(None, help="Field holding the text (default text)."),
-    text_per_line: Optional[bool] = typer.Option(
+    output: str | None = typer.Option(None, "--output", "-o", help="Dataset URL or directory."),
+    config: Path | None = typer.Option(None, "--config", help="YAML job file; flags override."),
+    input_format: str | None = typer.Option(None, help="auto | jsonl | parquet | text."),
+    text_field: str | None = typer.Option(None, help="Field holding the text (default text)."),
+    text_per_line: bool | None = typer.Option(
         None, "--lines/--file-per-document", help="Plain text: a document per line / per file."
     ),
-    tokenizer: Optional[str] = typer.Option(
+    tokenizer: str | None = typer.Option(
         None, help="bytes | hf:PATH/tokenizer.json | tiktoken:NAME (default bytes)."
     ),
-    eos_token: Optional[str] = typer.Option(None, help="hf: name of the end-of-document token."),
-    append_eos: Optional[bool] = typer.Option(
+    eos_token: str | None = typer.Option(None, help="hf: name of the end-of-document token."),
+    append_eos: bool | None = typer.Option(
         None, "--eos/--no-eos", help="Append eos to each document (default: stream yes)."
     ),
-    layout: Optional[str] = typer.Option(None, help="stream | document (default stream)."),
-    doc_index: Optional[bool] = typer.Option(
+    layout: str | None = typer.Option(None, help="stream | document (default stream)."),
+    doc_index: bool | None = typer.Option(
         None, "--doc-index/--no-doc-index", help="Stream: add a per-token doc_index field."
     ),
-    format: Optional[str] = typer.Option(None, help="Document layout: json | msgpack | pickle."),
-    passthrough: Optional[list[str]] = typer.Option(
+    format: str | None = typer.Option(None, help="Document layout: json | msgpack | pickle."),
+    passthrough: list[str] | None = typer.Option(
         None, help="Document layout: an input field to keep (repeatable)."
     ),
-    shard_size: Optional[str] = typer.Option(None, help="Shard size, e.g. 64MiB."),
-    part_size: Optional[str] = typer.Option(None, help="Input bytes per part, e.g. 32MiB."),
-    on_bad_record: Optional[str] = typer.Option(None, help="fail (default) | skip."),
-    overwrite: Optional[bool] = typer.Option(
+    shard_size: str | None = typer.Option(None, help="Shard size, e.g. 64MiB."),
+    part_size: str | None = typer.Option(None, help="Input bytes per part, e.g. 32MiB."),
+    on_bad_record: str | None = typer.Option(None, help="fail (default) | skip."),
+    overwrite: bool | None = typer.Option(
         None, "--overwrite/--no-overwrite", help="Replace a different dataset at --output."
     ),
-    ray_address: Optional[str] = typer.Option(
+    ray_address: str | None = typer.Option(
         None, help="Ray cluster (e.g. auto); default: RAY_ADDRESS, else a local Ray."
     ),
-    num_workers: Optional[int] = typer.Option(None, help="Parts in flight (default: Ray CPUs)."),
-    max_retries: Optional[int] = typer.Option(None, help="Retries of a part whose worker died."),
+    num_workers: int | None = typer.Option(None, help="Parts in flight (default: Ray CPUs)."),
+    max_retries: int | None = typer.Option(None, help="Retries of a part whose worker died."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Plain log lines, no live display."),
-    storage_options: Optional[str] = typer.Option(None, help="Output fsspec options (JSON)."),
-    input_storage_options: Optional[str] = typer.Option(None, help="Input fsspec options (JSON)."),
+    storage_options: str | None = typer.Option(None, help="Output fsspec options (JSON)."),
+    input_storage_options: str | None = typer.Option(None, help="Input fsspec options (JSON)."),
 ) -> None:
     """Tokenize raw text on Ray and commit a GuideLoom dataset."""
     given: dict[str, Any] = {

@@ -22,7 +22,10 @@ import ray
 from guideloom.errors import DatasetExistsError, GuideLoomError, IngestError, SchemaMismatchError
 from workers.config import IngestConfig, load_job_file, validate_config
 from workers.output import (
-    check_writable, open_storage, remove_foreign_manifest, remove_sidecars,
+    check_writable,
+    open_storage,
+    remove_foreign_manifest,
+    remove_sidecars,
 )
 from workers.part import PartResult, write_part
 from workers.planning import Plan, plan_parts

@@ -78,7 +78,7 @@ class _PartWriter:
             if ids.size == 0:  # "" or text the tokenizer maps to nothing: counted, not stored
                 self.empty[url] += 1
                 continue
-            if self.config.eos:
+            if self.config.eos and self.tokenizer.eos_id is not None:  # checked in __init__
                 ids = np.append(ids, self.tokenizer.eos_id)
             kept.append((ids, fields))
         self.texts, self.fields, self.chars = [], [], 0

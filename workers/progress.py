@@ -75,7 +75,8 @@ class RichProgress(Progress):
     def __init__(self, total_parts: int, total_bytes: int) -> None:
         super().__init__(total_parts, total_bytes)
         from rich.console import Console
-        from rich.progress import BarColumn, Progress as _Bar, TextColumn, TimeRemainingColumn
+        from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
+        from rich.progress import Progress as _Bar
 
         self.console = Console(stderr=True)
         self._bar = _Bar(

@@ -153,7 +153,7 @@ def _open(f: InputFile, storage_options: dict[str, Any]) -> Any:
 
 def _decompressed(raw: IO[bytes], compression: str | None) -> IO[bytes]:
     if compression == "gzip":
-        return gzip.GzipFile(fileobj=raw, mode="rb")
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
     if compression == "zstd":
         import zstandard
 

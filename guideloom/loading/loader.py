@@ -75,6 +75,7 @@ __all__ = ["StatefulDataLoader"]
 
 _LAYOUTS = ("documents", "stream", "stream_with_meta")
 _REFUSED_KWARGS = ("sampler", "batch_sampler", "generator")
+_STEPS_PER_CHUNK = 64
 
 
 class _BatchSource(Dataset):  # type: ignore[type-arg]
@@ -112,9 +113,18 @@ class _OrderedBatchSampler(Sampler[list[int]]):
         order, schedule = self.order, self.schedule
         if order is None or schedule is None:
             raise RuntimeError("the batch sampler was iterated before it was configured")
-        for step in range(schedule.num_steps):
-            lo, hi = schedule.batch_range(step, self.rank)
-            yield order(np.arange(lo, hi, dtype=np.int64)).tolist()
+        # The order is evaluated for a chunk of steps at once: NumPy's per-call overhead, not the
+        # arithmetic, dominates for one batch of a few positions.
+        for first in range(0, schedule.num_steps, _STEPS_PER_CHUNK):
+            ranges = [
+                schedule.batch_range(step, self.rank)
+                for step in range(first, min(first + _STEPS_PER_CHUNK, schedule.num_steps))
+            ]
+            indexes = order(np.concatenate([np.arange(lo, hi, dtype=np.int64) for lo, hi in ranges]))
+            start = 0
+            for lo, hi in ranges:
+                yield indexes[start : start + hi - lo].tolist()
+                start += hi - lo
 
     def __len__(self) -> int:
         return self.schedule.num_steps if self.schedule is not None else 0

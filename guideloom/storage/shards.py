@@ -137,7 +137,9 @@ class ShardAccess:
                 f"{self.shards[shard].name}: {path} has {size} bytes but the manifest records "
                 f"{info.size}; the file was truncated or replaced. Restore it or rewrite the dataset"
             )
-        mapped = np.memmap(path, dtype=np.uint8, mode="r") if size else np.empty(0, np.uint8)
+        # A plain ndarray over the map: slicing an np.memmap subclass costs a Python-level
+        # __array_finalize__ per slice, several times the cost of a 4 KiB window copy.
+        mapped = np.memmap(path, dtype=np.uint8, mode="r").view(np.ndarray) if size else np.empty(0, np.uint8)
         self._maps[key] = mapped
         while len(self._maps) > _MAX_OPEN_MAPS:
             self._maps.popitem(last=False)

@@ -94,10 +94,13 @@ class DocumentDataset(_View):
         shard_of = np.searchsorted(self._starts, idx, side="right") - 1
         local = idx - self._starts[shard_of]
         shards = [int(s) for s in shard_of]
-        offset_tables = dict(zip(sorted(set(shards)), self._access.whole(sorted(set(shards)), "index")))
+        unique = sorted(set(shards))
+        offset_tables = {
+            s: table.view(layout.OFFSET_DTYPE) for s, table in zip(unique, self._access.whole(unique, "index"))
+        }
         requests = []
-        for s, j in zip(shards, local):
-            offsets = offset_tables[s].view(layout.OFFSET_DTYPE)
+        for s, j in zip(shards, local.tolist()):
+            offsets = offset_tables[s]
             requests.append(ItemRequest(s, "data", int(offsets[j]), int(offsets[j + 1]), 1))
         blobs = self._access.read(requests)
         decode = self.storage.format.decode  # type: ignore[attr-defined]
@@ -142,7 +145,23 @@ class _Windows(_View):
         return out
 
     def _plan(self, indexes: Sequence[int]) -> list[list[tuple[int, int, int, int]]]:
-        return [self._pieces(self._index(i)) for i in indexes]
+        """The pieces of each window, computed for the whole batch at once.
+
+        Most windows lie inside one shard: those get their single piece from one vectorized
+        ``searchsorted``; only windows that cross a shard boundary take the per-window path.
+        """
+        windows = [self._index(i) for i in indexes]
+        if not windows:
+            return []
+        length = self.sequence_length
+        g0 = np.asarray(windows, dtype=np.int64) * length
+        first = np.searchsorted(self._starts, g0, side="right") - 1
+        last = np.searchsorted(self._starts, g0 + (length - 1), side="right") - 1
+        local = (g0 - self._starts[first]).tolist()
+        return [
+            [(s, a, a + length, 0)] if s == e else self._pieces(w)
+            for w, s, e, a in zip(windows, first.tolist(), last.tolist(), local)
+        ]
 
     def _token_requests(self, plans: list[list[tuple[int, int, int, int]]]) -> list[ItemRequest]:
         return [ItemRequest(s, "data", a, b, self._itemsize) for plan in plans for s, a, b, _ in plan]
