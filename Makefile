@@ -41,6 +41,7 @@ $(STAMP): pyproject.toml
 	    fi; \
 	fi
 	$(PY) -m pip install --disable-pip-version-check $(TORCH_PIN) -e ".[dev]"
+	$(PY) -m pip check
 	touch $(STAMP)
 
 # Best effort: without radosgw the tests use moto's server; without chromium browser tests skip.

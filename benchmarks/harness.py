@@ -75,6 +75,7 @@ class Row:
     higher_is_better: bool = True
     target: float | None = None  # the ratio GuideLoom / baseline should reach (>=) or stay under (<=)
     extra: dict[str, Any] = field(default_factory=dict)  # secondary figures (bytes, requests, ...)
+    checks: dict[str, bool] = field(default_factory=dict)  # absolute targets, e.g. amplification <= 1.1
 
     @property
     def ratio(self) -> float:
@@ -82,14 +83,16 @@ class Row:
 
     @property
     def met(self) -> bool | None:
-        if self.target is None:
-            return None
-        return self.ratio >= self.target if self.higher_is_better else self.ratio <= self.target
+        """The ratio target and every absolute check; None when the row has neither."""
+        results = list(self.checks.values())
+        if self.target is not None:
+            results.append(self.ratio >= self.target if self.higher_is_better else self.ratio <= self.target)
+        return all(results) if results else None
 
     def target_text(self) -> str:
-        if self.target is None:
-            return "-"
-        return f"{'>=' if self.higher_is_better else '<='} {self.target:g}"
+        parts = [f"{'>=' if self.higher_is_better else '<='} {self.target:g}"] if self.target is not None else []
+        parts += [f"{name}{'' if ok else ' (missed)'}" for name, ok in self.checks.items()]
+        return "; ".join(parts) or "-"
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

@@ -177,7 +177,7 @@ class RawS3Windows(Dataset):  # type: ignore[type-arg]
         if self._fs is None or self._pid != os.getpid():
             import s3fs
 
-            self._fs = s3fs.S3FileSystem(skip_instance_cache=True, **self.storage_options)
+            self._fs = s3fs.S3FileSystem(**{**self.storage_options, "skip_instance_cache": True})
             self._pid = os.getpid()
         return self._fs
 

@@ -1,7 +1,8 @@
-"""The README's main job: ``python -m guideloom.demo [OUTPUT_DIR]``.
+"""The README's main job: ``python -m guideloom.demo [--output DIR]`` (``make demo``).
 
 Ingests the corpus shipped in ``workers/data/`` (King James Version chapters, public domain) on
-a local Ray with the built-in ``bytes`` tokenizer into a local directory, reads it back through
+a local Ray with the built-in ``bytes`` tokenizer into a local directory (``demo-output/kjv`` by
+default; a re-run finds the committed dataset and reuses it), reads it back through
 ``StatefulDataLoader.from_storage`` and prints a few decoded windows and what was written.
 Needs the ``ray`` extra (and ``torch`` for the loader; without torch it reads with
 ``StreamDataset``).
@@ -9,8 +10,7 @@ Needs the ``ray`` extra (and ``torch`` for the loader; without torch it reads wi
 
 from __future__ import annotations
 
-import sys
-import tempfile
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +41,11 @@ def _batches(storage: Any, count: int) -> list[Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    output = argv[0] if argv else str(Path(tempfile.mkdtemp(prefix="guideloom-demo-")) / "kjv")
+    parser = argparse.ArgumentParser(prog="python -m guideloom.demo", description=__doc__.split("\n")[0])
+    parser.add_argument("--output", default="demo-output/kjv", help="dataset directory or URL")
+    parser.add_argument("--overwrite", action="store_true", help="replace a dataset already there")
+    args = parser.parse_args(argv)
+    output = args.output
     from workers.ingest import run_ingest
     from workers.output import open_storage
     from workers.tokenizer import load_tokenizer
@@ -54,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         "part_size": 128 * 1024,  # a few parts even for this small corpus: every worker works
         "progress": "plain",
         "num_workers": 2,
+        "overwrite": args.overwrite,
     }
     manifest = run_ingest(config)
     from workers.config import IngestConfig
@@ -70,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, window in enumerate(_batches(storage, 3)):
         text = tokenizer.decode(window).replace("\n", " ")
         print(f"  [{i}] {text[:160]}...")
+    print(f"\ninspect it with: .venv/bin/guideloom inspect {storage.url}")
     return 0
 
 

@@ -20,7 +20,7 @@ def test_shipped_corpus_is_real_text():
 def test_demo_ingests_and_reads_back(ray_local, tmp_path, capsys):
     from guideloom.demo import main
 
-    assert main([str(tmp_path / "kjv")]) == 0
+    assert main(["--output", str(tmp_path / "kjv")]) == 0
     out = capsys.readouterr().out
     assert "manifest.json + 4 shards" in out and "total 397,277 tokens" in out
     samples = [line for line in out.splitlines() if line.startswith("  [")]

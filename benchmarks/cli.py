@@ -1,0 +1,149 @@
+"""``python -m benchmarks``: build the corpora, run the rows, print the table, write JSON.
+
+Examples::
+
+    python -m benchmarks                                  # every row, default sizes (a few minutes)
+    python -m benchmarks --rows local,s3 --repeats 5
+    python -m benchmarks --tokens 2000000 --json out.json
+    GUIDELOOM_TEST_S3=moto python -m benchmarks --rows s3 # moto instead of Ceph RGW
+
+The S3 server is chosen as in the tests (``tests/s3server.py``): ``GUIDELOOM_TEST_S3_ENDPOINT``
+if set, else Ceph RGW when ``radosgw`` is installed, else moto. It is started once for the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import Config, Row, machine_description, print_table, write_json
+
+__all__ = ["ROWS", "main", "run"]
+
+ROWS = ("local", "documents", "s3", "meta", "resume", "memory", "ingest", "open")
+S3_ROWS = ("s3", "memory")
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    d = Config(workdir=Path("."))
+    p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated rows to run; any of {','.join(ROWS)}")
+    p.add_argument("--tokens", type=int, default=d.tokens, help="local stream corpus size in tokens")
+    p.add_argument("--s3-tokens", type=int, default=d.s3_tokens, help="S3 corpus size in tokens")
+    p.add_argument("--documents", type=int, default=d.documents, help="document corpus size in records")
+    p.add_argument("--open-shards", type=int, default=d.open_shards, help="shards of the open row's large dataset")
+    p.add_argument("--ingest-tokens", type=int, default=d.ingest_tokens, help="ingestion input size, about, in tokens")
+    p.add_argument("--s3-shuffles", default=",".join(d.s3_shuffles), help="S3 orders: none,block,full")
+    p.add_argument("--repeats", type=int, default=d.repeats, help="timed repeats per measurement")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--shard-size", type=int, default=d.shard_size, help="shard size in bytes")
+    p.add_argument("--json", default="bench-results/results.json", help="where to write the results")
+    p.add_argument("--workdir", default=None, help="keep corpora here (default: a temporary directory)")
+    p.add_argument("--quick", action="store_true", help="no warm-up passes (smoke runs)")
+    args = p.parse_args(argv)
+    unknown = set(args.rows.split(",")) - set(ROWS)
+    if unknown:
+        p.error(f"unknown rows {sorted(unknown)}; choose from {','.join(ROWS)}")
+    return args
+
+
+@contextlib.contextmanager
+def _workdir(path: str | None) -> Iterator[Path]:
+    if path:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        yield Path(path)
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="guideloom-bench-"))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(cfg: Config, rows: list[str], s3_endpoint: Any = None,
+        log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run ``rows``; returns the JSON payload (rows, failures, machine, config)."""
+    from benchmarks import ingestion, local, memory, opening, remote, resume
+    from benchmarks.s3env import running_endpoint
+
+    results: list[Row] = []
+    failures: dict[str, str] = {}
+    durations: dict[str, float] = {}
+    server: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        if s3_endpoint is None and any(r in S3_ROWS for r in rows):
+            log("starting the S3 server ...")
+            s3_endpoint, note = stack.enter_context(running_endpoint())
+            if note:
+                log(f"NOTE: {note}")
+                server["note"] = note
+        if s3_endpoint is not None:
+            server.update(backend=s3_endpoint.backend, description=s3_endpoint.description)
+        runners: dict[str, Callable[[], list[Row]]] = {
+            "local": lambda: local.local_rows(cfg),
+            "documents": lambda: local.documents_rows(cfg),
+            "s3": lambda: remote.s3_rows(cfg, s3_endpoint),
+            "meta": lambda: local.meta_rows(cfg),
+            "resume": lambda: resume.resume_rows(cfg),
+            "memory": lambda: memory.memory_rows(cfg, s3_endpoint),
+            "ingest": lambda: ingestion.ingest_rows(cfg),
+            "open": lambda: opening.open_rows(cfg),
+        }
+        for name in ROWS:
+            if name not in rows:
+                continue
+            log(f"row {name} ...")
+            t0 = time.perf_counter()
+            try:
+                results.extend(runners[name]())
+            except Exception as err:  # noqa: BLE001 - one broken row must not lose the others
+                failures[name] = f"{type(err).__name__}: {err}"
+                log(f"row {name} FAILED:\n{traceback.format_exc()}")
+            durations[name] = round(time.perf_counter() - t0, 1)
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(cfg).items()}
+    return {
+        "machine": machine_description(),
+        "s3_server": server,
+        "config": config,
+        "row_seconds": durations,
+        "rows": [r.to_json() for r in results],
+        "failures": failures,
+        "_rows": results,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    rows = [r for r in args.rows.split(",") if r]
+    with _workdir(args.workdir) as workdir:
+        cfg = Config(
+            workdir=workdir, tokens=args.tokens, s3_tokens=args.s3_tokens, documents=args.documents,
+            repeats=args.repeats, seed=args.seed, shard_size=args.shard_size, open_shards=args.open_shards,
+            ingest_tokens=args.ingest_tokens, s3_shuffles=tuple(args.s3_shuffles.split(",")),
+            quick=args.quick,
+        )
+        t0 = time.perf_counter()
+        payload = run(cfg, rows, log=lambda m: print(m, file=sys.stderr, flush=True))
+        payload["total_seconds"] = round(time.perf_counter() - t0, 1)
+    results = payload.pop("_rows")
+    write_json(args.json, payload)
+    print()
+    print_table(results)
+    m = payload["machine"]
+    print(f"\n{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; S3: "
+          f"{payload['s3_server'].get('description', 'not used')}; {payload['total_seconds']} s; "
+          f"JSON: {args.json}")
+    for name, why in payload["failures"].items():
+        print(f"row {name} FAILED: {why}", file=sys.stderr)
+    return 1 if payload["failures"] else 0

@@ -1,0 +1,138 @@
+"""Row ``s3``: reading a stream from the S3 server on 127.0.0.1.
+
+GuideLoom's loader against a raw baseline that fetches the same windows' byte ranges, batch by
+batch, with one ``fs.cat_ranges`` call per batch (s3fs runs a call's ranges concurrently) in the
+same number of DataLoader workers. Both read the same windows in the same batches: the baseline's
+batches come from GuideLoom's own epoch order (:class:`guideloom.loading.order.EpochOrder`, pure
+arithmetic), so ``block`` shuffling gives the baseline the same locality.
+
+Throughput passes go straight to the server. One more pass of each goes through the counting proxy
+(``tests/s3proxy.py``) to count requests and response bytes: bytes transferred / bytes delivered
+(read amplification), GET requests per window, and the largest single response (a whole-shard
+download would show as one as large as a shard).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from benchmarks.corpus import stream_format, write_stream
+from benchmarks.harness import Config, Row, interleaved
+from benchmarks.loops import RawS3Windows, count_tokens, timed_pass
+from benchmarks.s3env import CountingProxy, fresh_bucket, running_endpoint
+
+__all__ = ["s3_rows"]
+
+WORKERS = 2
+BLOCK_SIZE = 64  # the loader's default shuffle_block_size
+BUFFER_BLOCKS = 4  # and shuffle_buffer_blocks
+
+
+def _batches(num_samples: int, mode: str, cfg: Config) -> list[list[int]]:
+    from guideloom.loading.order import EpochOrder
+
+    order = EpochOrder(num_samples, shuffle=mode, seed=cfg.seed, epoch=0,  # type: ignore[arg-type]
+                       block_size=BLOCK_SIZE, buffer_blocks=BUFFER_BLOCKS)
+    return [order(np.arange(lo, min(lo + cfg.batch_size, num_samples), dtype=np.int64)).tolist()
+            for lo in range(0, num_samples, cfg.batch_size)]
+
+
+def _ours(url: str, options: dict[str, Any], mode: str, cfg: Config) -> Any:
+    from guideloom import StatefulDataLoader, StreamStorage
+
+    storage = StreamStorage(url, stream_format(), storage_options=options)
+    return StatefulDataLoader.from_storage(
+        storage, sequence_length=cfg.sequence_length, batch_size=cfg.batch_size,
+        shuffle=False if mode == "none" else mode, seed=cfg.seed, num_workers=WORKERS,
+        shuffle_block_size=BLOCK_SIZE, shuffle_buffer_blocks=BUFFER_BLOCKS,
+    )
+
+
+def _theirs(storage: Any, bucket_root: str, options: dict[str, Any], mode: str, cfg: Config) -> Any:
+    from torch.utils.data import DataLoader
+
+    from guideloom.storage import layout
+
+    from benchmarks.loops import _identity
+
+    shards = storage.manifest.shards
+    dataset = RawS3Windows(
+        options, [f"{bucket_root}/{s.files['data'].path}" for s in shards],
+        np.array([s.tokens for s in shards]), layout.HEADER_SIZE, 2, cfg.sequence_length,
+        np.int32, np.uint16,
+    )
+    return DataLoader(dataset, batch_sampler=_batches(len(dataset), mode, cfg), num_workers=WORKERS,
+                      collate_fn=_identity)
+
+
+def _counted_pass(loader: Any, proxy: CountingProxy) -> dict[str, float]:
+    proxy.reset()
+    tokens = 0
+    windows = 0
+    for batch in loader:
+        tokens += count_tokens(batch)
+        windows += len(batch["tokens"] if isinstance(batch, dict) else batch)
+    gets = [e for e in proxy.log if e.method == "GET"]
+    return {
+        "amplification": proxy.bytes_out / (tokens * 2),
+        "gets_per_window": len(gets) / windows,
+        "requests": proxy.request_count,
+        "max_get_bytes": max((e.bytes for e in gets), default=0),
+    }
+
+
+def s3_rows(cfg: Config, endpoint: Any = None) -> list[Row]:
+    from guideloom import StreamStorage
+
+    rows = []
+    with running_endpoint(endpoint) as (ep, note), fresh_bucket(ep.storage_options()) as bucket:
+        options = ep.storage_options()
+        url = f"s3://{bucket}/stream"
+        storage = write_stream(url, cfg.s3_tokens, cfg.seed, cfg.shard_size, storage_options=options)
+        shard_bytes = max(s.files["data"].size for s in storage.manifest.shards)
+        for mode in cfg.s3_shuffles:
+            ours_loader = _ours(url, options, mode, cfg)
+            theirs_loader = _theirs(storage, f"{bucket}/stream", options, mode, cfg)
+            first: dict[str, list[float]] = {"guideloom": [], "baseline": []}
+
+            def ours() -> float:
+                p = timed_pass(ours_loader, count_tokens)  # noqa: B023 - called inside this iteration
+                first["guideloom"].append(p.first_batch_s)  # noqa: B023
+                return p.rate
+
+            def theirs() -> float:
+                p = timed_pass(theirs_loader, count_tokens)  # noqa: B023
+                first["baseline"].append(p.first_batch_s)  # noqa: B023
+                return p.rate
+
+            g, b = interleaved(ours, theirs, cfg.repeats, warmup=not cfg.quick)
+            with CountingProxy(ep.url) as proxy:
+                proxied = {**ep.storage_options(proxy.url), "skip_instance_cache": True}
+                ours_counts = _counted_pass(_ours(url, proxied, mode, cfg), proxy)
+                theirs_counts = _counted_pass(
+                    _theirs(StreamStorage(url, stream_format(), storage_options=options),
+                            f"{bucket}/stream", proxied, mode, cfg), proxy)
+            extra = {
+                "first_batch_s": float(np.median(first["guideloom"])),
+                "baseline_first_batch_s": float(np.median(first["baseline"])),
+                "bytes_transferred_per_delivered": ours_counts["amplification"],
+                "baseline_bytes_transferred_per_delivered": theirs_counts["amplification"],
+                "gets_per_window": ours_counts["gets_per_window"],
+                "baseline_gets_per_window": theirs_counts["gets_per_window"],
+                "max_get_bytes": ours_counts["max_get_bytes"],
+                "shard_bytes": shard_bytes,
+                "tokens": storage.manifest.total_tokens,
+                "server": ep.backend,
+            }
+            if note:
+                extra["server_note"] = note
+            checks = {
+                "amplification <= 1.1": ours_counts["amplification"] <= 1.1,
+                "no whole-shard GET": ours_counts["max_get_bytes"] < shard_bytes,
+            }
+            name = {"none": "off"}.get(mode, mode)
+            rows.append(Row("s3", f"shuffle={name} workers={WORKERS}", "tokens/s", g, b,
+                            "raw fs.cat_ranges, same ranges", target=0.8, extra=extra, checks=checks))
+    return rows

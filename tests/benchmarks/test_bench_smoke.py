@@ -1,0 +1,72 @@
+"""Smoke run of `python -m benchmarks`: every row at a tiny size, once.
+
+It checks that each row runs and reports positive figures in the JSON payload. It is not a timed
+test: speed is measured by `make bench`, never asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.cli import ROWS, main, run  # noqa: E402
+from benchmarks.harness import Config  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.s3, pytest.mark.ray]
+
+TINY = dict(tokens=120_000, s3_tokens=60_000, documents=200, repeats=1, open_shards=30,
+            ingest_tokens=100_000, memory_factor=4, quick=True)
+
+
+@pytest.fixture(scope="module")
+def payload(tmp_path_factory: pytest.TempPathFactory, s3_endpoint: Any, ray_local: Any) -> dict[str, Any]:
+    cfg = Config(workdir=tmp_path_factory.mktemp("bench"), **TINY)
+    result = run(cfg, list(ROWS), s3_endpoint=s3_endpoint, log=lambda _m: None)
+    result.pop("_rows")
+    return json.loads(json.dumps(result, default=str))  # exactly what the JSON file holds
+
+
+def test_no_row_failed(payload: dict[str, Any]) -> None:
+    assert payload["failures"] == {}
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_row_has_positive_figures(payload: dict[str, Any], row: str) -> None:
+    rows = [r for r in payload["rows"] if r["row"] == row]
+    assert rows, f"no {row} row in the results (failures: {payload['failures']})"
+    for r in rows:
+        for side in ("guideloom", "baseline"):
+            stats = r[side]
+            assert stats["samples"] and all(v > 0 for v in stats["samples"]), (r["case"], side, stats)
+            assert stats["min"] <= stats["median"] <= stats["max"]
+        assert r["ratio"] > 0
+        assert r["unit"] and r["baseline_name"]
+
+
+def test_payload_describes_the_run(payload: dict[str, Any]) -> None:
+    assert payload["machine"]["cores"] >= 1
+    assert payload["s3_server"]["backend"] in ("rgw", "moto", "external")
+    assert payload["config"]["tokens"] == TINY["tokens"]
+
+
+def test_command_line_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    code = main(["--rows", "open", "--open-shards", "12", "--repeats", "1", "--quick",
+                 "--workdir", str(tmp_path / "w"), "--json", str(out)])
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert [r["row"] for r in data["rows"]] == ["open"]
+    assert data["rows"][0]["guideloom"]["median"] > 0
+
+
+def test_unknown_row_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        main(["--rows", "nope"])
