@@ -18,9 +18,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # Re-install when pyproject.toml changes.
 STAMP := $(VENV)/.guideloom-installed
+# `venv --upgrade-deps` first brings pip up to date: the pip bundled with Python 3.11 (23.x)
+# backtracks through dozens of boto3/aiobotocore/s3fs versions and ends up swapping the local
+# torch+cpu wheel for PyPI's CUDA build (5.8 GB venv, 13 min); a current pip resolves in about 1 min.
 # torch is pinned here, not in pyproject.toml (whose ranges stay broad): without the pin pip
 # picks a CUDA build plus GBs of nvidia wheels. Everything goes in ONE pip command: installing
-# piecemeal lets moto[server] upgrade botocore past aiobotocore's pin.
+# piecemeal lets moto[server] upgrade botocore past aiobotocore's pin. constraints.txt holds
+# versions known to work together, so pip does not backtrack through dozens of releases.
 TORCH_PIN := torch==2.13.0
 PYTEST_ARGS ?=
 LINT_PATHS ?= guideloom
@@ -30,17 +34,17 @@ APT_GET := DEBIAN_FRONTEND=noninteractive apt-get
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@if [ ! -x "$(PY)" ]; then \
-	    if ! "$(PYTHON)" -m venv "$(VENV)" 2>/dev/null; then \
+	    if ! "$(PYTHON)" -m venv --upgrade-deps "$(VENV)" 2>/dev/null; then \
 	        echo "make venv: '$(PYTHON) -m venv' failed (Debian ships venv separately); installing python3-venv"; \
 	        rm -rf "$(VENV)"; \
 	        $(APT_GET) update -qq && $(APT_GET) install -y -qq python3-venv \
 	            "$$(basename "$$(readlink -f "$(PYTHON)")")-venv" || $(APT_GET) install -y -qq python3-venv; \
-	        "$(PYTHON)" -m venv "$(VENV)"; \
+	        "$(PYTHON)" -m venv --upgrade-deps "$(VENV)"; \
 	    fi; \
 	fi
-	$(PY) -m pip install --disable-pip-version-check $(TORCH_PIN) -e ".[dev]"
+	$(PY) -m pip install --disable-pip-version-check -c constraints.txt $(TORCH_PIN) -e ".[dev]"
 	$(PY) -m pip check
 	touch $(STAMP)
 

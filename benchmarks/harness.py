@@ -30,7 +30,7 @@ class Config:
 
     workdir: Path  # corpora and raw baseline files live here
     tokens: int = 19_600_000  # the local stream corpus (the design's reference size)
-    s3_tokens: int = 4_000_000  # the corpus written to the S3 server (each GET costs a request)
+    s3_tokens: int = 2_000_000  # the corpus written to the S3 server (each GET costs a request)
     documents: int = 20_000  # records of the document corpus
     repeats: int = 3
     seed: int = 0
