@@ -221,7 +221,7 @@ class RawS3Windows(Dataset):  # type: ignore[type-arg]
             [self.paths[s] for s, _, _ in requests], [a for _, a, _ in requests], [b for _, _, b in requests]
         )
         out = np.empty((len(indexes), self.sequence_length), dtype=self.out_dtype)
-        for (shard, a, b, row, off), (req, rel) in zip(pieces, where):
+        for (_shard, a, b, row, off), (req, rel) in zip(pieces, where):
             tokens = np.frombuffer(blobs[req], dtype=self.dtype, count=(b - a) // self.itemsize,
                                    offset=rel)
             out[row, off : off + len(tokens)] = tokens

@@ -90,9 +90,8 @@ def _status_kib(field: str) -> int:
 
 def _child() -> None:
     request = json.loads(sys.stdin.read())
-    from guideloom import StatefulDataLoader, StreamStorage
-
     from benchmarks.corpus import stream_format
+    from guideloom import StatefulDataLoader, StreamStorage
 
     storage = StreamStorage(request["url"], stream_format(), storage_options=request["options"])
     loader = StatefulDataLoader.from_storage(

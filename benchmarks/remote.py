@@ -53,9 +53,8 @@ def _ours(url: str, options: dict[str, Any], mode: str, cfg: Config) -> Any:
 def _theirs(storage: Any, bucket_root: str, options: dict[str, Any], mode: str, cfg: Config) -> Any:
     from torch.utils.data import DataLoader
 
-    from guideloom.storage import layout
-
     from benchmarks.loops import _identity
+    from guideloom.storage import layout
 
     shards = storage.manifest.shards
     dataset = RawS3Windows(
