@@ -2,11 +2,13 @@
 
 from guideloom.manifest.models import (
     MANIFEST_VERSION,
+    FileColumn,
     FileInfo,
     FormatSpecModel,
     Manifest,
     PartRecord,
     ShardInfo,
+    ShardTable,
     StorageClassName,
     now_iso,
     parse_manifest,
@@ -15,11 +17,13 @@ from guideloom.manifest.models import (
 
 __all__ = [
     "MANIFEST_VERSION",
+    "FileColumn",
     "FileInfo",
     "FormatSpecModel",
     "Manifest",
     "PartRecord",
     "ShardInfo",
+    "ShardTable",
     "StorageClassName",
     "now_iso",
     "parse_manifest",

@@ -12,20 +12,33 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from collections.abc import Sequence
-from typing import Any, Literal
+from functools import cached_property
+from typing import Annotated, Any, Literal
 
 import xxhash
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+import numpy as np
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from guideloom.errors import ManifestError
 
 __all__ = [
     "MANIFEST_VERSION",
     "FileInfo",
+    "FileColumn",
     "FormatSpecModel",
     "Manifest",
     "PartRecord",
     "ShardInfo",
+    "ShardTable",
     "StorageClassName",
     "parse_manifest",
     "parse_part_record",
@@ -98,45 +111,161 @@ class FormatSpecModel(_Frozen):
     config: dict[str, Any]
 
 
-class _Shards(_Frozen):
-    storage_class: StorageClassName
-    format: FormatSpecModel
-    shards: tuple[ShardInfo, ...]
-
-    @field_validator("shards")
-    @classmethod
-    def _shards_unique(cls, shards: tuple[ShardInfo, ...]) -> tuple[ShardInfo, ...]:
-        seen: set[str] = set()
-        for shard in shards:
-            for f in shard.files.values():
-                if f.path in seen:
-                    raise ValueError(f"file {f.path!r} is listed twice ({shard.name})")
-                seen.add(f.path)
-        return shards
-
-
-class PartRecord(_Shards):
+class PartRecord(_Frozen):
     """The completion record one writer process leaves for its part."""
 
     version: Literal[1] = 1
+    storage_class: StorageClassName
+    format: FormatSpecModel
     part: int = Field(ge=0)
+    shards: tuple[ShardInfo, ...]
     created_at: str
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _own_shards(self) -> PartRecord:
+        seen: set[str] = set()
         for i, shard in enumerate(self.shards):
             if shard.part != self.part or shard.index != i:
                 raise ValueError(
                     f"part record {self.part}: shard {i} says part={shard.part} index={shard.index}"
                 )
+            for f in shard.files.values():
+                if f.path in seen:
+                    raise ValueError(f"file {f.path!r} is listed twice ({shard.name})")
+                seen.add(f.path)
         return self
 
 
-class Manifest(_Shards):
+_CHECKSUM = r"^xxh3_64:[0-9a-f]{16}$"
+_KINDS = ("tokens", "docs", "docs.idx", "meta", "spans")
+
+
+class FileColumn(_Frozen):
+    """One file of every shard: its kind (the file name's extension), sizes and checksums."""
+
+    kind: str
+    size: list[NonNegativeInt]
+    checksum: list[Annotated[str, StringConstraints(pattern=_CHECKSUM)]]
+
+
+class ShardTable(_Frozen):
+    """Every shard of a dataset, one column per attribute (row ``i`` is shard ``i``).
+
+    Columns keep ``manifest.json`` small and fast to parse for datasets of many thousands of
+    shards. File paths are not stored: shard ``i``'s file of kind K is
+    ``{prefix[prefix_id[i]]}/part-{part[i]:05d}/shard-{index[i]:05d}.{K}``.
+    """
+
+    part: list[NonNegativeInt]
+    index: list[NonNegativeInt]
+    records: list[NonNegativeInt]
+    tokens: list[NonNegativeInt]
+    spans: list[NonNegativeInt]
+    prefix: list[str]
+    prefix_id: list[NonNegativeInt]
+    files: dict[str, FileColumn]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ShardTable:
+        n = len(self.part)
+        columns = {"index": self.index, "records": self.records, "tokens": self.tokens,
+                   "spans": self.spans, "prefix_id": self.prefix_id}
+        columns.update({f"files.{k}.size": c.size for k, c in self.files.items()})
+        columns.update({f"files.{k}.checksum": c.checksum for k, c in self.files.items()})
+        for name, column in columns.items():
+            if len(column) != n:
+                raise ValueError(f"shard table column {name} has {len(column)} rows, 'part' has {n}")
+        if "data" not in self.files:
+            raise ValueError("the shard table has no 'data' file column")
+        for name, column in self.files.items():
+            if column.kind not in _KINDS:
+                raise ValueError(f"file column {name!r} has unknown kind {column.kind!r}")
+        for prefix in self.prefix:
+            if not prefix or prefix.startswith("/") or "://" in prefix or ".." in prefix.split("/"):
+                raise ValueError(f"shard prefix {prefix!r} must be relative to the dataset root")
+        if n:
+            if max(self.prefix_id) >= len(self.prefix):
+                raise ValueError("a shard's prefix_id points past the prefix list")
+            order = np.lexsort((np.asarray(self.index), np.asarray(self.part)))
+            if not np.array_equal(order, np.arange(n)):
+                raise ValueError("shards are not in (part, index) order")
+            key = np.asarray(self.part, dtype=np.int64) * 2**32 + np.asarray(self.index)
+            if len(np.unique(np.stack([key, np.asarray(self.prefix_id)]), axis=1)[0]) != n:
+                raise ValueError("a shard is listed twice")
+        return self
+
+    @classmethod
+    def from_shards(cls, shards: Sequence[ShardInfo]) -> ShardTable:
+        prefixes: dict[str, int] = {}
+        prefix_id = []
+        kinds: dict[str, str] = {}
+        for shard in shards:
+            for name, f in shard.files.items():
+                head, _, tail = f.path.rpartition("/part-")
+                expected = f"{shard.part:05d}/shard-{shard.index:05d}."
+                if not tail.startswith(expected):
+                    raise ValueError(f"{f.path!r} is not a shard file path of part {shard.part} shard {shard.index}")
+                kind = tail[len(expected):]
+                if kinds.setdefault(name, kind) != kind:
+                    raise ValueError(f"file {name!r} has kind {kinds[name]!r} and {kind!r} in one dataset")
+            prefix_id.append(prefixes.setdefault(head, len(prefixes)))
+        names = list(kinds)
+        for shard in shards:
+            if list(shard.files) != names:
+                raise ValueError(f"{shard.name} has files {list(shard.files)}, others have {names}")
+        return cls(
+            part=[s.part for s in shards],
+            index=[s.index for s in shards],
+            records=[s.records for s in shards],
+            tokens=[s.tokens for s in shards],
+            spans=[s.spans for s in shards],
+            prefix=list(prefixes),
+            prefix_id=prefix_id,
+            files={
+                name: FileColumn(
+                    kind=kinds[name],
+                    size=[s.files[name].size for s in shards],
+                    checksum=[s.files[name].checksum for s in shards],
+                )
+                for name in names
+            },
+        )
+
+    def __len__(self) -> int:
+        return len(self.part)
+
+    def path(self, i: int, name: str) -> str:
+        """Relative path of shard ``i``'s file ``name`` ("data", "index", "meta", "spans")."""
+        return (
+            f"{self.prefix[self.prefix_id[i]]}/part-{self.part[i]:05d}/"
+            f"shard-{self.index[i]:05d}.{self.files[name].kind}"
+        )
+
+    def shard_name(self, i: int) -> str:
+        """How messages name shard ``i``."""
+        return f"part {self.part[i]} shard {self.index[i]} ({self.path(i, 'data')})"
+
+    def shard(self, i: int) -> ShardInfo:
+        return ShardInfo(
+            part=self.part[i],
+            index=self.index[i],
+            records=self.records[i],
+            tokens=self.tokens[i],
+            spans=self.spans[i],
+            files={
+                name: FileInfo(path=self.path(i, name), size=c.size[i], checksum=c.checksum[i])
+                for name, c in self.files.items()
+            },
+        )
+
+
+class Manifest(_Frozen):
     """What a committed dataset holds. Readers open a dataset by reading only this."""
 
     version: Literal[1] = 1
+    storage_class: StorageClassName
+    format: FormatSpecModel
     num_parts: int = Field(ge=0)
     total_records: int = Field(ge=0)
     total_tokens: int = Field(ge=0)
@@ -145,37 +274,46 @@ class Manifest(_Shards):
     created_at: str
     guideloom_version: str
     metadata: dict[str, Any] = Field(default_factory=dict)
+    shard_table: ShardTable
 
     @model_validator(mode="after")
     def _totals_agree(self) -> Manifest:
+        table = self.shard_table
         checks = {
-            "total_records": sum(s.records for s in self.shards),
-            "total_tokens": sum(s.tokens for s in self.shards),
-            "total_spans": sum(s.spans for s in self.shards),
-            "total_bytes": sum(s.size for s in self.shards),
+            "total_records": sum(table.records),
+            "total_tokens": sum(table.tokens),
+            "total_spans": sum(table.spans),
+            "total_bytes": sum(sum(c.size) for c in table.files.values()),
         }
         for name, value in checks.items():
             if getattr(self, name) != value:
                 raise ValueError(f"{name} is {getattr(self, name)} but the shards add up to {value}")
-        order = [(s.part, s.index) for s in self.shards]
-        if order != sorted(order):
-            raise ValueError("shards are not in (part, index) order")
         return self
 
+    @cached_property
+    def shards(self) -> tuple[ShardInfo, ...]:
+        """Every shard as a :class:`ShardInfo` (built on first use; views use the columns)."""
+        return tuple(self.shard_table.shard(i) for i in range(len(self.shard_table)))
+
     @property
+    def num_shards(self) -> int:
+        return len(self.shard_table)
+
+    @cached_property
     def fingerprint(self) -> str:
         """A hash of the content: storage class, format spec and every shard's counts and checksums.
 
         It does not depend on the URL, so a dataset copied to another bucket has the same
         fingerprint, and a loader checkpoint taken on one resumes on the other.
         """
+        table = self.shard_table
         content = {
             "storage_class": self.storage_class,
             "format": [self.format.name, self.format.config],
-            "shards": [
-                [s.records, s.tokens, s.spans, sorted((k, f.checksum) for k, f in s.files.items())]
-                for s in self.shards
-            ],
+            "records": table.records,
+            "tokens": table.tokens,
+            "spans": table.spans,
+            "checksums": {name: c.checksum for name, c in table.files.items()},
         }
         return xxhash.xxh3_64_hexdigest(json.dumps(content, sort_keys=True).encode())
 
@@ -183,12 +321,12 @@ class Manifest(_Shards):
     def from_parts(
         cls, parts: Sequence[PartRecord], *, guideloom_version: str, metadata: dict[str, Any]
     ) -> Manifest:
-        shards = tuple(s for p in parts for s in p.shards)
+        shards = [s for p in parts for s in p.shards]
         first = parts[0]
         return cls(
             storage_class=first.storage_class,
             format=first.format,
-            shards=shards,
+            shard_table=ShardTable.from_shards(shards),
             num_parts=len(parts),
             total_records=sum(s.records for s in shards),
             total_tokens=sum(s.tokens for s in shards),
@@ -200,7 +338,7 @@ class Manifest(_Shards):
         )
 
     def to_json(self) -> bytes:
-        return self.model_dump_json(indent=1).encode("utf-8")
+        return self.model_dump_json().encode("utf-8")
 
 
 def now_iso() -> str:
@@ -209,18 +347,20 @@ def now_iso() -> str:
 
 def _parse(model: type[BaseModel], data: bytes, where: str) -> Any:
     try:
+        return model.model_validate_json(data)
+    except ValidationError as first:
+        err: Exception = first
+    # Explain the failure: unreadable JSON, an unknown version, or invalid content.
+    try:
         raw = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ManifestError(f"{where} is not valid JSON ({err}); the file is damaged") from err
+    except (UnicodeDecodeError, json.JSONDecodeError) as bad:
+        raise ManifestError(f"{where} is not valid JSON ({bad}); the file is damaged") from bad
     if isinstance(raw, dict) and raw.get("version") not in (None, MANIFEST_VERSION):
         raise ManifestError(
             f"{where} has version {raw.get('version')!r}; this GuideLoom reads version "
             f"{MANIFEST_VERSION}. Upgrade guideloom to read it"
-        )
-    try:
-        return model.model_validate(raw)
-    except ValidationError as err:
-        raise ManifestError(f"{where} is invalid: {err}") from err
+        ) from err
+    raise ManifestError(f"{where} is invalid: {err}") from err
 
 
 def parse_manifest(data: bytes, where: str) -> Manifest:

@@ -171,7 +171,8 @@ class Storage:
     def remove_unreferenced(self) -> None:
         """Remove shard directories and part records that the manifest does not use."""
         manifest = self.manifest
-        used_dirs = {f.path.rsplit("/", 1)[0] for s in manifest.shards for f in s.files.values()}
+        table = manifest.shard_table
+        used_dirs = {table.path(i, "data").rsplit("/", 1)[0] for i in range(len(table))}
         used_tops = {d.split("/")[1] for d in used_dirs}
         for top in self.location.list(layout.SHARDS_DIR):
             if top not in used_tops:

@@ -62,6 +62,21 @@ class _View:
             raise IndexError(f"index {i} out of range for {type(self).__name__} of length {n}")
         return i
 
+    def _indexes(self, indexes: Sequence[int]) -> np.ndarray:
+        """``indexes`` as int64 with negatives counted from the end; IndexError if out of range."""
+        idx = np.asarray(indexes)
+        if idx.size == 0:
+            return np.empty(0, np.int64)
+        if idx.ndim != 1 or idx.dtype.kind not in "iu":
+            return np.array([self._index(i) for i in indexes], dtype=np.int64)
+        idx = idx.astype(np.int64, copy=False)
+        n = self._len
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < -n or hi >= n:
+            bad = next(int(i) for i in idx if not -n <= i < n)
+            raise IndexError(f"index {bad} out of range for {type(self).__name__} of length {n}")
+        return idx + n * (idx < 0) if lo < 0 else idx
+
     def __getitem__(self, i: int) -> Any:
         return self.__getitems__([i])[0]
 
@@ -83,28 +98,39 @@ class DocumentDataset(_View):
 
     def __init__(self, storage: DocumentStorage) -> None:
         super().__init__(storage)
-        counts = np.array([s.records for s in self.manifest.shards], dtype=np.int64)
+        counts = np.array(self.manifest.shard_table.records, dtype=np.int64)
         self._starts = np.concatenate([[0], np.cumsum(counts)])[:-1] if len(counts) else counts
         self._len = int(counts.sum())
 
     def __getitems__(self, indexes: Sequence[int]) -> list[Any]:
-        idx = np.array([self._index(i) for i in indexes], dtype=np.int64)
+        idx = self._indexes(indexes)
         if len(idx) == 0:
             return []
         shard_of = np.searchsorted(self._starts, idx, side="right") - 1
         local = idx - self._starts[shard_of]
-        shards = [int(s) for s in shard_of]
-        unique = sorted(set(shards))
-        offset_tables = {
-            s: table.view(layout.OFFSET_DTYPE) for s, table in zip(unique, self._access.whole(unique, "index"))
-        }
-        requests = []
-        for s, j in zip(shards, local.tolist()):
-            offsets = offset_tables[s]
-            requests.append(ItemRequest(s, "data", int(offsets[j]), int(offsets[j + 1]), 1))
-        blobs = self._access.read(requests)
+        unique = np.unique(shard_of).tolist()
+        begin = np.empty(len(idx), np.int64)
+        end = np.empty(len(idx), np.int64)
+        for s, table in zip(unique, self._access.whole(unique, "index")):
+            offsets = table.view(layout.OFFSET_DTYPE)
+            rows = shard_of == s
+            begin[rows] = offsets[local[rows]]
+            end[rows] = offsets[local[rows] + 1]
         decode = self.storage.format.decode  # type: ignore[attr-defined]
-        return [decode(b.data) for b in blobs]
+        access = self._access
+        if access.local:  # decode straight from the map
+            maps = {s: access.mapped(s, "data") for s in unique}
+            h = layout.HEADER_SIZE
+            out = [
+                decode(maps[s][h + a : h + b].data)
+                for s, a, b in zip(shard_of.tolist(), begin.tolist(), end.tolist())
+            ]
+            access.count_mapped_reads(int((end - begin).sum()))
+            return out
+        requests = [
+            ItemRequest(s, "data", a, b, 1) for s, a, b in zip(shard_of.tolist(), begin.tolist(), end.tolist())
+        ]
+        return [decode(b.data) for b in access.read(requests)]
 
 
 class _Windows(_View):
@@ -120,7 +146,7 @@ class _Windows(_View):
         super().__init__(storage)
         self.sequence_length = int(sequence_length)
         self.stream_format = stream_format
-        tokens = np.array([s.tokens for s in self.manifest.shards], dtype=np.int64)
+        tokens = np.array(self.manifest.shard_table.tokens, dtype=np.int64)
         self._shard_tokens = tokens
         self._starts = np.concatenate([[0], np.cumsum(tokens)])[:-1] if len(tokens) else tokens
         self.total_tokens = int(tokens.sum())
@@ -150,11 +176,12 @@ class _Windows(_View):
         Most windows lie inside one shard: those get their single piece from one vectorized
         ``searchsorted``; only windows that cross a shard boundary take the per-window path.
         """
-        windows = [self._index(i) for i in indexes]
-        if not windows:
+        idx = self._indexes(indexes)
+        if not len(idx):
             return []
+        windows = idx.tolist()
         length = self.sequence_length
-        g0 = np.asarray(windows, dtype=np.int64) * length
+        g0 = idx * length
         first = np.searchsorted(self._starts, g0, side="right") - 1
         last = np.searchsorted(self._starts, g0 + (length - 1), side="right") - 1
         local = (g0 - self._starts[first]).tolist()
@@ -166,32 +193,67 @@ class _Windows(_View):
     def _token_requests(self, plans: list[list[tuple[int, int, int, int]]]) -> list[ItemRequest]:
         return [ItemRequest(s, "data", a, b, self._itemsize) for plan in plans for s, a, b, _ in plan]
 
-    def _assemble(self, plans: list[list[tuple[int, int, int, int]]], blobs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
-        fmt = self.stream_format
-        batch = len(plans)
-        length = self.sequence_length
-        out = {name: np.empty((batch, length), dtype=dt) for name, dt in fmt.fields.items()}
-        k = 0
-        if self._single:
-            (name, dt), = fmt.fields.items()
-            target = out[name]
+    def _elements(self, plans: list[list[tuple[int, int, int, int]]], blobs: Sequence[np.ndarray] | None) -> np.ndarray:
+        """The windows as one ``(batch, sequence_length)`` array of stream elements.
+
+        On local disk (``blobs`` None) each piece is read straight into its place in the
+        output; otherwise the fetched ``blobs`` (one per piece, in plan order) are copied in.
+        """
+        isz = self._itemsize
+        out = np.empty((len(plans), self.sequence_length), dtype=self.stream_format.dtype)
+        raw = out.view(np.uint8).reshape(len(plans), self.sequence_length * isz)
+        if blobs is None:
+            read_into = self._access.read_into
             for row, plan in enumerate(plans):
-                for _, a, b, off in plan:
-                    target[row, off : off + b - a] = blobs[k].view(dt)
-                    k += 1
+                for s, a, b, off in plan:
+                    read_into(s, "data", a * isz, raw[row, off * isz : (off + b - a) * isz])
         else:
+            k = 0
             for row, plan in enumerate(plans):
                 for _, a, b, off in plan:
-                    elements = blobs[k].view(fmt.dtype)
-                    for name in fmt.fields:
-                        out[name][row, off : off + b - a] = elements[name]
+                    raw[row, off * isz : (off + b - a) * isz] = blobs[k]
                     k += 1
         return out
 
+    def _split(self, elements: np.ndarray) -> dict[str, np.ndarray]:
+        """Structured elements -> ``{field: (batch, sequence_length) array}``."""
+        fields = self.stream_format.fields
+        if self._single:
+            ((name, dt),) = fields.items()
+            return {name: elements.view(dt)}  # one packed field: the same bytes, no copy
+        return {name: np.ascontiguousarray(elements[name]) for name in fields}
+
     def read_windows(self, indexes: Sequence[int]) -> dict[str, np.ndarray]:
         """Windows ``indexes`` as ``{field: array of shape (len(indexes), sequence_length)}``."""
+        if self._access.local:
+            return self._split(self._read_local(self._indexes(indexes)))
         plans = self._plan(indexes)
-        return self._assemble(plans, self._access.read(self._token_requests(plans)))
+        return self._split(self._elements(plans, self._access.read(self._token_requests(plans))))
+
+    def _read_local(self, idx: np.ndarray) -> np.ndarray:
+        """The hot path on local disk: each window copied once, straight from the shard's map."""
+        length, isz = self.sequence_length, self._itemsize
+        out = np.empty((len(idx), length), dtype=self.stream_format.dtype)
+        if not len(idx):
+            return out
+        raw = out.view(np.uint8).reshape(len(idx), length * isz)
+        g0 = idx * length
+        first = np.searchsorted(self._starts, g0, side="right") - 1
+        last = np.searchsorted(self._starts, g0 + (length - 1), side="right") - 1
+        begin = ((g0 - self._starts[first]) * isz + layout.HEADER_SIZE).tolist()
+        access = self._access
+        maps: dict[int, np.ndarray] = {}
+        for row, (s, e, a) in enumerate(zip(first.tolist(), last.tolist(), begin)):
+            if s == e:
+                m = maps.get(s)
+                if m is None:
+                    m = maps[s] = access.mapped(s, "data")
+                raw[row] = m[a : a + length * isz]
+            else:  # crosses a shard boundary
+                for shard, a2, b2, off in self._pieces(int(idx[row])):
+                    access.read_into(shard, "data", a2 * isz, raw[row, off * isz : (off + b2 - a2) * isz])
+        access.count_mapped_reads(raw.nbytes)
+        return out
 
 
 class StreamDataset(_Windows):
@@ -221,33 +283,45 @@ class StreamWithMetaDataset(_Windows):
         fmt: StreamWithMetaStorageFormat = storage.format  # type: ignore[assignment]
         super().__init__(storage, sequence_length, fmt.stream_format)
         self.meta_format = fmt
+        self._spans: dict[int, np.ndarray] = {}
+
+    def _span_columns(self, shards: list[int]) -> dict[int, np.ndarray]:
+        """Each shard's span table as a contiguous ``(4, spans)`` array: start, stop,
+        meta_start, meta_stop (searchsorted on a strided structured field would copy it)."""
+        missing = [s for s in shards if s not in self._spans]
+        for s, raw in zip(missing, self._access.whole(missing, "spans")):
+            self._spans[s] = np.ascontiguousarray(raw.view("<u8").reshape(-1, 4).T)
+        found = {s: self._spans[s] for s in shards}
+        while len(self._spans) > 256:
+            self._spans.pop(next(iter(self._spans)))
+        return found
 
     def __getitems__(self, indexes: Sequence[int]) -> list[Any]:
         plans = self._plan(indexes)
-        shards = sorted({s for plan in plans for s, *_ in plan if self.manifest.shards[s].spans})
-        tables = dict(zip(shards, (t.view(layout.SPAN_DTYPE) for t in self._access.whole(shards, "spans"))))
+        span_counts = self.manifest.shard_table.spans
+        shards = sorted({s for plan in plans for s, *_ in plan if span_counts[s]})
+        tables = self._span_columns(shards)
         requests = self._token_requests(plans)
         n_token_requests = len(requests)
         # For each piece: which spans overlap it, and the one byte range holding their annotations.
         piece_spans: list[tuple[np.ndarray, int]] = []
+        nothing = np.empty((0, 4), np.uint64)
         for plan in plans:
             for s, a, b, _ in plan:
                 table = tables.get(s)
                 if table is None:
-                    piece_spans.append((np.empty(0, layout.SPAN_DTYPE), -1))
+                    piece_spans.append((nothing, -1))
                     continue
-                lo = int(np.searchsorted(table["stop"], a, side="right"))
-                hi = int(np.searchsorted(table["start"], b, side="left"))
-                hit = table[lo:hi]
-                if len(hit):
+                lo = int(np.searchsorted(table[1], a, side="right"))
+                hi = int(np.searchsorted(table[0], b, side="left"))
+                if hi > lo:
+                    hit = table[:, lo:hi].T
                     piece_spans.append((hit, len(requests)))
-                    requests.append(
-                        ItemRequest(s, "meta", int(hit["meta_start"][0]), int(hit["meta_stop"][-1]), 1)
-                    )
+                    requests.append(ItemRequest(s, "meta", int(hit[0, 2]), int(hit[-1, 3]), 1))
                 else:
-                    piece_spans.append((hit, -1))
+                    piece_spans.append((nothing, -1))
         blobs = self._access.read(requests)
-        windows = self._assemble(plans, blobs[:n_token_requests])
+        windows = self._split(self._elements(plans, blobs[:n_token_requests]))
         fmt = self.meta_format
         samples = []
         k = 0
@@ -259,7 +333,7 @@ class StreamWithMetaDataset(_Windows):
                 if req < 0:
                     continue
                 blob = blobs[req]
-                base = int(hit["meta_start"][0])
+                base = int(hit[0, 2])
                 for start, stop, m0, m1 in hit.tolist():
                     annotation = fmt.decode_meta(blob[m0 - base : m1 - base].data)
                     spans.append((max(start, a) - a + off, min(stop, b) - a + off, annotation))

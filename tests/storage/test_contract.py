@@ -46,8 +46,12 @@ def raw_fs(url: str, options: dict):
 def data_files(url: str, options: dict) -> list[str]:
     """Full paths of each shard's data file, read from manifest.json with raw fsspec."""
     fs, root = raw_fs(url, options)
-    manifest = json.loads(fs.cat_file(f"{root}/manifest.json"))
-    return [f"{root}/{s['files']['data']['path']}" for s in manifest["shards"]]
+    table = json.loads(fs.cat_file(f"{root}/manifest.json"))["shard_table"]
+    kind = table["files"]["data"]["kind"]
+    return [
+        f"{root}/{table['prefix'][p]}/part-{part:05d}/shard-{index:05d}.{kind}"
+        for p, part, index in zip(table["prefix_id"], table["part"], table["index"])
+    ]
 
 
 def write_stream(url, options, records, **kw):
