@@ -29,7 +29,7 @@ from benchmarks.harness import Config, Row, machine_description, print_table, wr
 
 __all__ = ["ROWS", "main", "run"]
 
-ROWS = ("local", "documents", "s3", "meta", "resume", "memory", "ingest", "open")
+ROWS = ("local", "documents", "s3", "meta", "resume", "memory", "ingest", "open", "write")
 S3_ROWS = ("s3", "memory")
 
 
@@ -73,7 +73,7 @@ def _workdir(path: str | None) -> Iterator[Path]:
 def run(cfg: Config, rows: list[str], s3_endpoint: Any = None,
         log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run ``rows``; returns the JSON payload (rows, failures, machine, config)."""
-    from benchmarks import ingestion, local, memory, opening, remote, resume
+    from benchmarks import ingestion, local, memory, opening, remote, resume, writing
     from benchmarks.s3env import running_endpoint
 
     results: list[Row] = []
@@ -98,6 +98,7 @@ def run(cfg: Config, rows: list[str], s3_endpoint: Any = None,
             "memory": lambda: memory.memory_rows(cfg, s3_endpoint),
             "ingest": lambda: ingestion.ingest_rows(cfg),
             "open": lambda: opening.open_rows(cfg),
+            "write": lambda: writing.write_rows(cfg),
         }
         for name in ROWS:
             if name not in rows:
