@@ -119,7 +119,7 @@ def verify(
     try:
         location, manifest = read_manifest(url, parse_options(option))
         bad = 0
-        for shard, err in verify_shards(location, manifest, checksums=not size_only):
+        for _shard, err in verify_shards(location, manifest, checksums=not size_only):
             if err is not None:
                 bad += 1
                 typer.echo(f"BAD  {err}", err=True)

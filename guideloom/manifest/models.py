@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
-import xxhash
 import numpy as np
+import xxhash
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -169,18 +169,18 @@ class ShardTable(_Frozen):
     @model_validator(mode="after")
     def _consistent(self) -> ShardTable:
         n = len(self.part)
-        columns = {"index": self.index, "records": self.records, "tokens": self.tokens,
-                   "spans": self.spans, "prefix_id": self.prefix_id}
-        columns.update({f"files.{k}.size": c.size for k, c in self.files.items()})
-        columns.update({f"files.{k}.checksum": c.checksum for k, c in self.files.items()})
-        for name, column in columns.items():
-            if len(column) != n:
-                raise ValueError(f"shard table column {name} has {len(column)} rows, 'part' has {n}")
+        lengths = {"index": len(self.index), "records": len(self.records), "tokens": len(self.tokens),
+                   "spans": len(self.spans), "prefix_id": len(self.prefix_id)}
+        lengths.update({f"files.{k}.size": len(c.size) for k, c in self.files.items()})
+        lengths.update({f"files.{k}.checksum": len(c.checksum) for k, c in self.files.items()})
+        for name, rows in lengths.items():
+            if rows != n:
+                raise ValueError(f"shard table column {name} has {rows} rows, 'part' has {n}")
         if "data" not in self.files:
             raise ValueError("the shard table has no 'data' file column")
-        for name, column in self.files.items():
-            if column.kind not in _KINDS:
-                raise ValueError(f"file column {name!r} has unknown kind {column.kind!r}")
+        for name, file_column in self.files.items():
+            if file_column.kind not in _KINDS:
+                raise ValueError(f"file column {name!r} has unknown kind {file_column.kind!r}")
         for prefix in self.prefix:
             if not prefix or prefix.startswith("/") or "://" in prefix or ".." in prefix.split("/"):
                 raise ValueError(f"shard prefix {prefix!r} must be relative to the dataset root")

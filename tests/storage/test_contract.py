@@ -347,7 +347,7 @@ def test_url_with_no_dataset(dataset_url):
     storage = StreamStorage(url, tokens_format(), storage_options=options)
     assert not storage.exists()
     with pytest.raises(DatasetNotFoundError, match="no dataset at"):
-        storage.manifest
+        _ = storage.manifest
     with pytest.raises(FileNotFoundError):  # keeps the built-in meaning
         StreamDataset(storage, 4)
 
