@@ -28,13 +28,14 @@ __all__ = ["s3_rows"]
 WORKERS = 2
 BLOCK_SIZE = 64  # the loader's default shuffle_block_size
 BUFFER_BLOCKS = 4  # and shuffle_buffer_blocks
+RUN_SIZE = 8  # and shuffle_run_size (gcd(8, block size)): a batch of 8 is one run of 8 windows
 
 
 def _batches(num_samples: int, mode: str, cfg: Config) -> list[list[int]]:
     from guideloom.loading.order import EpochOrder
 
     order = EpochOrder(num_samples, shuffle=mode, seed=cfg.seed, epoch=0,  # type: ignore[arg-type]
-                       block_size=BLOCK_SIZE, buffer_blocks=BUFFER_BLOCKS)
+                       block_size=BLOCK_SIZE, buffer_blocks=BUFFER_BLOCKS, run_size=RUN_SIZE)
     return [order(np.arange(lo, min(lo + cfg.batch_size, num_samples), dtype=np.int64)).tolist()
             for lo in range(0, num_samples, cfg.batch_size)]
 
@@ -46,7 +47,7 @@ def _ours(url: str, options: dict[str, Any], mode: str, cfg: Config) -> Any:
     return StatefulDataLoader.from_storage(
         storage, sequence_length=cfg.sequence_length, batch_size=cfg.batch_size,
         shuffle=False if mode == "none" else mode, seed=cfg.seed, num_workers=WORKERS,
-        shuffle_block_size=BLOCK_SIZE, shuffle_buffer_blocks=BUFFER_BLOCKS,
+        shuffle_block_size=BLOCK_SIZE, shuffle_buffer_blocks=BUFFER_BLOCKS, shuffle_run_size=RUN_SIZE,
     )
 
 

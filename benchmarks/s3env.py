@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,17 +45,6 @@ def running_endpoint(endpoint: Any = None) -> Iterator[tuple[Any, str | None]]:
 
 @contextmanager
 def fresh_bucket(options: dict[str, Any]) -> Iterator[str]:
-    """A new bucket on the endpoint (removed afterwards, best effort)."""
-    import s3fs
-
-    fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
-    name = f"gl-bench-{uuid.uuid4().hex[:12]}"
-    fs.mkdir(name)
-    try:
+    """A new bucket for one benchmark, removed afterwards."""
+    with s3server.fresh_bucket(options, prefix="gl-bench") as name:
         yield name
-    finally:
-        try:
-            fs.invalidate_cache()
-            fs.rm(name, recursive=True)
-        except Exception:  # noqa: BLE001 - a leftover bucket on a throwaway server is harmless
-            pass

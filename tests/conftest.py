@@ -100,27 +100,11 @@ def s3_options(s3_endpoint: s3server.S3Endpoint) -> dict[str, Any]:
     return s3_endpoint.storage_options()
 
 
-def _s3fs(options: dict[str, Any]) -> Any:
-    import s3fs
-
-    return s3fs.S3FileSystem(**options)
-
-
 @pytest.fixture
 def s3_bucket(s3_options: dict[str, Any]) -> Iterator[str]:
     """A fresh bucket (lowercase, 3+ characters, unique) created through s3fs; removed afterwards."""
-    fs = _s3fs(s3_options)
-    name = f"gl-test-{uuid.uuid4().hex[:16]}"
-    fs.mkdir(name)
-    try:
+    with s3server.fresh_bucket(s3_options) as name:
         yield name
-    finally:
-        try:
-            fs.invalidate_cache()
-            fs.rm(name, recursive=True)
-        except Exception:  # noqa: BLE001 - cleanup is best effort; a leftover bucket is harmless
-            pass
-        fs.invalidate_cache()
 
 
 @pytest.fixture(

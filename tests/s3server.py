@@ -21,7 +21,9 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,3 +181,21 @@ def start_moto() -> S3Endpoint:
         start_seconds=seconds,
         _stop=server.stop,
     )
+
+
+@contextmanager
+def fresh_bucket(options: dict[str, Any], prefix: str = "gl-test") -> Iterator[str]:
+    """A new, uniquely named bucket created through s3fs; removed afterwards (best effort)."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
+    name = f"{prefix}-{uuid.uuid4().hex[:16]}"
+    fs.mkdir(name)
+    try:
+        yield name
+    finally:
+        try:
+            fs.invalidate_cache()
+            fs.rm(name, recursive=True)
+        except Exception:  # noqa: BLE001 - a leftover bucket on a throwaway server is harmless
+            pass

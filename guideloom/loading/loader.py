@@ -58,6 +58,7 @@ In a training loop::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -75,7 +76,8 @@ __all__ = ["StatefulDataLoader"]
 
 _LAYOUTS = ("documents", "stream", "stream_with_meta")
 _REFUSED_KWARGS = ("sampler", "batch_sampler", "generator")
-_STEPS_PER_CHUNK = 64
+_CHUNK_POSITIONS = 16384  # most positions evaluated in one call of the order
+_DEFAULT_RUN_SIZE = 8
 
 
 class _BatchSource(Dataset):  # type: ignore[type-arg]
@@ -114,17 +116,21 @@ class _OrderedBatchSampler(Sampler[list[int]]):
         if order is None or schedule is None:
             raise RuntimeError("the batch sampler was iterated before it was configured")
         # The order is evaluated for a chunk of steps at once: NumPy's per-call overhead, not the
-        # arithmetic, dominates for one batch of a few positions.
-        for first in range(0, schedule.num_steps, _STEPS_PER_CHUNK):
-            ranges = [
-                schedule.batch_range(step, self.rank)
-                for step in range(first, min(first + _STEPS_PER_CHUNK, schedule.num_steps))
-            ]
-            indexes = order(np.concatenate([np.arange(lo, hi, dtype=np.int64) for lo, hi in ranges]))
-            start = 0
-            for lo, hi in ranges:
-                yield indexes[start : start + hi - lo].tolist()
-                start += hi - lo
+        # arithmetic, dominates for one batch of a few positions. Chunks start at one step (a
+        # fast first batch) and grow to _CHUNK_POSITIONS positions.
+        size, step_size = schedule.batch_size, schedule.step_size
+        offsets = np.arange(size, dtype=np.int64) + self.rank * size
+        first, full, steps = 0, schedule.full_steps, 1
+        max_steps = max(1, _CHUNK_POSITIONS // size)
+        while first < full:
+            steps = min(steps, full - first)
+            bases = schedule.start + (first + np.arange(steps, dtype=np.int64)) * step_size
+            yield from order((bases[:, None] + offsets).ravel()).reshape(steps, size).tolist()
+            first += steps
+            steps = min(steps * 4, max_steps)
+        if schedule.last_batch_size:
+            lo, hi = schedule.batch_range(full, self.rank)
+            yield order(np.arange(lo, hi, dtype=np.int64)).tolist()
 
     def __len__(self) -> int:
         return self.schedule.num_steps if self.schedule is not None else 0
@@ -144,6 +150,19 @@ def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
+
+
+def _run_size(run_size: Any, block_size: int) -> int:
+    """``shuffle_run_size``: given, it must divide the block size; by default gcd(8, block size)."""
+    if run_size is None:
+        return math.gcd(_DEFAULT_RUN_SIZE, block_size)
+    run_size = _positive_int("shuffle_run_size", run_size)
+    if block_size % run_size:
+        raise ValueError(
+            f"shuffle_block_size={block_size} must be a multiple of shuffle_run_size={run_size}: "
+            "blocks are made of whole runs"
+        )
+    return run_size
 
 
 def _distributed_default(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -181,6 +200,7 @@ class StatefulDataLoader(_TorchdataLoader):
         collate_fn: Callable[[list[Any]], Any] | None = None,
         shuffle_block_size: int = 64,
         shuffle_buffer_blocks: int = 4,
+        shuffle_run_size: int | None = None,
         **kwargs: Any,
     ) -> None:
         storage: Any = getattr(dataset, "storage", None)
@@ -207,6 +227,7 @@ class StatefulDataLoader(_TorchdataLoader):
         if mode == "block":
             shuffle_block_size = _positive_int("shuffle_block_size", shuffle_block_size)
             shuffle_buffer_blocks = _positive_int("shuffle_buffer_blocks", shuffle_buffer_blocks)
+            shuffle_run_size = _run_size(shuffle_run_size, shuffle_block_size)
 
         num_samples = len(dataset)
         what = "documents" if layout == "documents" else "windows"
@@ -254,6 +275,7 @@ class StatefulDataLoader(_TorchdataLoader):
             shuffle=mode,
             shuffle_block_size=shuffle_block_size if mode == "block" else None,
             shuffle_buffer_blocks=shuffle_buffer_blocks if mode == "block" else None,
+            shuffle_run_size=shuffle_run_size if mode == "block" else None,
             epoch=0,
             position=0,
             batch_size=batch_size,
@@ -285,8 +307,11 @@ class StatefulDataLoader(_TorchdataLoader):
         ``sequence_length`` (tokens per window) is required for streams and refused for
         documents. ``shuffle``: ``False`` (sequential), ``True`` / ``"full"`` (a full random
         permutation per epoch) or ``"block"`` (random blocks of ``shuffle_block_size``
-        consecutive samples, shuffled inside buffers of ``shuffle_buffer_blocks`` blocks: far fewer
-        remote requests, less mixing; see :mod:`guideloom.loading.order`). ``rank`` and
+        consecutive samples (default 64); inside buffers of ``shuffle_buffer_blocks`` blocks
+        (default 4) runs of ``shuffle_run_size`` consecutive samples (default 8; it must divide
+        the block size, and defaults to ``gcd(8, shuffle_block_size)``) are shuffled: with a
+        ``batch_size`` that is a multiple of the run size, a remote batch costs one range request
+        per run instead of one per sample, for less mixing; see :mod:`guideloom.loading.order`). ``rank`` and
         ``world_size`` default to torch.distributed's when it is initialized. Other keyword
         arguments (``prefetch_factor``, ``pin_memory``, ``persistent_workers``,
         ``multiprocessing_context``, ``timeout``, ``worker_init_fn``, ...) go to torchdata.
@@ -354,6 +379,7 @@ class StatefulDataLoader(_TorchdataLoader):
             epoch=epoch,
             block_size=ident.shuffle_block_size or 1,
             buffer_blocks=ident.shuffle_buffer_blocks or 1,
+            run_size=ident.shuffle_run_size or 1,
         )
         self._sampler.configure(order, schedule)
         self._epoch = epoch

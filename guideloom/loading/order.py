@@ -16,14 +16,40 @@ Three modes:
     until the value falls inside; on average fewer than 4 times). Every epoch gets an independent
     permutation. Any sample can follow any other: the best mixing, the worst locality.
 ``"block"``
-    Locality for remote data. The samples are cut into blocks of ``block_size`` consecutive
-    samples; the blocks are permuted (Feistel again); consecutive runs of ``buffer_blocks``
-    permuted blocks form a *buffer*, and the samples inside each buffer are permuted (a Feistel
-    keyed by the buffer number). So a stretch of ``block_size * buffer_blocks`` positions draws
-    from only ``buffer_blocks`` contiguous regions of the dataset, which a reader can fetch with
-    few, large range requests, while over the epoch every sample still appears exactly once and
-    blocks come in a random order. Larger blocks and smaller buffers mean more locality and
-    less mixing; ``buffer_blocks * block_size >= N`` is a full shuffle.
+    Locality for remote data. Three levels, all keyed by ``(seed, epoch)``:
+
+    1. *runs*: ``run_size`` consecutive samples that always stay together, in their order;
+    2. *blocks*: ``block_size`` consecutive samples (a whole number of runs); the blocks are
+       permuted (Feistel again);
+    3. *buffers*: consecutive stretches of ``buffer_blocks`` permuted blocks; inside each buffer
+       the *runs* are permuted (a Feistel keyed by the buffer number).
+
+    So a stretch of ``block_size * buffer_blocks`` positions draws from only ``buffer_blocks``
+    contiguous regions of the dataset, and every aligned group of ``run_size`` positions is
+    ``run_size`` consecutive samples. A rank's batch of ``B`` consecutive positions (``B`` a
+    multiple of ``run_size``) is therefore ``B / run_size`` contiguous stretches, which a remote
+    view fetches as that many merged range requests instead of ``B``; over the epoch every sample
+    still appears exactly once and blocks come in a random order.
+
+    The trade-off is mixing against requests. ``run_size=1`` permutes single samples inside a
+    buffer (the best mixing block mode offers; on a remote dataset about one request per
+    sample, because a batch's samples are never adjacent); ``run_size=8`` keeps runs of 8
+    together (one request per 8 samples, but the 8 samples of a run always train in the same
+    step, in their stored order). Larger blocks and buffers mix more across the dataset; larger
+    runs cut requests further. ``buffer_blocks * block_size >= N`` with ``run_size=1`` is a full
+    shuffle. The order never depends on the batch size, ``num_workers`` or the world size: the
+    runs line up with batches only when the batch size is a multiple of ``run_size``, and a
+    batch that is not just costs a request or two more.
+
+    Partial pieces: when ``N`` is not a multiple of ``run_size``, the ``N mod run_size`` samples
+    left over (fewer than one run) take the last positions of the epoch, so that every earlier
+    run stays aligned with batches. So that these are not always the same samples (``drop_last``
+    would always drop them), with ``run_size > 1`` the sample indexes are rotated by an offset
+    drawn from ``(seed, epoch)``: run and block boundaries move every epoch, and the one run that
+    wraps past the end of the dataset is read as two stretches. When the number of whole runs is
+    not a multiple of the runs per block, the last block is partial; it takes a random place in
+    the block order, and since it holds whole runs, every run stays aligned. With ``run_size=1``
+    nothing is rotated (this is the block order of loader states of version 1).
 
 All arithmetic is on 64-bit unsigned NumPy arrays and vectorized over a batch of positions.
 """
@@ -45,6 +71,7 @@ _ROUNDS = 6
 _PURPOSE_FULL = 1
 _PURPOSE_BLOCKS = 2
 _PURPOSE_BUFFER = 3
+_PURPOSE_ROTATE = 4
 
 
 def _splitmix64(z: int) -> int:
@@ -63,13 +90,18 @@ def derive_key(*parts: int) -> int:
     return h
 
 
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
 def _mix(x: np.ndarray) -> np.ndarray:
-    """The splitmix64 finalizer on a uint64 array (a bijection of 64-bit words; wraps silently)."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * np.uint64(0xBF58476D1CE4E5B9)
-    x = x ^ (x >> np.uint64(27))
-    x = x * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+    """The splitmix64 finalizer on a fresh uint64 array, in place (a bijection; wraps silently)."""
+    x ^= x >> _S30
+    x *= _M1
+    x ^= x >> _S27
+    x *= _M2
+    x ^= x >> _S31
+    return x
 
 
 class FeistelPermutation:
@@ -125,7 +157,8 @@ class EpochOrder:
     """The sample order of one epoch: ``order(positions) -> sample indexes``.
 
     ``num_samples`` samples (windows or documents); ``shuffle`` is ``"none"``, ``"full"`` or
-    ``"block"``; ``block_size`` (samples) and ``buffer_blocks`` only matter for ``"block"``.
+    ``"block"``; ``block_size`` (samples), ``buffer_blocks`` and ``run_size`` (samples; it must
+    divide ``block_size``) only matter for ``"block"``.
     """
 
     def __init__(
@@ -137,13 +170,19 @@ class EpochOrder:
         epoch: int,
         block_size: int = 1,
         buffer_blocks: int = 1,
+        run_size: int = 1,
     ) -> None:
         if num_samples < 1:
             raise ValueError(f"an epoch order needs at least 1 sample, got {num_samples}")
         if shuffle not in ("none", "full", "block"):
             raise ValueError(f"shuffle mode must be 'none', 'full' or 'block', got {shuffle!r}")
-        if block_size < 1 or buffer_blocks < 1:
-            raise ValueError("block_size and buffer_blocks must be positive")
+        if block_size < 1 or buffer_blocks < 1 or run_size < 1:
+            raise ValueError("block_size, buffer_blocks and run_size must be positive")
+        if block_size % run_size:
+            raise ValueError(
+                f"block_size={block_size} must be a multiple of run_size={run_size}: blocks are "
+                "made of whole runs"
+            )
         self.num_samples = n = int(num_samples)
         self.shuffle = shuffle
         self.seed = int(seed)
@@ -151,13 +190,20 @@ class EpochOrder:
         if shuffle == "full":
             self._perm = FeistelPermutation(n, derive_key(seed, epoch, _PURPOSE_FULL))
         elif shuffle == "block":
-            self._k = k = int(block_size)
-            self._g = int(buffer_blocks)
-            self._nb = nb = -(-n // k)
-            self._r = n - (nb - 1) * k  # size of the last (possibly partial) block, 1 .. k
-            self._blocks = FeistelPermutation(nb, derive_key(seed, epoch, _PURPOSE_BLOCKS))
-            # slot = place in the permuted block order; the partial block sits in slot _jp
-            self._jp = int(self._blocks.inverse(np.array([nb - 1]))[0])
+            # Block arithmetic is in units of runs; the last N mod run_size samples (no whole
+            # run) keep the epoch's last positions, and run_size > 1 rotates the sample indexes.
+            self._run = run = int(run_size)
+            self._units = units = n // run  # whole runs
+            self._tail = units * run  # first position of the leftover samples
+            self._rotate = derive_key(seed, epoch, _PURPOSE_ROTATE) % n if run > 1 else 0
+            if units:
+                self._k = k = int(block_size) // run  # runs per block
+                self._g = int(buffer_blocks)
+                self._nb = nb = -(-units // k)
+                self._r = units - (nb - 1) * k  # runs in the last (possibly partial) block, 1 .. k
+                self._blocks = FeistelPermutation(nb, derive_key(seed, epoch, _PURPOSE_BLOCKS))
+                # slot = place in the permuted block order; the partial block sits in slot _jp
+                self._jp = int(self._blocks.inverse(np.array([nb - 1]))[0])
 
     def __call__(self, positions: np.ndarray | list[int] | range) -> np.ndarray:
         """Sample indexes (int64) at ``positions`` of this epoch, each in ``[0, num_samples)``."""
@@ -168,19 +214,34 @@ class EpochOrder:
             return p.copy()
         if self.shuffle == "full":
             return self._perm(p)
-        return self._block_order(p)
+        return self._run_order(p)
 
     # -- block mode ------------------------------------------------------------------------
+    def _run_order(self, p: np.ndarray) -> np.ndarray:
+        run = self._run
+        if run == 1:
+            return self._block_order(p)
+        out = p.copy()  # leftover samples (positions >= _tail) stay in place before rotation
+        whole = p < self._tail
+        if whole.any():
+            q = p[whole]
+            units, where = np.unique(q // run, return_inverse=True)  # each run's order once
+            out[whole] = self._block_order(units)[where] * run + q % run
+        out += self._rotate
+        out[out >= self.num_samples] -= self.num_samples
+        return out
+
     def _slot_start(self, j: np.ndarray) -> np.ndarray:
-        """First position of slot ``j`` (``j == nb`` gives ``num_samples``)."""
+        """First unit (run) of slot ``j`` (``j == nb`` gives the number of whole runs)."""
         return j * self._k - (self._k - self._r) * (j > self._jp)
 
     def _slot_of(self, p: np.ndarray) -> np.ndarray:
-        a = self._jp * self._k  # first position of the partial block's slot
+        a = self._jp * self._k  # first unit of the partial block's slot
         after = self._jp + 1 + (p - a - self._r) // self._k
         return np.where(p < a, p // self._k, np.where(p < a + self._r, self._jp, after))
 
     def _block_order(self, p: np.ndarray) -> np.ndarray:
+        """Unit positions (runs) -> unit indexes: blocks permuted, units permuted per buffer."""
         buffers = self._slot_of(p) // self._g
         shuffled = np.empty_like(p)
         for b in np.unique(buffers):  # a batch of consecutive positions spans one or two buffers

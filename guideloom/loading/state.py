@@ -3,7 +3,7 @@
 ``StatefulDataLoader.state_dict()`` returns::
 
     {"guideloom_loader": {
-        "version": 1,
+        "version": 2,
         "layout": "stream",             # "documents" | "stream" | "stream_with_meta"
         "fingerprint": "…",             # the manifest's content fingerprint (not the URL)
         "num_samples": 48828,           # windows or documents in one epoch
@@ -12,6 +12,7 @@
         "shuffle": "block",             # "none" | "full" | "block"
         "shuffle_block_size": 64,       # None unless shuffle == "block"
         "shuffle_buffer_blocks": 4,     # None unless shuffle == "block"
+        "shuffle_run_size": 8,          # None unless shuffle == "block"
         "epoch": 3,
         "position": 1024,               # samples handed out in this epoch over all ranks
         "batch_size": 8,                # informational: may differ on resume
@@ -22,6 +23,9 @@
 ``position == num_samples`` means the epoch is complete: iterating again starts ``epoch + 1``.
 Everything above ``epoch`` must match the loader that loads the state, or loading raises
 :class:`~guideloom.errors.ResumeStateError`; the last three may change (elastic resume).
+
+Version 1 had no ``shuffle_run_size``; its block order is the one of ``shuffle_run_size=1``, so a
+version-1 state loads as that (a loader built with ``shuffle_run_size=1`` continues it exactly).
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from guideloom.errors import ResumeStateError
 __all__ = ["STATE_KEY", "STATE_VERSION", "LoaderState"]
 
 STATE_KEY = "guideloom_loader"
-STATE_VERSION = 1
+STATE_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
 
 _MUST_MATCH = (
     ("layout", "storage layout"),
@@ -45,6 +50,7 @@ _MUST_MATCH = (
     ("shuffle", "shuffle mode"),
     ("shuffle_block_size", "shuffle_block_size"),
     ("shuffle_buffer_blocks", "shuffle_buffer_blocks"),
+    ("shuffle_run_size", "shuffle_run_size"),
 )
 
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {
@@ -56,6 +62,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "shuffle": (str,),
     "shuffle_block_size": (int, type(None)),
     "shuffle_buffer_blocks": (int, type(None)),
+    "shuffle_run_size": (int, type(None)),
     "epoch": (int,),
     "position": (int,),
     "batch_size": (int,),
@@ -66,7 +73,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
 
 @dataclass(frozen=True)
 class LoaderState:
-    """What identifies the data order (the first eight fields) and where in it the loader is."""
+    """What identifies the data order (the first nine fields) and where in it the loader is."""
 
     layout: str
     fingerprint: str
@@ -76,6 +83,7 @@ class LoaderState:
     shuffle: str
     shuffle_block_size: int | None
     shuffle_buffer_blocks: int | None
+    shuffle_run_size: int | None
     epoch: int
     position: int
     batch_size: int
@@ -98,11 +106,14 @@ class LoaderState:
         if not isinstance(inner, dict):
             raise ResumeStateError(f"corrupt loader state: {STATE_KEY!r} is not a dict")
         version = inner.get("version")
-        if version != STATE_VERSION:
+        if isinstance(version, bool) or version not in _READABLE_VERSIONS:
             raise ResumeStateError(
                 f"loader state version {version!r} is not supported (this GuideLoom reads "
-                f"version {STATE_VERSION})"
+                f"versions {', '.join(map(str, _READABLE_VERSIONS))})"
             )
+        if version == 1 and "shuffle_run_size" not in inner:
+            # version 1 permuted single samples inside a buffer: run size 1
+            inner = {**inner, "shuffle_run_size": 1 if inner.get("shuffle") == "block" else None}
         missing = [name for name in _FIELD_TYPES if name not in inner]
         if missing:
             raise ResumeStateError(f"truncated loader state: missing {', '.join(missing)}")

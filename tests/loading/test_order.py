@@ -8,6 +8,7 @@ import pytest
 from guideloom.loading.order import EpochOrder, FeistelPermutation
 
 SIZES = [1, 2, 3, 5, 17, 64, 100, 1000, 4097]
+PINNED_V1_PREFIX = [343, 980, 344, 37, 984, 341, 34, 986]  # block order of version-1 states
 
 
 @pytest.mark.parametrize("n", SIZES)
@@ -100,3 +101,94 @@ def test_order_rejects_bad_arguments() -> None:
         EpochOrder(10, shuffle="sometimes", seed=0, epoch=0)  # type: ignore[arg-type]
     with pytest.raises(IndexError):
         EpochOrder(10, shuffle="none", seed=0, epoch=0)([10])
+
+
+# -- runs (block mode with run_size > 1) ------------------------------------------------------
+RUN_CASES = [  # (n, block_size, buffer_blocks, run_size)
+    (1, 8, 4, 8),  # fewer samples than one run
+    (7, 8, 4, 8),
+    (8, 8, 1, 8),  # exactly one run
+    (17, 8, 2, 8),  # two runs and one leftover sample
+    (100, 16, 3, 4),
+    (1000, 64, 4, 8),  # partial last block, leftover samples
+    (1003, 24, 2, 8),
+    (4097, 64, 4, 8),
+    (4096, 64, 4, 8),  # nothing partial
+    (999, 9, 5, 3),
+    (500, 8, 1, 8),  # one block per buffer: runs keep block order
+    (530, 10, 7, 5),
+]
+
+
+@pytest.mark.parametrize("n,k,g,run", RUN_CASES)
+@pytest.mark.parametrize("epoch", [0, 1, 5])
+def test_run_order_is_a_permutation(n: int, k: int, g: int, run: int, epoch: int) -> None:
+    order = EpochOrder(n, shuffle="block", seed=11, epoch=epoch, block_size=k, buffer_blocks=g, run_size=run)
+    assert sorted(order(np.arange(n)).tolist()) == list(range(n))
+
+
+@pytest.mark.parametrize("n,k,g,run", RUN_CASES)
+def test_run_order_at_any_position_matches_the_whole(n: int, k: int, g: int, run: int) -> None:
+    order = EpochOrder(n, shuffle="block", seed=2, epoch=3, block_size=k, buffer_blocks=g, run_size=run)
+    whole = order(np.arange(n))
+    picks = np.random.default_rng(0).integers(0, n, size=50)
+    assert order(picks).tolist() == whole[picks].tolist()
+    for lo in range(0, n, 13):  # batches of any size and alignment
+        assert order(range(lo, min(lo + 13, n))).tolist() == whole[lo : lo + 13].tolist()
+
+
+@pytest.mark.parametrize("n,k,g,run", RUN_CASES)
+def test_aligned_runs_are_consecutive_samples(n: int, k: int, g: int, run: int) -> None:
+    idx = EpochOrder(n, shuffle="block", seed=0, epoch=1, block_size=k, buffer_blocks=g, run_size=run)(
+        np.arange(n)
+    )
+    whole_runs = n // run
+    for start in range(0, whole_runs * run, run):
+        steps = np.diff(idx[start : start + run]) % n  # consecutive, or wrapping past the end once
+        assert (steps == 1).all(), (start, idx[start : start + run])
+    # so a batch of 16 aligned positions is at most 16 / run stretches (+1 where one wraps)
+    if run <= 16 and 16 % run == 0:
+        for start in range(0, whole_runs * run - 16 + 1, 16):
+            stretches = 1 + int((np.diff(idx[start : start + 16]) != 1).sum())
+            assert stretches <= 16 // run + 1
+
+
+def test_run_order_keeps_block_locality_and_shuffles_runs() -> None:
+    n, k, g, run = 64_000, 64, 4, 8
+    order = EpochOrder(n, shuffle="block", seed=0, epoch=0, block_size=k, buffer_blocks=g, run_size=run)
+    idx = order(np.arange(n))
+    offset = order._rotate  # sample indexes are rotated per epoch; undo it to see the blocks
+    blocks_of = ((idx - offset) % n) // k
+    for start in range(0, n, g * k):  # each buffer draws from exactly g blocks
+        assert len(set(blocks_of[start : start + g * k].tolist())) == g
+    runs = ((idx[::run] - offset) % n) // run  # the run at each aligned position
+    assert sorted(runs.tolist()) == list(range(n // run))
+    assert (np.diff(runs) != 1).mean() > 0.5  # runs are shuffled inside buffers, not in order
+
+
+def test_run_order_moves_the_leftover_samples_every_epoch() -> None:
+    n, run = 1003, 8  # 3 samples are no whole run: they take the last positions of the epoch
+    tails = set()
+    for epoch in range(10):
+        idx = EpochOrder(n, shuffle="block", seed=0, epoch=epoch, block_size=16, buffer_blocks=2, run_size=run)(
+            np.arange(n)
+        )
+        assert sorted(idx.tolist()) == list(range(n))
+        tails.add(tuple(idx[-3:].tolist()))
+    assert len(tails) > 5  # drop_last does not always drop the same samples
+
+
+def test_run_size_one_is_the_version_1_block_order() -> None:
+    n, k, g = 1003, 10, 3
+    a = EpochOrder(n, shuffle="block", seed=4, epoch=2, block_size=k, buffer_blocks=g)(np.arange(n))
+    b = EpochOrder(n, shuffle="block", seed=4, epoch=2, block_size=k, buffer_blocks=g, run_size=1)(np.arange(n))
+    assert a.tolist() == b.tolist()
+    # a pinned prefix: version-1 loader states must keep resuming into the same order
+    assert a[:8].tolist() == PINNED_V1_PREFIX
+
+
+def test_run_size_must_divide_the_block_size() -> None:
+    with pytest.raises(ValueError, match="multiple of run_size"):
+        EpochOrder(100, shuffle="block", seed=0, epoch=0, block_size=12, buffer_blocks=2, run_size=8)
+    with pytest.raises(ValueError):
+        EpochOrder(100, shuffle="block", seed=0, epoch=0, block_size=8, buffer_blocks=2, run_size=0)
