@@ -77,15 +77,32 @@ __all__ = ["StatefulDataLoader"]
 _LAYOUTS = ("documents", "stream", "stream_with_meta")
 _REFUSED_KWARGS = ("sampler", "batch_sampler", "generator")
 _CHUNK_POSITIONS = 16384  # most positions evaluated in one call of the order
+_DEFAULT_READ_AHEAD = 3  # remote storage: batches a worker fetches together with the current one
 _DEFAULT_RUN_SIZE = 8
 
 
+class _Batch(list):  # type: ignore[type-arg]
+    """A batch of sample indexes, plus the batches the same worker will be handed next.
+
+    ``ahead`` is only a hint for fetching: it never changes which samples a batch holds.
+    """
+
+    ahead: list[list[int]] = []
+
+
 class _BatchSource(Dataset):  # type: ignore[type-arg]
-    """The view as the DataLoader sees it: ``__getitems__`` fetches one batch in one read."""
+    """The view as the DataLoader sees it: ``__getitems__`` fetches one batch in one read.
+
+    Read-ahead: when a batch carries ``ahead`` (the next batches this worker will receive), the
+    samples of all of them are fetched in the same call, which on object storage means one
+    round of concurrent range requests instead of one round trip per batch. The extra batches
+    wait in a small cache, replaced at the next read-ahead, until their turn comes.
+    """
 
     def __init__(self, view: Any, use_windows: bool) -> None:
         self.view = view
         self.use_windows = use_windows  # stream fast path: dict of (B, L) arrays in one call
+        self._ready: dict[tuple[int, ...], Any] = {}
 
     def __len__(self) -> int:
         return len(self.view)
@@ -93,18 +110,37 @@ class _BatchSource(Dataset):  # type: ignore[type-arg]
     def __getitem__(self, index: int) -> Any:
         return self.view[index]
 
-    def __getitems__(self, indexes: list[int]) -> Any:
+    def _read(self, indexes: list[int]) -> Any:
         if self.use_windows:
             return self.view.read_windows(indexes)
         return self.view.__getitems__(indexes)
+
+    def __getitems__(self, indexes: list[int]) -> Any:
+        key = tuple(indexes)
+        ready = self._ready.pop(key, None)
+        if ready is not None:
+            return ready
+        ahead = [b for b in getattr(indexes, "ahead", []) if b]
+        if not ahead:
+            return self._read(list(indexes))
+        data = self._read([*indexes, *(i for b in ahead for i in b)])
+        bounds = np.cumsum([0, len(indexes), *(len(b) for b in ahead)]).tolist()
+        parts = [
+            {k: v[lo:hi] for k, v in data.items()} if self.use_windows else data[lo:hi]
+            for lo, hi in zip(bounds[:-1], bounds[1:])
+        ]
+        self._ready = {tuple(b): part for b, part in zip(ahead, parts[1:])}
+        return parts[0]
 
 
 class _OrderedBatchSampler(Sampler[list[int]]):
     """Yields this rank's batches of sample indexes for the configured (rest of an) epoch."""
 
-    def __init__(self, rank: int) -> None:
+    def __init__(self, rank: int, workers: int = 1, read_ahead: int = 0) -> None:
         super().__init__()
         self.rank = rank
+        self.workers = max(1, workers)  # the DataLoader hands batch j to worker j % workers
+        self.read_ahead = read_ahead
         self.order: EpochOrder | None = None
         self.schedule: EpochSchedule | None = None
 
@@ -112,6 +148,34 @@ class _OrderedBatchSampler(Sampler[list[int]]):
         self.order, self.schedule = order, schedule
 
     def __iter__(self) -> Iterator[list[int]]:
+        if not self.read_ahead:
+            yield from self._batches()
+            return
+        # Every (read_ahead + 1)-th batch of a worker names that worker's next read_ahead
+        # batches, so the worker fetches them all at once (see _BatchSource).
+        workers, group = self.workers, self.read_ahead + 1
+        window: list[list[int]] = []
+        span = workers * self.read_ahead + 1
+        source = self._batches()
+        j = 0
+        for batch in source:
+            window.append(batch)
+            while len(window) >= span:
+                yield self._tag(window, j, workers, group)
+                window.pop(0)
+                j += 1
+        while window:
+            yield self._tag(window, j, workers, group)
+            window.pop(0)
+            j += 1
+
+    def _tag(self, window: list[list[int]], j: int, workers: int, group: int) -> _Batch:
+        batch = _Batch(window[0])
+        if (j // workers) % group == 0:
+            batch.ahead = window[workers::workers][: group - 1]
+        return batch
+
+    def _batches(self) -> Iterator[list[int]]:
         order, schedule = self.order, self.schedule
         if order is None or schedule is None:
             raise RuntimeError("the batch sampler was iterated before it was configured")
@@ -201,6 +265,7 @@ class StatefulDataLoader(_TorchdataLoader):
         shuffle_block_size: int = 64,
         shuffle_buffer_blocks: int = 4,
         shuffle_run_size: int | None = None,
+        read_ahead: int | None = None,
         **kwargs: Any,
     ) -> None:
         storage: Any = getattr(dataset, "storage", None)
@@ -257,7 +322,11 @@ class StatefulDataLoader(_TorchdataLoader):
             source, collate = _BatchSource(dataset, use_windows=False), collate_documents
 
         kwargs.setdefault("snapshot_every_n_steps", None)  # our state needs no torchdata snapshots
-        sampler = _OrderedBatchSampler(rank)
+        if read_ahead is None:  # worth it where a request costs a round trip
+            read_ahead = 0 if storage.location.is_local else _DEFAULT_READ_AHEAD
+        if isinstance(read_ahead, bool) or not isinstance(read_ahead, (int, np.integer)) or read_ahead < 0:
+            raise ValueError(f"read_ahead must be a non-negative integer (batches), got {read_ahead!r}")
+        sampler = _OrderedBatchSampler(rank, workers=num_workers, read_ahead=int(read_ahead))
         super().__init__(source, batch_sampler=sampler, num_workers=num_workers, collate_fn=collate, **kwargs)
         # DataLoader sets these to None/False for a batch_sampler; report the real settings.
         object.__setattr__(self, "batch_size", batch_size)
@@ -312,7 +381,10 @@ class StatefulDataLoader(_TorchdataLoader):
         the block size, and defaults to ``gcd(8, shuffle_block_size)``) are shuffled: with a
         ``batch_size`` that is a multiple of the run size, a remote batch costs one range request
         per run instead of one per sample, for less mixing; see :mod:`guideloom.loading.order`). ``rank`` and
-        ``world_size`` default to torch.distributed's when it is initialized. Other keyword
+        ``world_size`` default to torch.distributed's when it is initialized. ``read_ahead``
+        (batches; default 3 for remote storage, 0 on local disk) lets each worker fetch its next
+        batches together with the current one, in one round of concurrent range requests; it
+        changes when bytes are fetched, never which samples a batch holds. Other keyword
         arguments (``prefetch_factor``, ``pin_memory``, ``persistent_workers``,
         ``multiprocessing_context``, ``timeout``, ``worker_init_fn``, ...) go to torchdata.
         """

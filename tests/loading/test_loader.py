@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from guideloom import StatefulDataLoader, StreamNumpyFormat, StreamStorage
+from guideloom import StatefulDataLoader, StreamDataset, StreamNumpyFormat, StreamStorage
 from guideloom.errors import ResumeStateError
 from guideloom.testing import batch_keys
 
@@ -203,7 +203,8 @@ def test_resume_at_90_percent_costs_what_1_percent_does_on_s3(
     write_dataset: Callable[..., Any],
 ) -> None:
     storage = write_dataset("stream", f"s3://{s3_bucket}/ds", counting_s3.storage_options, size=200)
-    make = make_loader_for(storage, batch_size=4, shuffle=True)
+    # read_ahead=0: the first batch alone is counted (read-ahead would add later batches).
+    make = make_loader_for(storage, batch_size=4, shuffle=True, read_ahead=0)
     loader = make(num_workers=0, rank=0, world_size=1)
     state = loader.state_dict()
     costs = {}
@@ -364,3 +365,36 @@ def test_states_of_other_datasets_and_layouts_are_refused(
     docs = write_dataset("documents", str(tmp_path / "docs"), {})
     with pytest.raises(ResumeStateError, match="layout"):
         StatefulDataLoader.from_storage(docs).load_state_dict(state)
+
+
+@pytest.mark.s3
+def test_read_ahead_fetches_each_worker_batch_once_in_fewer_rounds(
+    counting_s3: Any,
+    s3_bucket: str,
+    make_loader_for: Callable[..., Callable[..., Any]],
+    write_dataset: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    storage = write_dataset("stream", f"s3://{s3_bucket}/ds", counting_s3.storage_options, size=200)
+    calls: list[int] = []
+    original = StreamDataset.read_windows
+
+    def spy(self: Any, indexes: Any) -> Any:
+        calls.append(len(indexes))
+        return original(self, indexes)
+
+    monkeypatch.setattr(StreamDataset, "read_windows", spy)
+    results = {}
+    for ahead in (0, 3):
+        for workers in (0, 2):
+            make = make_loader_for(storage, batch_size=4, shuffle=True, read_ahead=ahead)
+            calls.clear()
+            counting_s3.reset()
+            batches = [b["tokens"].tolist() for b in make(num_workers=workers, rank=0, world_size=1)]
+            results[ahead, workers] = (batches, counting_s3.bytes_out)
+            if workers == 0:  # the spy sees the main process's calls only
+                assert len(calls) == (50 if ahead == 0 else 13)  # 50 batches; read-ahead groups of 4
+    reference, reference_bytes = results[0, 0]
+    for (ahead, workers), (batches, bytes_out) in results.items():
+        assert batches == reference, (ahead, workers)  # read-ahead never changes the batches
+        assert bytes_out == reference_bytes  # and every window is fetched exactly once
