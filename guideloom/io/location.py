@@ -28,6 +28,7 @@ __all__ = ["Location", "redact_url"]
 T = TypeVar("T")
 
 _TRANSIENT = (ConnectionError, TimeoutError)
+_UNREACHABLE = {"EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError"}
 _RETRIES = 3
 
 
@@ -125,7 +126,17 @@ class Location:
                 "credentials (storage_options key/secret or the AWS_* environment variables), the "
                 "endpoint_url, and that the bucket exists and you may use it"
             ) from err
-        except OSError as err:
+        except Exception as err:
+            if type(err).__name__ in _UNREACHABLE:  # botocore / aiohttp: nothing answered
+                endpoint = self.storage_options.get("client_kwargs", {}).get("endpoint_url", "")
+                raise StorageAccessError(
+                    f"{action} {where}: could not connect to the storage endpoint "
+                    f"{redact_url(str(endpoint)) or '(the default for this protocol)'} "
+                    f"({type(err).__name__}). Check client_kwargs.endpoint_url in storage_options "
+                    "(or FSSPEC_S3_ENDPOINT_URL) and that the server is running"
+                ) from err
+            if not isinstance(err, OSError):
+                raise
             if _looks_like_access_problem(err):
                 raise StorageAccessError(
                     f"{action} {where}: the storage refused the request ({_safe(err)}). Check the "

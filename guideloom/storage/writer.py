@@ -101,12 +101,7 @@ class Writer:
         if spans is not None and not isinstance(fmt, StreamWithMetaStorageFormat):
             raise RecordError(f"{where}: spans are only stored by StreamWithMetaStorage")
         if isinstance(fmt, DocumentStorageFormat):
-            data = fmt.encode(record)
-            if not isinstance(data, (bytes, bytearray, memoryview)):
-                raise RecordError(
-                    f"{where}: {type(fmt).__qualname__}.encode returned "
-                    f"{type(data).__name__}; it must return bytes"
-                )
+            data = _encoded(fmt.encode, record, where, "encode")
             if buf.records == 0:
                 self._offsets = [0]
             self._offsets.append(self._offsets[-1] + len(data))
@@ -118,13 +113,13 @@ class Writer:
         elif isinstance(fmt, StreamWithMetaStorageFormat):
             elements = fmt.stream_format.to_elements(record, where)
             checked = check_spans(spans or [], len(elements), where)
+            # Encode every annotation before touching the shard buffer: a failure leaves no trace.
+            metas = [_encoded(fmt.encode_meta, annotation, f"{where} span {j}", "encode_meta")
+                     for j, (_, _, annotation) in enumerate(checked)]
             if buf.records == 0:
                 self._span_rows: list[tuple[int, int, int, int]] = []
                 self._meta_size = 0
-            for start, stop, annotation in checked:
-                meta = fmt.encode_meta(annotation)
-                if not isinstance(meta, (bytes, bytearray, memoryview)):
-                    raise RecordError(f"{where}: encode_meta must return bytes, got {type(meta).__name__}")
+            for (start, stop, _), meta in zip(checked, metas):
                 size = len(meta)
                 self._span_rows.append(
                     (buf.tokens + start, buf.tokens + stop, self._meta_size, self._meta_size + size)
@@ -257,3 +252,18 @@ _FILE_KINDS = {
     "stream": ("tokens",),
     "stream_with_meta": ("tokens", "meta"),
 }
+
+
+def _encoded(encode: Any, value: Any, where: str, method: str) -> bytes | bytearray | memoryview:
+    """``encode(value)``, with any failure or non-bytes result reported as a :class:`RecordError`."""
+    try:
+        data = encode(value)
+    except RecordError:
+        raise
+    except Exception as err:
+        owner = getattr(encode, "__self__", None)
+        name = f"{type(owner).__qualname__}.{method}" if owner is not None else method
+        raise RecordError(f"{where}: {name} failed: {err}") from err
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise RecordError(f"{where}: {method} must return bytes, got {type(data).__name__}")
+    return data

@@ -373,3 +373,26 @@ def test_fingerprint_ignores_url(tmp_path):
     c = write_stream(str(tmp_path / "c"), {}, seed_records()[:1])
     assert a.manifest.fingerprint == b.manifest.fingerprint
     assert a.manifest.fingerprint != c.manifest.fingerprint
+
+
+def test_format_encode_failures_name_the_record(dataset_url, concepts_format):
+    url, options = dataset_url
+    docs = DocumentStorage(url, DocumentJsonFormat(), storage_options=options)
+    with pytest.raises(RecordError, match=r"part 0 record 1: DocumentJsonFormat.encode failed: .*tolist"):
+        with docs.writer() as w:
+            w.append({"ok": 1})
+            w.append({"ids": np.arange(3)})
+    assert not docs.exists()
+
+
+def test_a_failed_annotation_leaves_the_shard_consistent(dataset_url, concepts_format):
+    url, options = dataset_url
+    storage = StreamWithMetaStorage(url, concepts_format, storage_options=options)
+    with storage.writer() as w:
+        w.append({"tokens": np.arange(4)}, spans=[(0, 2, ["a"])])
+        with pytest.raises(RecordError, match=r"record 1 span 1: ConceptsFormat.encode_meta failed"):
+            w.append({"tokens": np.arange(4)}, spans=[(0, 2, ["b"]), (2, 4, {object()})])
+        w.append({"tokens": np.arange(4, 8)}, spans=[(1, 3, ["c"])])  # the writer goes on
+    ds = StreamWithMetaDataset(storage, sequence_length=8)
+    assert ds[0]["tokens"].tolist() == list(range(8))
+    assert ds[0]["spans"] == [(0, 2, ["a"]), (5, 7, ["c"])]
