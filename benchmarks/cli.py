@@ -34,15 +34,24 @@ S3_ROWS = ("s3", "memory")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     d = Config(workdir=Path("."))
-    p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated rows to run; any of {','.join(ROWS)}")
+    p.add_argument(
+        "--rows", default=",".join(ROWS), help=f"comma-separated rows to run; any of {','.join(ROWS)}"
+    )
     p.add_argument("--tokens", type=int, default=d.tokens, help="local stream corpus size in tokens")
     p.add_argument("--s3-tokens", type=int, default=d.s3_tokens, help="S3 corpus size in tokens")
     p.add_argument("--documents", type=int, default=d.documents, help="document corpus size in records")
-    p.add_argument("--open-shards", type=int, default=d.open_shards, help="shards of the open row's large dataset")
-    p.add_argument("--ingest-tokens", type=int, default=d.ingest_tokens, help="ingestion input size, about, in tokens")
+    p.add_argument(
+        "--open-shards", type=int, default=d.open_shards, help="shards of the open row's large dataset"
+    )
+    p.add_argument(
+        "--ingest-tokens", type=int, default=d.ingest_tokens, help="ingestion input size, about, in tokens"
+    )
     p.add_argument("--s3-shuffles", default=",".join(d.s3_shuffles), help="S3 orders: none,block,full")
     p.add_argument("--repeats", type=int, default=d.repeats, help="timed repeats per measurement")
     p.add_argument("--seed", type=int, default=d.seed)
@@ -70,8 +79,9 @@ def _workdir(path: str | None) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run(cfg: Config, rows: list[str], s3_endpoint: Any = None,
-        log: Callable[[str], None] = print) -> dict[str, Any]:
+def run(
+    cfg: Config, rows: list[str], s3_endpoint: Any = None, log: Callable[[str], None] = print
+) -> dict[str, Any]:
     """Run ``rows``; returns the JSON payload (rows, failures, machine, config)."""
     from benchmarks import ingestion, local, memory, opening, remote, resume, writing
     from benchmarks.s3env import running_endpoint
@@ -129,9 +139,16 @@ def main(argv: list[str] | None = None) -> int:
     rows = [r for r in args.rows.split(",") if r]
     with _workdir(args.workdir) as workdir:
         cfg = Config(
-            workdir=workdir, tokens=args.tokens, s3_tokens=args.s3_tokens, documents=args.documents,
-            repeats=args.repeats, seed=args.seed, shard_size=args.shard_size, open_shards=args.open_shards,
-            ingest_tokens=args.ingest_tokens, s3_shuffles=tuple(args.s3_shuffles.split(",")),
+            workdir=workdir,
+            tokens=args.tokens,
+            s3_tokens=args.s3_tokens,
+            documents=args.documents,
+            repeats=args.repeats,
+            seed=args.seed,
+            shard_size=args.shard_size,
+            open_shards=args.open_shards,
+            ingest_tokens=args.ingest_tokens,
+            s3_shuffles=tuple(args.s3_shuffles.split(",")),
             quick=args.quick,
         )
         t0 = time.perf_counter()
@@ -142,9 +159,11 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print_table(results)
     m = payload["machine"]
-    print(f"\n{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; S3: "
-          f"{payload['s3_server'].get('description', 'not used')}; {payload['total_seconds']} s; "
-          f"JSON: {args.json}")
+    print(
+        f"\n{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; S3: "
+        f"{payload['s3_server'].get('description', 'not used')}; {payload['total_seconds']} s; "
+        f"JSON: {args.json}"
+    )
     for name, why in payload["failures"].items():
         print(f"row {name} FAILED: {why}", file=sys.stderr)
     return 1 if payload["failures"] else 0

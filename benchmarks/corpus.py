@@ -88,8 +88,12 @@ def _documents(total_tokens: int, seed: int) -> Iterator[np.ndarray]:
 
 
 def write_stream(
-    url: str, total_tokens: int, seed: int, shard_size: int,
-    storage_options: dict[str, Any] | None = None, raw_path: str | Path | None = None,
+    url: str,
+    total_tokens: int,
+    seed: int,
+    shard_size: int,
+    storage_options: dict[str, Any] | None = None,
+    raw_path: str | Path | None = None,
 ) -> StreamStorage:
     """A stream dataset of ``total_tokens`` tokens; with ``raw_path``, the same stream raw."""
     storage = StreamStorage(url, stream_format(), storage_options=storage_options)

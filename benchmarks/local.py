@@ -46,8 +46,13 @@ def _loader(storage: Any, cfg: Config, shuffle: Any, num_workers: int, **kwargs:
 
     seq = None if storage.layout == "documents" else cfg.sequence_length
     return StatefulDataLoader.from_storage(
-        storage, sequence_length=seq, batch_size=cfg.batch_size, shuffle=shuffle,
-        seed=cfg.seed, num_workers=num_workers, **kwargs,
+        storage,
+        sequence_length=seq,
+        batch_size=cfg.batch_size,
+        shuffle=shuffle,
+        seed=cfg.seed,
+        num_workers=num_workers,
+        **kwargs,
     )
 
 
@@ -76,12 +81,22 @@ def local_rows(cfg: Config) -> list[Row]:
             return p.rate
 
         g, b = interleaved(ours, theirs, cfg.repeats, warmup=not cfg.quick)
-        rows.append(Row(
-            "local", _case(shuffle, workers), "tokens/s", g, b, "raw np.memmap gather", target=0.8,
-            extra={"first_batch_s": float(np.median(first["guideloom"])),
-                   "baseline_first_batch_s": float(np.median(first["baseline"])),
-                   "tokens": storage.manifest.total_tokens},
-        ))
+        rows.append(
+            Row(
+                "local",
+                _case(shuffle, workers),
+                "tokens/s",
+                g,
+                b,
+                "raw np.memmap gather",
+                target=0.8,
+                extra={
+                    "first_batch_s": float(np.median(first["guideloom"])),
+                    "baseline_first_batch_s": float(np.median(first["baseline"])),
+                    "tokens": storage.manifest.total_tokens,
+                },
+            )
+        )
     return rows
 
 
@@ -100,11 +115,21 @@ def documents_rows(cfg: Config) -> list[Row]:
         g, b = interleaved(
             lambda: timed_pass(ours_loader, count_records).rate,  # noqa: B023 - called within this iteration
             lambda: timed_pass(theirs_loader, count_records).rate,  # noqa: B023 - called within this iteration
-            cfg.repeats, warmup=not cfg.quick,
+            cfg.repeats,
+            warmup=not cfg.quick,
         )
-        rows.append(Row("documents", _case(shuffle, workers), "records/s", g, b,
-                        "raw decode from np.memmap", target=0.8,
-                        extra={"records": storage.manifest.total_records}))
+        rows.append(
+            Row(
+                "documents",
+                _case(shuffle, workers),
+                "records/s",
+                g,
+                b,
+                "raw decode from np.memmap",
+                target=0.8,
+                extra={"records": storage.manifest.total_records},
+            )
+        )
     return rows
 
 
@@ -118,8 +143,18 @@ def meta_rows(cfg: Config) -> list[Row]:
         g, b = interleaved(
             lambda: timed_pass(ours_loader, count_tokens).rate,  # noqa: B023 - called within this iteration
             lambda: timed_pass(theirs_loader, count_tokens).rate,  # noqa: B023 - called within this iteration
-            cfg.repeats, warmup=not cfg.quick,
+            cfg.repeats,
+            warmup=not cfg.quick,
         )
-        rows.append(Row("meta", _case(shuffle, workers), "tokens/s", g, b, "same windows, plain stream",
-                        extra={"spans": meta.manifest.total_records}))
+        rows.append(
+            Row(
+                "meta",
+                _case(shuffle, workers),
+                "tokens/s",
+                g,
+                b,
+                "same windows, plain stream",
+                extra={"spans": meta.manifest.total_records},
+            )
+        )
     return rows

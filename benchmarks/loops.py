@@ -154,8 +154,15 @@ class RawS3Windows(Dataset):  # type: ignore[type-arg]
     """
 
     def __init__(
-        self, storage_options: dict[str, Any], paths: list[str], shard_tokens: np.ndarray,
-        header_size: int, itemsize: int, sequence_length: int, out_dtype: Any, dtype: Any,
+        self,
+        storage_options: dict[str, Any],
+        paths: list[str],
+        shard_tokens: np.ndarray,
+        header_size: int,
+        itemsize: int,
+        sequence_length: int,
+        out_dtype: Any,
+        dtype: Any,
     ) -> None:
         self.storage_options = storage_options
         self.paths = paths
@@ -222,7 +229,6 @@ class RawS3Windows(Dataset):  # type: ignore[type-arg]
         )
         out = np.empty((len(indexes), self.sequence_length), dtype=self.out_dtype)
         for (_shard, a, b, row, off), (req, rel) in zip(pieces, where):
-            tokens = np.frombuffer(blobs[req], dtype=self.dtype, count=(b - a) // self.itemsize,
-                                   offset=rel)
+            tokens = np.frombuffer(blobs[req], dtype=self.dtype, count=(b - a) // self.itemsize, offset=rel)
             out[row, off : off + len(tokens)] = tokens
         return torch.from_numpy(out)

@@ -30,12 +30,24 @@ __all__ = ["memory_rows", "measure_child"]
 
 def measure_child(url: str, options: dict[str, Any] | None, cfg: Config, shuffle: Any) -> dict[str, Any]:
     """Run the reading child for ``url``; returns its report."""
-    request = {"url": url, "options": options, "sequence_length": cfg.sequence_length,
-               "batch_size": cfg.batch_size, "shuffle": shuffle, "seed": cfg.seed}
+    request = {
+        "url": url,
+        "options": options,
+        "sequence_length": cfg.sequence_length,
+        "batch_size": cfg.batch_size,
+        "shuffle": shuffle,
+        "seed": cfg.seed,
+    }
     root = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.memory"], input=json.dumps(request),
-                          capture_output=True, text=True, env=env, timeout=1800)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.memory"],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"the memory child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -57,8 +69,9 @@ def memory_rows(cfg: Config, s3_endpoint: Any = None, include_s3: bool = True) -
             options = ep.storage_options()
             small, big = f"s3://{bucket}/small", f"s3://{bucket}/big"
             write_stream(small, cfg.s3_tokens, cfg.seed, cfg.shard_size, storage_options=options)
-            write_stream(big, cfg.s3_tokens * cfg.memory_factor, cfg.seed + 7, cfg.shard_size,
-                         storage_options=options)
+            write_stream(
+                big, cfg.s3_tokens * cfg.memory_factor, cfg.seed + 7, cfg.shard_size, storage_options=options
+            )
             rows.append(_row("s3", "shuffle=off workers=0", small, big, options, cfg, False))
     return rows
 
@@ -73,12 +86,24 @@ def _row(where: str, case: str, small: str, big: str, options: Any, cfg: Config,
     b = stats([r["peak_rss_kib"] * mib for r in small_runs])
     last_small, last_big = small_runs[-1], big_runs[-1]
     extra = {
-        "tokens_small": last_small["tokens"], "tokens_large": last_big["tokens"],
-        "rss_anon_mib_small": last_small["rss_anon_kib"] * mib, "rss_anon_mib_large": last_big["rss_anon_kib"] * mib,
-        "rss_file_mib_small": last_small["rss_file_kib"] * mib, "rss_file_mib_large": last_big["rss_file_kib"] * mib,
+        "tokens_small": last_small["tokens"],
+        "tokens_large": last_big["tokens"],
+        "rss_anon_mib_small": last_small["rss_anon_kib"] * mib,
+        "rss_anon_mib_large": last_big["rss_anon_kib"] * mib,
+        "rss_file_mib_small": last_small["rss_file_kib"] * mib,
+        "rss_file_mib_large": last_big["rss_file_kib"] * mib,
     }
-    return Row("memory", f"{where} {case}", "MiB peak RSS", g, b, f"dataset 1/{cfg.memory_factor} the size",
-               higher_is_better=False, target=1.1, extra=extra)
+    return Row(
+        "memory",
+        f"{where} {case}",
+        "MiB peak RSS",
+        g,
+        b,
+        f"dataset 1/{cfg.memory_factor} the size",
+        higher_is_better=False,
+        target=1.1,
+        extra=extra,
+    )
 
 
 def _status_kib(field: str) -> int:
@@ -95,8 +120,12 @@ def _child() -> None:
 
     storage = StreamStorage(request["url"], stream_format(), storage_options=request["options"])
     loader = StatefulDataLoader.from_storage(
-        storage, sequence_length=request["sequence_length"], batch_size=request["batch_size"],
-        shuffle=request["shuffle"], seed=request["seed"], num_workers=0,
+        storage,
+        sequence_length=request["sequence_length"],
+        batch_size=request["batch_size"],
+        shuffle=request["shuffle"],
+        seed=request["seed"],
+        num_workers=0,
     )
     t0 = time.perf_counter()
     tokens = 0

@@ -50,13 +50,32 @@ def open_rows(cfg: Config) -> list[Row]:
     _write(few, cfg.open_shards, SMALL_SHARDS, cfg.seed)
     from guideloom import StreamStorage
 
-    counts = (len(StreamStorage(many, stream_format()).manifest.shards),
-              len(StreamStorage(few, stream_format()).manifest.shards))
-    g, b = interleaved(lambda: _open_seconds(many, cfg.sequence_length),
-                       lambda: _open_seconds(few, cfg.sequence_length), max(cfg.repeats, 3),
-                       warmup=not cfg.quick)
+    counts = (
+        len(StreamStorage(many, stream_format()).manifest.shards),
+        len(StreamStorage(few, stream_format()).manifest.shards),
+    )
+    g, b = interleaved(
+        lambda: _open_seconds(many, cfg.sequence_length),
+        lambda: _open_seconds(few, cfg.sequence_length),
+        max(cfg.repeats, 3),
+        warmup=not cfg.quick,
+    )
     manifest_bytes = (cfg.workdir / "open-many" / "manifest.json").stat().st_size
-    return [Row("open", f"local, {counts[0]} shards vs {counts[1]}", "s", g, b, f"{counts[1]} shards",
-                higher_is_better=False, target=2.0,
-                extra={"shards": counts[0], "baseline_shards": counts[1], "manifest_bytes": manifest_bytes,
-                       "write_seconds": write_s})]
+    return [
+        Row(
+            "open",
+            f"local, {counts[0]} shards vs {counts[1]}",
+            "s",
+            g,
+            b,
+            f"{counts[1]} shards",
+            higher_is_better=False,
+            target=2.0,
+            extra={
+                "shards": counts[0],
+                "baseline_shards": counts[1],
+                "manifest_bytes": manifest_bytes,
+                "write_seconds": write_s,
+            },
+        )
+    ]

@@ -34,10 +34,19 @@ RUN_SIZE = 8  # and shuffle_run_size (gcd(8, block size)): a batch of 8 is one r
 def _batches(num_samples: int, mode: str, cfg: Config) -> list[list[int]]:
     from guideloom.loading.order import EpochOrder
 
-    order = EpochOrder(num_samples, shuffle=mode, seed=cfg.seed, epoch=0,  # type: ignore[arg-type]
-                       block_size=BLOCK_SIZE, buffer_blocks=BUFFER_BLOCKS, run_size=RUN_SIZE)
-    return [order(np.arange(lo, min(lo + cfg.batch_size, num_samples), dtype=np.int64)).tolist()
-            for lo in range(0, num_samples, cfg.batch_size)]
+    order = EpochOrder(
+        num_samples,
+        shuffle=mode,
+        seed=cfg.seed,
+        epoch=0,  # type: ignore[arg-type]
+        block_size=BLOCK_SIZE,
+        buffer_blocks=BUFFER_BLOCKS,
+        run_size=RUN_SIZE,
+    )
+    return [
+        order(np.arange(lo, min(lo + cfg.batch_size, num_samples), dtype=np.int64)).tolist()
+        for lo in range(0, num_samples, cfg.batch_size)
+    ]
 
 
 def _ours(url: str, options: dict[str, Any], mode: str, cfg: Config) -> Any:
@@ -45,9 +54,15 @@ def _ours(url: str, options: dict[str, Any], mode: str, cfg: Config) -> Any:
 
     storage = StreamStorage(url, stream_format(), storage_options=options)
     return StatefulDataLoader.from_storage(
-        storage, sequence_length=cfg.sequence_length, batch_size=cfg.batch_size,
-        shuffle=False if mode == "none" else mode, seed=cfg.seed, num_workers=WORKERS,
-        shuffle_block_size=BLOCK_SIZE, shuffle_buffer_blocks=BUFFER_BLOCKS, shuffle_run_size=RUN_SIZE,
+        storage,
+        sequence_length=cfg.sequence_length,
+        batch_size=cfg.batch_size,
+        shuffle=False if mode == "none" else mode,
+        seed=cfg.seed,
+        num_workers=WORKERS,
+        shuffle_block_size=BLOCK_SIZE,
+        shuffle_buffer_blocks=BUFFER_BLOCKS,
+        shuffle_run_size=RUN_SIZE,
     )
 
 
@@ -59,12 +74,18 @@ def _theirs(storage: Any, bucket_root: str, options: dict[str, Any], mode: str, 
 
     shards = storage.manifest.shards
     dataset = RawS3Windows(
-        options, [f"{bucket_root}/{s.files['data'].path}" for s in shards],
-        np.array([s.tokens for s in shards]), layout.HEADER_SIZE, 2, cfg.sequence_length,
-        np.int32, np.uint16,
+        options,
+        [f"{bucket_root}/{s.files['data'].path}" for s in shards],
+        np.array([s.tokens for s in shards]),
+        layout.HEADER_SIZE,
+        2,
+        cfg.sequence_length,
+        np.int32,
+        np.uint16,
     )
-    return DataLoader(dataset, batch_sampler=_batches(len(dataset), mode, cfg), num_workers=WORKERS,
-                      collate_fn=_identity)
+    return DataLoader(
+        dataset, batch_sampler=_batches(len(dataset), mode, cfg), num_workers=WORKERS, collate_fn=_identity
+    )
 
 
 def _counted_pass(loader: Any, proxy: CountingProxy) -> dict[str, float]:
@@ -112,8 +133,15 @@ def s3_rows(cfg: Config, endpoint: Any = None) -> list[Row]:
                 proxied = {**ep.storage_options(proxy.url), "skip_instance_cache": True}
                 ours_counts = _counted_pass(_ours(url, proxied, mode, cfg), proxy)
                 theirs_counts = _counted_pass(
-                    _theirs(StreamStorage(url, stream_format(), storage_options=options),
-                            f"{bucket}/stream", proxied, mode, cfg), proxy)
+                    _theirs(
+                        StreamStorage(url, stream_format(), storage_options=options),
+                        f"{bucket}/stream",
+                        proxied,
+                        mode,
+                        cfg,
+                    ),
+                    proxy,
+                )
             extra = {
                 "first_batch_s": float(np.median(first["guideloom"])),
                 "baseline_first_batch_s": float(np.median(first["baseline"])),
@@ -133,6 +161,17 @@ def s3_rows(cfg: Config, endpoint: Any = None) -> list[Row]:
                 "no whole-shard GET": ours_counts["max_get_bytes"] < shard_bytes,
             }
             name = {"none": "off"}.get(mode, mode)
-            rows.append(Row("s3", f"shuffle={name} workers={WORKERS}", "tokens/s", g, b,
-                            "raw fs.cat_ranges, same ranges", target=0.8, extra=extra, checks=checks))
+            rows.append(
+                Row(
+                    "s3",
+                    f"shuffle={name} workers={WORKERS}",
+                    "tokens/s",
+                    g,
+                    b,
+                    "raw fs.cat_ranges, same ranges",
+                    target=0.8,
+                    extra=extra,
+                    checks=checks,
+                )
+            )
     return rows

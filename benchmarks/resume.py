@@ -53,9 +53,20 @@ def resume_rows(cfg: Config) -> list[Row]:
         g, b = interleaved(
             lambda: _resume_seconds(storage, cfg, late, workers),  # noqa: B023 - called in this iteration
             lambda: _resume_seconds(storage, cfg, early, workers),  # noqa: B023
-            cfg.repeats, warmup=not cfg.quick,
+            cfg.repeats,
+            warmup=not cfg.quick,
         )
-        rows.append(Row("resume", f"shuffle=full workers={workers}", "s", g, b, "resume at 1 %",
-                        higher_is_better=False, target=1.2,
-                        extra={"position_1pct": _position(early), "position_90pct": _position(late)}))
+        rows.append(
+            Row(
+                "resume",
+                f"shuffle=full workers={workers}",
+                "s",
+                g,
+                b,
+                "resume at 1 %",
+                higher_is_better=False,
+                target=1.2,
+                extra={"position_1pct": _position(early), "position_90pct": _position(late)},
+            )
+        )
     return rows

@@ -47,5 +47,15 @@ def write_rows(cfg: Config) -> list[Row]:
     g, b = interleaved(ours, raw, cfg.repeats, warmup=not cfg.quick)
     raw_path.unlink(missing_ok=True)
     shutil.rmtree(target, ignore_errors=True)
-    return [Row("write", f"local, {len(documents):,} documents from memory", "tokens/s", g, b,
-                "raw ndarray.tofile", target=0.8, extra={"tokens": total})]
+    return [
+        Row(
+            "write",
+            f"local, {len(documents):,} documents from memory",
+            "tokens/s",
+            g,
+            b,
+            "raw ndarray.tofile",
+            target=0.8,
+            extra={"tokens": total},
+        )
+    ]

@@ -11,7 +11,8 @@ import guideloom
 def test_all_is_sorted_and_complete():
     assert list(guideloom.__all__) == sorted(guideloom.__all__)
     public = {
-        n for n, obj in vars(guideloom).items()
+        n
+        for n, obj in vars(guideloom).items()
         if isinstance(obj, type) and obj.__module__.startswith("guideloom") and not n.startswith("_")
     }
     assert public <= set(guideloom.__all__), public - set(guideloom.__all__)
@@ -21,9 +22,17 @@ def test_all_is_sorted_and_complete():
 
 def test_seed_page_class_names_are_exported():
     for name in [
-        "StatefulDataLoader", "StreamDataset", "DocumentDataset", "StreamWithMetaDataset",
-        "DocumentPickleFormat", "DocumentStorageFormat", "StreamNumpyFormat",
-        "StreamWithMetaStorageFormat", "DocumentStorage", "StreamStorage", "StreamWithMetaStorage",
+        "StatefulDataLoader",
+        "StreamDataset",
+        "DocumentDataset",
+        "StreamWithMetaDataset",
+        "DocumentPickleFormat",
+        "DocumentStorageFormat",
+        "StreamNumpyFormat",
+        "StreamWithMetaStorageFormat",
+        "DocumentStorage",
+        "StreamStorage",
+        "StreamWithMetaStorage",
     ]:
         assert name in guideloom.__all__
 

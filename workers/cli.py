@@ -21,8 +21,7 @@ from workers.config import load_job_file, validate_config
 
 __all__ = ["ingest", "register", "parse_size"]
 
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20,
-          "gib": 2**30}
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 
 
 def parse_size(text: str) -> int:
@@ -88,14 +87,25 @@ def ingest(
 ) -> None:
     """Tokenize raw text on Ray and commit a GuideLoom dataset."""
     given: dict[str, Any] = {
-        "inputs": inputs or None, "output": output, "input_format": input_format,
-        "text_field": text_field, "text_per_line": text_per_line, "tokenizer": tokenizer,
-        "eos_token": eos_token, "append_eos": append_eos, "layout": layout,
-        "doc_index": doc_index, "format": format, "passthrough": passthrough or None,
+        "inputs": inputs or None,
+        "output": output,
+        "input_format": input_format,
+        "text_field": text_field,
+        "text_per_line": text_per_line,
+        "tokenizer": tokenizer,
+        "eos_token": eos_token,
+        "append_eos": append_eos,
+        "layout": layout,
+        "doc_index": doc_index,
+        "format": format,
+        "passthrough": passthrough or None,
         "shard_size": parse_size(shard_size) if shard_size else None,
         "part_size": parse_size(part_size) if part_size else None,
-        "on_bad_record": on_bad_record, "overwrite": overwrite, "ray_address": ray_address,
-        "num_workers": num_workers, "max_retries": max_retries,
+        "on_bad_record": on_bad_record,
+        "overwrite": overwrite,
+        "ray_address": ray_address,
+        "num_workers": num_workers,
+        "max_retries": max_retries,
         "progress": "plain" if quiet else None,
         "storage_options": _json_option(storage_options, "--storage-options"),
         "input_storage_options": _json_option(input_storage_options, "--input-storage-options"),

@@ -84,8 +84,18 @@ class IngestConfig(BaseModel):
     def identity(self) -> dict[str, Any]:
         """The options that decide the bytes written (recorded in the manifest metadata)."""
         keep = {
-            "input_format", "text_field", "text_per_line", "tokenizer", "eos_token", "layout",
-            "doc_index", "format", "passthrough", "shard_size", "part_size", "on_bad_record",
+            "input_format",
+            "text_field",
+            "text_per_line",
+            "tokenizer",
+            "eos_token",
+            "layout",
+            "doc_index",
+            "format",
+            "passthrough",
+            "shard_size",
+            "part_size",
+            "on_bad_record",
         }
         options = self.model_dump(include=keep)
         options["append_eos"] = self.eos

@@ -103,9 +103,7 @@ def _in_flight(config: IngestConfig) -> int:
     return max(2 * int(ray.cluster_resources().get("CPU", 0)), 2)
 
 
-def _run_parts(
-    config: IngestConfig, plan: Plan, digest: str, progress: Progress
-) -> list[PartResult]:
+def _run_parts(config: IngestConfig, plan: Plan, digest: str, progress: Progress) -> list[PartResult]:
     hooks = json.loads(os.environ.get(HOOKS_ENV, "{}"))
     task = _write_part_task.options(max_retries=config.max_retries, num_cpus=1)
     config_ref, plan_ref = ray.put(config), ray.put(plan)
@@ -199,7 +197,9 @@ def run_ingest(config: IngestConfig | dict[str, Any] | str | Path) -> Any:
         )
     files = expand_inputs(config.inputs, config.input_format, config.input_storage_options)
     plan = plan_parts(
-        files, part_size=config.part_size, text_per_line=config.text_per_line,
+        files,
+        part_size=config.part_size,
+        text_per_line=config.text_per_line,
         storage_options=config.input_storage_options,
     )
     digest = plan.digest({**config.identity(), "tokenizer": tokenizer.describe()})

@@ -24,7 +24,12 @@ from workers.config import IngestConfig
 from workers.tokenizer import Tokenizer, token_dtype
 
 __all__ = [
-    "check_writable", "open_storage", "remove_foreign_manifest", "read_sidecar", "remove_sidecars", "write_sidecar",
+    "check_writable",
+    "open_storage",
+    "remove_foreign_manifest",
+    "read_sidecar",
+    "remove_sidecars",
+    "write_sidecar",
 ]
 
 SIDECAR_DIR = "_ingest"

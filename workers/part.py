@@ -136,8 +136,12 @@ def write_part(
         for seg in plan.parts[part]:
             f = plan.files[seg.file]
             for item in read_segment(
-                f, seg, text_field=config.text_field, text_per_line=config.text_per_line,
-                passthrough=config.passthrough, storage_options=options,
+                f,
+                seg,
+                text_field=config.text_field,
+                text_per_line=config.text_per_line,
+                passthrough=config.passthrough,
+                storage_options=options,
             ):
                 if isinstance(item, Doc):
                     out.add(f.url, item)

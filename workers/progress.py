@@ -80,8 +80,11 @@ class RichProgress(Progress):
 
         self.console = Console(stderr=True)
         self._bar = _Bar(
-            TextColumn("ingest"), BarColumn(), TextColumn("{task.fields[stats]}"),
-            TimeRemainingColumn(), console=self.console,
+            TextColumn("ingest"),
+            BarColumn(),
+            TextColumn("{task.fields[stats]}"),
+            TimeRemainingColumn(),
+            console=self.console,
         )
         self._task = self._bar.add_task("ingest", total=max(total_bytes, 1), stats="")
         self._bar.start()

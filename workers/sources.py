@@ -25,15 +25,26 @@ from typing import IO, Any, Literal
 from guideloom.errors import IngestError
 
 __all__ = [
-    "Bad", "Doc", "InputFile", "Segment", "expand_inputs", "line_number", "read_segment",
+    "Bad",
+    "Doc",
+    "InputFile",
+    "Segment",
+    "expand_inputs",
+    "line_number",
+    "read_segment",
 ]
 
 Kind = Literal["jsonl", "parquet", "text"]
 
 _KIND_BY_SUFFIX: dict[str, Kind] = {
-    ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl",
-    ".parquet": "parquet", ".pq": "parquet",
-    ".txt": "text", ".text": "text", ".md": "text",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".txt": "text",
+    ".text": "text",
+    ".md": "text",
 }
 _COMPRESSION_BY_SUFFIX = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 _READ_BLOCK = 4 * 2**20  # bytes per request when reading inputs sequentially
@@ -98,9 +109,7 @@ def _kind_and_compression(url: str, input_format: str) -> tuple[Kind, str | None
     )
 
 
-def expand_inputs(
-    patterns: list[str], input_format: str, storage_options: dict[str, Any]
-) -> list[InputFile]:
+def expand_inputs(patterns: list[str], input_format: str, storage_options: dict[str, Any]) -> list[InputFile]:
     """Every input file, sorted by URL: globs expanded, directories listed recursively.
 
     Raises IngestError naming the pattern when a glob matches nothing, a path does not exist or
@@ -241,9 +250,7 @@ def _whole_text(f: InputFile, options: dict[str, Any]) -> Iterator[Doc | Bad]:
     yield text if isinstance(text, Bad) else Doc(text)
 
 
-def _json_record(
-    raw: bytes, text_field: str, passthrough: list[str], where: dict[str, Any]
-) -> Doc | Bad:
+def _json_record(raw: bytes, text_field: str, passthrough: list[str], where: dict[str, Any]) -> Doc | Bad:
     line = _decode(raw, where)
     if isinstance(line, Bad):
         return line
@@ -271,7 +278,8 @@ def _doc_from_mapping(
     text = obj[text_field]
     if not isinstance(text, str):
         return Bad(
-            "not_string", f"text field {text_field!r} is {type(text).__name__}, not a string",
+            "not_string",
+            f"text field {text_field!r} is {type(text).__name__}, not a string",
             **where,
         )
     missing = [name for name in passthrough if name not in obj]

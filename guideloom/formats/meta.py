@@ -34,8 +34,7 @@ class StreamWithMetaStorageFormat(Format):
     def __init__(self, stream_format: StreamNumpyFormat) -> None:
         if not isinstance(stream_format, StreamNumpyFormat):
             raise TypeError(
-                f"{type(self).__qualname__} wraps a StreamNumpyFormat, got "
-                f"{type(stream_format).__name__}"
+                f"{type(self).__qualname__} wraps a StreamNumpyFormat, got {type(stream_format).__name__}"
             )
         self.stream_format = stream_format
 

@@ -107,8 +107,7 @@ class StreamNumpyFormat(Format):
             elif len(arr) != length:
                 lengths = {n: len(np.asarray(record[n])) for n in self.fields}
                 raise RecordError(
-                    f"{where}: fields have different lengths {lengths}; every field needs one "
-                    "value per token"
+                    f"{where}: fields have different lengths {lengths}; every field needs one value per token"
                 )
             arrays[name] = _cast_exact(arr, target, f"{where}: field {name!r}")
         out = np.empty(length or 0, dtype=self.dtype)

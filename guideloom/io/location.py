@@ -183,9 +183,7 @@ class Location:
             if self.is_local:
                 blobs = [self._read_local(p, s, e) for p, s, e in zip(paths, req_starts, req_ends)]
             else:
-                blobs = self._retry(
-                    lambda: self.fs.cat_ranges(paths, req_starts, req_ends, on_error="raise")
-                )
+                blobs = self._retry(lambda: self.fs.cat_ranges(paths, req_starts, req_ends, on_error="raise"))
         views = [memoryview(b) for b in blobs]
         return [bytes(views[i][a:b]) for i, a, b in merged.slices]
 

@@ -169,8 +169,13 @@ class ShardTable(_Frozen):
     @model_validator(mode="after")
     def _consistent(self) -> ShardTable:
         n = len(self.part)
-        lengths = {"index": len(self.index), "records": len(self.records), "tokens": len(self.tokens),
-                   "spans": len(self.spans), "prefix_id": len(self.prefix_id)}
+        lengths = {
+            "index": len(self.index),
+            "records": len(self.records),
+            "tokens": len(self.tokens),
+            "spans": len(self.spans),
+            "prefix_id": len(self.prefix_id),
+        }
         lengths.update({f"files.{k}.size": len(c.size) for k, c in self.files.items()})
         lengths.update({f"files.{k}.checksum": len(c.checksum) for k, c in self.files.items()})
         for name, rows in lengths.items():
@@ -205,8 +210,10 @@ class ShardTable(_Frozen):
                 head, _, tail = f.path.rpartition("/part-")
                 expected = f"{shard.part:05d}/shard-{shard.index:05d}."
                 if not tail.startswith(expected):
-                    raise ValueError(f"{f.path!r} is not a shard file path of part {shard.part} shard {shard.index}")
-                kind = tail[len(expected):]
+                    raise ValueError(
+                        f"{f.path!r} is not a shard file path of part {shard.part} shard {shard.index}"
+                    )
+                kind = tail[len(expected) :]
                 if kinds.setdefault(name, kind) != kind:
                     raise ValueError(f"file {name!r} has kind {kinds[name]!r} and {kind!r} in one dataset")
             prefix_id.append(prefixes.setdefault(head, len(prefixes)))

@@ -42,6 +42,7 @@ from guideloom.storage.writer import DEFAULT_SHARD_SIZE, Writer
 
 __all__ = ["DocumentStorage", "Storage", "StreamStorage", "StreamWithMetaStorage"]
 
+
 class Storage:
     """Base of the storage classes; use :class:`DocumentStorage`, :class:`StreamStorage` or
     :class:`StreamWithMetaStorage`."""
@@ -150,9 +151,7 @@ class Storage:
             # A run of its own: the dataset it replaces stays readable until the new manifest
             # is written, and is removed only then.
             prefix = layout.generation_prefix(uuid.uuid4().hex[:12])
-            return Writer(
-                self, 0, shard_size=shard_size, metadata=metadata, commit=True, shard_prefix=prefix
-            )
+            return Writer(self, 0, shard_size=shard_size, metadata=metadata, commit=True, shard_prefix=prefix)
         if not isinstance(part, int) or part < 0:
             raise ValueError(f"part must be a non-negative int, got {part!r}")
         if committed:

@@ -49,9 +49,7 @@ SHARDS_DIR = "shards"
 FILE_KINDS = {"tokens": 1, "docs": 2, "docs.idx": 3, "meta": 4, "spans": 5}
 
 OFFSET_DTYPE = np.dtype("<u8")
-SPAN_DTYPE = np.dtype(
-    [("start", "<u8"), ("stop", "<u8"), ("meta_start", "<u8"), ("meta_stop", "<u8")]
-)
+SPAN_DTYPE = np.dtype([("start", "<u8"), ("stop", "<u8"), ("meta_start", "<u8"), ("meta_stop", "<u8")])
 
 
 def manifest_path() -> str:

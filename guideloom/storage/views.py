@@ -54,7 +54,9 @@ class _View:
         try:
             i = operator.index(i)
         except TypeError:
-            raise TypeError(f"{type(self).__name__} indexes must be integers, got {type(i).__name__}") from None
+            raise TypeError(
+                f"{type(self).__name__} indexes must be integers, got {type(i).__name__}"
+            ) from None
         n = self._len
         if i < 0:
             i += n
@@ -128,7 +130,8 @@ class DocumentDataset(_View):
             access.count_mapped_reads(int((end - begin).sum()))
             return out
         requests = [
-            ItemRequest(s, "data", a, b, 1) for s, a, b in zip(shard_of.tolist(), begin.tolist(), end.tolist())
+            ItemRequest(s, "data", a, b, 1)
+            for s, a, b in zip(shard_of.tolist(), begin.tolist(), end.tolist())
         ]
         return [decode(b.data) for b in access.read(requests)]
 
@@ -193,7 +196,9 @@ class _Windows(_View):
     def _token_requests(self, plans: list[list[tuple[int, int, int, int]]]) -> list[ItemRequest]:
         return [ItemRequest(s, "data", a, b, self._itemsize) for plan in plans for s, a, b, _ in plan]
 
-    def _elements(self, plans: list[list[tuple[int, int, int, int]]], blobs: Sequence[np.ndarray] | None) -> np.ndarray:
+    def _elements(
+        self, plans: list[list[tuple[int, int, int, int]]], blobs: Sequence[np.ndarray] | None
+    ) -> np.ndarray:
         """The windows as one ``(batch, sequence_length)`` array of stream elements.
 
         On local disk (``blobs`` None) each piece is read straight into its place in the

@@ -114,8 +114,10 @@ class Writer:
             elements = fmt.stream_format.to_elements(record, where)
             checked = check_spans(spans or [], len(elements), where)
             # Encode every annotation before touching the shard buffer: a failure leaves no trace.
-            metas = [_encoded(fmt.encode_meta, annotation, f"{where} span {j}", "encode_meta")
-                     for j, (_, _, annotation) in enumerate(checked)]
+            metas = [
+                _encoded(fmt.encode_meta, annotation, f"{where} span {j}", "encode_meta")
+                for j, (_, _, annotation) in enumerate(checked)
+            ]
             if buf.records == 0:
                 self._span_rows: list[tuple[int, int, int, int]] = []
                 self._meta_size = 0

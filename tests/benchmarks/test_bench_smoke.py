@@ -22,8 +22,16 @@ from benchmarks.harness import Config  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.s3, pytest.mark.ray]
 
-TINY = dict(tokens=120_000, s3_tokens=60_000, documents=200, repeats=1, open_shards=30,
-            ingest_tokens=100_000, memory_factor=4, quick=True)
+TINY = dict(
+    tokens=120_000,
+    s3_tokens=60_000,
+    documents=200,
+    repeats=1,
+    open_shards=30,
+    ingest_tokens=100_000,
+    memory_factor=4,
+    quick=True,
+)
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +67,21 @@ def test_payload_describes_the_run(payload: dict[str, Any]) -> None:
 
 def test_command_line_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    code = main(["--rows", "open", "--open-shards", "12", "--repeats", "1", "--quick",
-                 "--workdir", str(tmp_path / "w"), "--json", str(out)])
+    code = main(
+        [
+            "--rows",
+            "open",
+            "--open-shards",
+            "12",
+            "--repeats",
+            "1",
+            "--quick",
+            "--workdir",
+            str(tmp_path / "w"),
+            "--json",
+            str(out),
+        ]
+    )
     assert code == 0
     data = json.loads(out.read_text())
     assert [r["row"] for r in data["rows"]] == ["open"]

@@ -170,9 +170,9 @@ def test_run_order_moves_the_leftover_samples_every_epoch() -> None:
     n, run = 1003, 8  # 3 samples are no whole run: they take the last positions of the epoch
     tails = set()
     for epoch in range(10):
-        idx = EpochOrder(n, shuffle="block", seed=0, epoch=epoch, block_size=16, buffer_blocks=2, run_size=run)(
-            np.arange(n)
-        )
+        idx = EpochOrder(
+            n, shuffle="block", seed=0, epoch=epoch, block_size=16, buffer_blocks=2, run_size=run
+        )(np.arange(n))
         assert sorted(idx.tolist()) == list(range(n))
         tails.add(tuple(idx[-3:].tolist()))
     assert len(tails) > 5  # drop_last does not always drop the same samples
@@ -181,7 +181,9 @@ def test_run_order_moves_the_leftover_samples_every_epoch() -> None:
 def test_run_size_one_is_the_version_1_block_order() -> None:
     n, k, g = 1003, 10, 3
     a = EpochOrder(n, shuffle="block", seed=4, epoch=2, block_size=k, buffer_blocks=g)(np.arange(n))
-    b = EpochOrder(n, shuffle="block", seed=4, epoch=2, block_size=k, buffer_blocks=g, run_size=1)(np.arange(n))
+    b = EpochOrder(n, shuffle="block", seed=4, epoch=2, block_size=k, buffer_blocks=g, run_size=1)(
+        np.arange(n)
+    )
     assert a.tolist() == b.tolist()
     # a pinned prefix: version-1 loader states must keep resuming into the same order
     assert a[:8].tolist() == PINNED_V1_PREFIX

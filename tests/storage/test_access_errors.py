@@ -54,8 +54,13 @@ def test_wrong_credentials_never_show_the_secret(s3_endpoint, s3_bucket, s3_opti
 
 def test_unreachable_endpoint_names_it():
     options = {
-        "key": "k", "secret": "s", "client_kwargs": {"endpoint_url": "http://127.0.0.1:9"},
-        "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 1}, "skip_instance_cache": True,
+        "key": "k",
+        "secret": "s",
+        "client_kwargs": {"endpoint_url": "http://127.0.0.1:9"},
+        "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 1},
+        "skip_instance_cache": True,
     }
-    with pytest.raises(StorageAccessError, match=r"could not connect to the storage endpoint http://127.0.0.1:9"):
+    with pytest.raises(
+        StorageAccessError, match=r"could not connect to the storage endpoint http://127.0.0.1:9"
+    ):
         StreamStorage("s3://some-bucket/ds", FMT, storage_options=options)

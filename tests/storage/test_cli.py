@@ -71,9 +71,14 @@ def test_options_reach_fsspec(s3_options, s3_bucket):
     with storage.writer() as w:
         w.append({"tokens": [1, 2, 3]})
     out = run_cli(
-        "inspect", url,
-        "-o", f"key={s3_options['key']}", "-o", f"secret={s3_options['secret']}",
-        "-o", f"client_kwargs.endpoint_url={s3_options['client_kwargs']['endpoint_url']}",
+        "inspect",
+        url,
+        "-o",
+        f"key={s3_options['key']}",
+        "-o",
+        f"secret={s3_options['secret']}",
+        "-o",
+        f"client_kwargs.endpoint_url={s3_options['client_kwargs']['endpoint_url']}",
     )
     assert out.returncode == 0, out.stderr
     assert "tokens         3" in out.stdout

@@ -41,7 +41,10 @@ def test_round_trip_and_lazy_shards(manifest_dict):
         (lambda d: d["shard_table"]["index"].reverse(), r"not in \(part, index\) order"),
         (lambda d: d["shard_table"]["prefix"].__setitem__(0, "../escape"), "must be relative"),
         (lambda d: d.__setitem__("total_tokens", 21), "total_tokens is 21 but the shards add up to 20"),
-        (lambda d: d["shard_table"]["files"]["data"]["size"].__setitem__(0, -1), "greater than or equal to 0"),
+        (
+            lambda d: d["shard_table"]["files"]["data"]["size"].__setitem__(0, -1),
+            "greater than or equal to 0",
+        ),
         (lambda d: d.__setitem__("surprise", 1), "Extra inputs are not permitted"),
         (lambda d: d["shard_table"]["files"]["data"].__setitem__("kind", "exe"), "unknown kind"),
     ],

@@ -21,7 +21,9 @@ from guideloom import (
     StreamWithMetaStorage,
 )
 
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 record_lengths = st.lists(st.integers(0, 50), min_size=1, max_size=25)
 
@@ -32,12 +34,21 @@ def fresh_url(kind: str, tmp_path) -> str:
 
 
 @SETTINGS
-@given(lengths=record_lengths, shard_size=st.integers(1, 300), seq=st.integers(1, 40), kind=st.sampled_from(["file", "memory"]), parts=st.integers(1, 3))
+@given(
+    lengths=record_lengths,
+    shard_size=st.integers(1, 300),
+    seq=st.integers(1, 40),
+    kind=st.sampled_from(["file", "memory"]),
+    parts=st.integers(1, 3),
+)
 def test_stream_windows_match_concatenation(tmp_path, lengths, shard_size, seq, kind, parts):
     fmt = StreamNumpyFormat({"tokens": np.uint32, "doc": np.uint16})
     storage = StreamStorage(fresh_url(kind, tmp_path), fmt)
     rng = np.random.default_rng(len(lengths) * 1000 + shard_size)
-    records = [{"tokens": rng.integers(0, 2**32, n, dtype=np.uint64), "doc": np.full(n, i)} for i, n in enumerate(lengths)]
+    records = [
+        {"tokens": rng.integers(0, 2**32, n, dtype=np.uint64), "doc": np.full(n, i)}
+        for i, n in enumerate(lengths)
+    ]
     chunks = np.array_split(np.arange(len(records)), parts)
     for k, chunk in enumerate(chunks):
         with storage.writer(part=k, shard_size=shard_size) as w:
@@ -84,7 +95,12 @@ def meta_records(draw):
 
 
 @SETTINGS
-@given(records=meta_records(), shard_size=st.integers(1, 300), seq=st.integers(1, 30), kind=st.sampled_from(["file", "memory"]))
+@given(
+    records=meta_records(),
+    shard_size=st.integers(1, 300),
+    seq=st.integers(1, 30),
+    kind=st.sampled_from(["file", "memory"]),
+)
 def test_meta_spans_match_a_per_token_reference(tmp_path, records, shard_size, seq, kind):
     fmt = ConceptsFormat(StreamNumpyFormat({"tokens": np.uint32}))
     storage = StreamWithMetaStorage(fresh_url(kind, tmp_path), fmt)

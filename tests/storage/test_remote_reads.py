@@ -34,7 +34,9 @@ def big_stream(s3_bucket, s3_options):
 
 
 def test_one_window_moves_about_a_window(big_stream, counting_s3):
-    storage = StreamStorage(big_stream, StreamNumpyFormat({"tokens": np.uint16}), storage_options=counting_s3.storage_options)
+    storage = StreamStorage(
+        big_stream, StreamNumpyFormat({"tokens": np.uint16}), storage_options=counting_s3.storage_options
+    )
     ds = StreamDataset(storage, sequence_length=WINDOW)
     counting_s3.reset()
     sample = ds[700]
@@ -47,7 +49,9 @@ def test_one_window_moves_about_a_window(big_stream, counting_s3):
 
 
 def test_batch_is_one_round_of_merged_range_requests(big_stream, counting_s3):
-    storage = StreamStorage(big_stream, StreamNumpyFormat({"tokens": np.uint16}), storage_options=counting_s3.storage_options)
+    storage = StreamStorage(
+        big_stream, StreamNumpyFormat({"tokens": np.uint16}), storage_options=counting_s3.storage_options
+    )
     ds = StreamDataset(storage, sequence_length=WINDOW)
     counting_s3.reset()
     indexes = [10, 11, 12, 13, 500, 501, 900]  # three runs of adjacent windows
@@ -85,8 +89,12 @@ def test_meta_window_reads_tokens_and_only_its_annotations(s3_bucket, s3_options
     storage = StreamWithMetaStorage(url, fmt, storage_options=s3_options)
     with storage.writer() as w:
         for i in range(2000):
-            w.append({"tokens": np.full(512, i % 60_000)}, spans=[(0, 256, [f"c{i}"] * 10), (256, 512, ["x"])])
-    ds = StreamWithMetaDataset(StreamWithMetaStorage(url, fmt, storage_options=counting_s3.storage_options), 1024)
+            w.append(
+                {"tokens": np.full(512, i % 60_000)}, spans=[(0, 256, [f"c{i}"] * 10), (256, 512, ["x"])]
+            )
+    ds = StreamWithMetaDataset(
+        StreamWithMetaStorage(url, fmt, storage_options=counting_s3.storage_options), 1024
+    )
     ds[3]  # loads the span table once
     counting_s3.reset()
     sample = ds[100]

@@ -28,20 +28,27 @@ def _app() -> typer.Typer:
 def test_defaults_and_identity():
     config = IngestConfig(inputs=["a.jsonl"], output="out")
     assert (config.layout, config.tokenizer, config.eos, config.part_size) == (
-        "stream", "bytes", True, 32 * MiB)
+        "stream",
+        "bytes",
+        True,
+        32 * MiB,
+    )
     identity = config.identity()
     assert "ray_address" not in identity and "storage_options" not in identity
     assert IngestConfig(inputs=["a"], output="o", layout="document").eos is False
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"tokenizer": "sentencepiece:x"}, "unknown tokenizer"),
-    ({"passthrough": ["id"]}, "passthrough fields need --layout document"),
-    ({"layout": "document", "doc_index": True}, "--doc-index needs --layout stream"),
-    ({"format": "msgpack"}, "needs --layout document"),
-    ({"on_bad_record": "ignore"}, "on_bad_record"),
-    ({"colour": "blue"}, "colour: Extra inputs are not permitted"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"tokenizer": "sentencepiece:x"}, "unknown tokenizer"),
+        ({"passthrough": ["id"]}, "passthrough fields need --layout document"),
+        ({"layout": "document", "doc_index": True}, "--doc-index needs --layout stream"),
+        ({"format": "msgpack"}, "needs --layout document"),
+        ({"on_bad_record": "ignore"}, "on_bad_record"),
+        ({"colour": "blue"}, "colour: Extra inputs are not permitted"),
+    ],
+)
 def test_invalid_options_are_named(options, message):
     with pytest.raises(IngestError, match=message):
         validate_config({"inputs": ["a.jsonl"], "output": "o", **options})
@@ -53,8 +60,11 @@ def test_job_file_with_overrides(tmp_path):
     config = load_job_file(job, {"output": "elsewhere"})
     assert (config.output, config.format) == ("elsewhere", "msgpack")
     job.write_text("inputs: [a.jsonl]\nshard_size: -1\n")
-    with pytest.raises(IngestError, match=r"job file .*job\.yaml:\n  output: Field required\n"
-                                          r"  shard_size: Input should be greater than 0"):
+    with pytest.raises(
+        IngestError,
+        match=r"job file .*job\.yaml:\n  output: Field required\n"
+        r"  shard_size: Input should be greater than 0",
+    ):
         load_job_file(job)
     with pytest.raises(IngestError, match="does not exist"):
         load_job_file(tmp_path / "missing.yaml")
@@ -77,6 +87,8 @@ def test_cli_reports_errors_without_a_traceback(tmp_path):
 
 
 def test_importing_the_cli_does_not_import_ray():
-    code = "import sys, guideloom, workers.cli; assert 'ray' not in sys.modules; " \
-           "assert 'torch' not in sys.modules"
+    code = (
+        "import sys, guideloom, workers.cli; assert 'ray' not in sys.modules; "
+        "assert 'torch' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -53,8 +53,9 @@ def test_compose_services_agree():
     params = _parse_ingest(services["ingest"]["command"])
     assert params["ray_address"] == f"ray-head:{port}"
     # the job writes to the bucket that create-bucket makes, through MinIO's API port
-    bucket = re.search(r"mc mb --ignore-existing local/(\S+)",
-                       services["create-bucket"]["command"][0]).group(1)
+    bucket = re.search(r"mc mb --ignore-existing local/(\S+)", services["create-bucket"]["command"][0]).group(
+        1
+    )
     assert params["output"].startswith(f"s3://{bucket}/")
     env = services["ingest"]["environment"]
     minio = services["minio"]
@@ -68,7 +69,7 @@ def test_compose_services_agree():
     workdir = re.search(r"^WORKDIR (\S+)", dockerfile, re.M).group(1)
     assert "COPY workers ./workers" in dockerfile
     (path,) = params["inputs"]
-    assert path.startswith(workdir + "/") and (ROOT / path[len(workdir) + 1:]).is_file()
+    assert path.startswith(workdir + "/") and (ROOT / path[len(workdir) + 1 :]).is_file()
 
 
 def test_rayjob_manifest():
@@ -89,18 +90,30 @@ def test_cluster_launcher_config():
     assert cluster["head_node_type"] in cluster["available_node_types"]
     workers = sum(t.get("max_workers", 0) for t in cluster["available_node_types"].values())
     assert workers <= cluster["max_workers"]
-    assert cluster["docker"]["image"] == _load("deploy/rayjob.yaml")["spec"]["rayClusterSpec"][
-        "headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
+    assert (
+        cluster["docker"]["image"]
+        == _load("deploy/rayjob.yaml")["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"][
+            "containers"
+        ][0]["image"]
+    )
     # the submit command in the header comment is a real invocation
     header = (ROOT / "deploy/cluster.yaml").read_text().split("\ncluster_name")[0]
-    submit = " ".join(line.lstrip("# ").rstrip("\\ ") for line in header.splitlines()
-                      if "ray job submit" in line or line.startswith("#     guideloom"))
+    submit = " ".join(
+        line.lstrip("# ").rstrip("\\ ")
+        for line in header.splitlines()
+        if "ray job submit" in line or line.startswith("#     guideloom")
+    )
     argv = shlex.split(submit.split(" -- ", 1)[1])
     _parse_ingest(argv)
 
 
-@pytest.mark.parametrize("bad", [["guideloom", "ingest", "x", "--output", "o", "--num-workers",
-                                  "two"], ["guideloom", "ingest", "--no-such-flag"]])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["guideloom", "ingest", "x", "--output", "o", "--num-workers", "two"],
+        ["guideloom", "ingest", "--no-such-flag"],
+    ],
+)
 def test_parser_rejects_bad_commands(bad):
     with pytest.raises(Exception, match="(?i)no such option|valid integer"):
         _parse_ingest(bad)

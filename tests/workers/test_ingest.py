@@ -43,8 +43,13 @@ def _inputs(tmp_path: Path, rows) -> list[Path]:
 
 def _shards(manifest) -> list[tuple]:
     return [
-        (s.part, s.index, s.records, s.tokens,
-         sorted((name, f.size, f.checksum) for name, f in s.files.items()))
+        (
+            s.part,
+            s.index,
+            s.records,
+            s.tokens,
+            sorted((name, f.size, f.checksum) for name, f in s.files.items()),
+        )
         for s in manifest.shards
     ]
 
@@ -67,8 +72,7 @@ def test_glob_that_matches_nothing(ingest_config, tmp_path):
 def test_missing_tokenizer_path(ingest_config, write_jsonl, doc_rows, tmp_path):
     path = write_jsonl("a.jsonl", doc_rows(2))
     with pytest.raises(IngestError, match=r"tokenizer file .*/missing/tokenizer\.json does not"):
-        run_ingest(ingest_config([path], tmp_path / "ds",
-                                 tokenizer=f"hf:{tmp_path}/missing/tokenizer.json"))
+        run_ingest(ingest_config([path], tmp_path / "ds", tokenizer=f"hf:{tmp_path}/missing/tokenizer.json"))
 
 
 def test_output_holding_a_different_dataset(ingest_config, write_jsonl, doc_rows, tmp_path):
@@ -163,16 +167,28 @@ def test_interrupted_driver_rerun_redoes_only_missing_parts(reference, tmp_path)
 
     rows, inputs, options, manifest = reference
     out = tmp_path / "ds"
-    config = {"inputs": [str(p) for p in inputs], "output": str(out), **options,
-              "num_workers": 1, "ray_address": ray.get_runtime_context().gcs_address}
+    config = {
+        "inputs": [str(p) for p in inputs],
+        "output": str(out),
+        **options,
+        "num_workers": 1,
+        "ray_address": ray.get_runtime_context().gcs_address,
+    }
     env = {**os.environ, HOOKS_ENV: json.dumps({"part_delay_s": 0.5})}
     log = tmp_path / "driver.log"
     with log.open("wb") as log_file:
         driver = subprocess.Popen(
-            [sys.executable, "-c",
-             "import json, sys; from workers.ingest import run_ingest; "
-             "run_ingest(json.loads(sys.argv[1]))", json.dumps(config)],
-            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log_file,
+            [
+                sys.executable,
+                "-c",
+                "import json, sys; from workers.ingest import run_ingest; "
+                "run_ingest(json.loads(sys.argv[1]))",
+                json.dumps(config),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
         )
     try:
         deadline = time.monotonic() + 60
@@ -192,14 +208,22 @@ def test_interrupted_driver_rerun_redoes_only_missing_parts(reference, tmp_path)
 
 
 @pytest.mark.ray
-def test_hf_tokenizer_to_s3_document_layout(ray_local, s3_bucket, s3_options, write_jsonl,
-                                            doc_rows, hf_tokenizer_json, ingest_config):
+def test_hf_tokenizer_to_s3_document_layout(
+    ray_local, s3_bucket, s3_options, write_jsonl, doc_rows, hf_tokenizer_json, ingest_config
+):
     from guideloom import DocumentDataset
 
     rows = doc_rows(12)
-    config = ingest_config([write_jsonl("a.jsonl", rows)], f"s3://{s3_bucket}/docs",
-                           storage_options=s3_options, tokenizer=f"hf:{hf_tokenizer_json}",
-                           layout="document", format="msgpack", passthrough=["id"], part_size=400)
+    config = ingest_config(
+        [write_jsonl("a.jsonl", rows)],
+        f"s3://{s3_bucket}/docs",
+        storage_options=s3_options,
+        tokenizer=f"hf:{hf_tokenizer_json}",
+        layout="document",
+        format="msgpack",
+        passthrough=["id"],
+        part_size=400,
+    )
     manifest = run_ingest(config)
     tok = load_tokenizer(config.tokenizer)
     assert manifest.metadata[METADATA_KEY]["tokenizer"]["files_sha256"] == tok.files_hash
@@ -209,8 +233,9 @@ def test_hf_tokenizer_to_s3_document_layout(ray_local, s3_bucket, s3_options, wr
 
 
 @pytest.mark.ray
-def test_bad_record_stops_the_job_and_commits_nothing(ray_local, write_jsonl, doc_rows,
-                                                      ingest_config, tmp_path):
+def test_bad_record_stops_the_job_and_commits_nothing(
+    ray_local, write_jsonl, doc_rows, ingest_config, tmp_path
+):
     path = write_jsonl("bad.jsonl", [*doc_rows(30), '{"text": "fine"', *doc_rows(5)])
     config = ingest_config([path], tmp_path / "ds", part_size=500)
     with pytest.raises(IngestError, match=rf"{path} line 31: malformed JSON"):

@@ -42,8 +42,7 @@ def test_stream_part_on_every_backend(write_jsonl, doc_rows, ingest_config, data
     assert read_sidecar(config, 0)["plan"] == "digest"
 
 
-def test_a_valid_part_is_reused_and_a_stale_one_rewritten(write_jsonl, doc_rows, ingest_config,
-                                                          tmp_path):
+def test_a_valid_part_is_reused_and_a_stale_one_rewritten(write_jsonl, doc_rows, ingest_config, tmp_path):
     config = ingest_config([write_jsonl("a.jsonl", doc_rows(5))], tmp_path / "ds")
     plan = _plan(config)
     write_part(config, plan, 0, "d1")
@@ -53,8 +52,9 @@ def test_a_valid_part_is_reused_and_a_stale_one_rewritten(write_jsonl, doc_rows,
 
 def test_doc_index_and_no_eos(write_jsonl, doc_rows, ingest_config, tmp_path):
     rows = doc_rows(3)
-    config = ingest_config([write_jsonl("a.jsonl", rows)], tmp_path / "ds", doc_index=True,
-                           append_eos=False, part_size=10**6)
+    config = ingest_config(
+        [write_jsonl("a.jsonl", rows)], tmp_path / "ds", doc_index=True, append_eos=False, part_size=10**6
+    )
     write_part(config, _plan(config), 0, "d")
     storage = open_storage(config, load_tokenizer("bytes"))
     storage.commit(num_parts=1)
@@ -66,11 +66,18 @@ def test_doc_index_and_no_eos(write_jsonl, doc_rows, ingest_config, tmp_path):
 
 
 @pytest.mark.parametrize("fmt", ["json", "msgpack", "pickle"])
-def test_document_layout_keeps_passthrough_fields(write_jsonl, doc_rows, ingest_config, tmp_path,
-                                                  hf_tokenizer_json, fmt):
+def test_document_layout_keeps_passthrough_fields(
+    write_jsonl, doc_rows, ingest_config, tmp_path, hf_tokenizer_json, fmt
+):
     rows = doc_rows(4)
-    config = ingest_config([write_jsonl("a.jsonl", rows)], tmp_path / "ds", layout="document",
-                           format=fmt, passthrough=["id"], tokenizer=f"hf:{hf_tokenizer_json}")
+    config = ingest_config(
+        [write_jsonl("a.jsonl", rows)],
+        tmp_path / "ds",
+        layout="document",
+        format=fmt,
+        passthrough=["id"],
+        tokenizer=f"hf:{hf_tokenizer_json}",
+    )
     write_part(config, _plan(config), 0, "d")
     tok = load_tokenizer(config.tokenizer)
     storage = open_storage(config, tok)

@@ -20,7 +20,9 @@ def _files() -> list[InputFile]:
 def test_big_plain_files_split_compressed_and_whole_text_do_not():
     plan = plan_parts(_files(), part_size=100, text_per_line=False)
     assert plan.parts[:3] == (
-        (Segment(0, 0, 100),), (Segment(0, 100, 200),), (Segment(0, 200, 250),),
+        (Segment(0, 0, 100),),
+        (Segment(0, 100, 200),),
+        (Segment(0, 200, 250),),
     )
     assert plan.parts[3] == (Segment(1, 0, 250, whole=True),)
     # small files share a part; the whole-document text file is one segment

@@ -14,8 +14,7 @@ from workers.sources import Bad, Doc, Segment, expand_inputs, line_number, read_
 
 
 def _read(f, seg, **kw):
-    kw = {"text_field": "text", "text_per_line": False, "passthrough": [], "storage_options": {},
-          **kw}
+    kw = {"text_field": "text", "text_per_line": False, "passthrough": [], "storage_options": {}, **kw}
     return list(read_segment(f, seg, **kw))
 
 
@@ -56,8 +55,16 @@ def test_parquet_row_groups_and_text_files(tmp_path: Path):
 def test_bad_records_say_what_and_where(write_jsonl):
     path = write_jsonl(
         "bad.jsonl",
-        ['{"text": "ok"}', '{"text": ', '{"body": "x"}', '{"text": 5}', "[1]", b'{"text": "\xff"}',
-         "", '{"text": ""}'],
+        [
+            '{"text": "ok"}',
+            '{"text": ',
+            '{"body": "x"}',
+            '{"text": 5}',
+            "[1]",
+            b'{"text": "\xff"}',
+            "",
+            '{"text": ""}',
+        ],
     )
     (f,) = expand_inputs([str(path)], "auto", {})
     items = _read(f, Segment(0, 0, f.size))
@@ -65,7 +72,11 @@ def test_bad_records_say_what_and_where(write_jsonl):
     bad = items[1:6]
     assert all(isinstance(b, Bad) for b in bad)
     assert [b.reason for b in bad] == [
-        "malformed_json", "missing_field", "not_string", "not_object", "invalid_utf8",
+        "malformed_json",
+        "missing_field",
+        "not_string",
+        "not_object",
+        "invalid_utf8",
     ]
     assert [b.line for b in bad] == [2, 3, 4, 5, 6]
     assert "'text'" in bad[1].detail and "body" in bad[1].detail and "--text-field" in bad[1].detail

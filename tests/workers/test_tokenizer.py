@@ -20,7 +20,10 @@ def test_bytes_tokenizer():
 
 def test_token_dtype_is_the_smallest_that_fits():
     assert [token_dtype(v) for v in (256, 257, 65536, 65537)] == [
-        np.uint8, np.uint16, np.uint16, np.uint32,
+        np.uint8,
+        np.uint16,
+        np.uint16,
+        np.uint32,
     ]
 
 
