@@ -312,43 +312,52 @@ class StreamWithMetaDataset(_Windows):
 
     def __getitems__(self, indexes: Sequence[int]) -> list[Any]:
         plans = self._plan(indexes)
-        span_counts = self.manifest.shard_table.spans
-        shards = sorted({s for plan in plans for s, *_ in plan if span_counts[s]})
-        tables = self._span_columns(shards)
-        requests = self._token_requests(plans)
+        local = self._access.local
+        requests = [] if local else self._token_requests(plans)
         n_token_requests = len(requests)
-        # For each piece: which spans overlap it, and the one byte range holding their annotations.
-        piece_spans: list[tuple[np.ndarray, int]] = []
-        nothing = np.empty((0, 4), np.uint64)
-        for plan in plans:
-            for s, a, b, _ in plan:
-                table = tables.get(s)
-                if table is None:
-                    piece_spans.append((nothing, -1))
-                    continue
-                lo = int(np.searchsorted(table[1], a, side="right"))
-                hi = int(np.searchsorted(table[0], b, side="left"))
-                if hi > lo:
-                    hit = table[:, lo:hi].T
-                    piece_spans.append((hit, len(requests)))
-                    requests.append(ItemRequest(s, "meta", int(hit[0, 2]), int(hit[-1, 3]), 1))
-                else:
-                    piece_spans.append((nothing, -1))
+        pieces = [piece for plan in plans for piece in plan]
+        # Which spans overlap each piece: one searchsorted per shard for the whole batch.
+        span_counts = self.manifest.shard_table.spans
+        tables = self._span_columns(sorted({p[0] for p in pieces if span_counts[p[0]]}))
+        lo = [0] * len(pieces)
+        hi = [0] * len(pieces)
+        for shard, table in tables.items():
+            rows = [k for k, p in enumerate(pieces) if p[0] == shard]
+            starts = np.fromiter((pieces[k][1] for k in rows), np.uint64, len(rows))
+            stops = np.fromiter((pieces[k][2] for k in rows), np.uint64, len(rows))
+            for k, first, last in zip(
+                rows,
+                table[1].searchsorted(starts, side="right").tolist(),
+                table[0].searchsorted(stops, side="left").tolist(),
+            ):
+                lo[k], hi[k] = first, last
+        # For each piece: its overlapping spans and the one byte range holding their annotations.
+        hits: list[tuple[list[list[int]], int]] = []
+        for k, (shard, _, _, _) in enumerate(pieces):
+            if hi[k] > lo[k]:
+                hit = tables[shard][:, lo[k] : hi[k]].T.tolist()
+                hits.append((hit, len(requests)))
+                requests.append(ItemRequest(shard, "meta", hit[0][2], hit[-1][3], 1))
+            else:
+                hits.append(([], -1))
         blobs = self._access.read(requests)
-        windows = self._split(self._elements(plans, blobs[:n_token_requests]))
+        if local:
+            windows = self._split(self._read_local(self._indexes(indexes)))
+        else:
+            windows = self._split(self._elements(plans, blobs[:n_token_requests]))
         fmt = self.meta_format
         samples = []
         k = 0
         for row, plan in enumerate(plans):
             spans: list[tuple[int, int, Any]] = []
             for _, a, b, off in plan:
-                hit, req = piece_spans[k]
+                hit, req = hits[k]
                 k += 1
                 if req < 0:
                     continue
                 blob = blobs[req]
-                base = int(hit[0, 2])
-                for start, stop, m0, m1 in hit.tolist():
+                base = hit[0][2]
+                for start, stop, m0, m1 in hit:
                     annotation = fmt.decode_meta(blob[m0 - base : m1 - base].data)
                     spans.append((max(start, a) - a + off, min(stop, b) - a + off, annotation))
             window = {name: arr[row] for name, arr in windows.items()}
