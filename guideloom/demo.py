@@ -11,6 +11,7 @@ Needs the ``ray`` extra (and ``torch`` for the loader; without torch it reads wi
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +75,41 @@ def main(argv: list[str] | None = None) -> int:
     for i, window in enumerate(_batches(storage, 3)):
         text = tokenizer.decode(window).replace("\n", " ")
         print(f"  [{i}] {text[:160]}...")
+    _show_resume(storage)
     print(f"\ninspect it with: .venv/bin/guideloom inspect {storage.url}")
     return 0
+
+
+def _show_resume(storage: Any) -> None:
+    """Checkpoint a loader mid-epoch, restore it into a new one with other workers, compare."""
+    try:
+        from guideloom import StatefulDataLoader
+    except ImportError:  # no torch: nothing to show
+        return
+
+    def make(workers: int) -> Any:
+        return StatefulDataLoader.from_storage(
+            storage, sequence_length=SEQUENCE_LENGTH, batch_size=4, shuffle=True, seed=0, num_workers=workers
+        )
+
+    reference = make(0)
+    batches = iter(reference)
+    for _ in range(10):
+        next(batches)
+    state = reference.state_dict()
+    expected = next(batches)["tokens"]
+    resumed = make(2)  # another number of workers than the checkpoint was taken with
+    resumed.load_state_dict(state)
+    got = next(iter(resumed))["tokens"]
+    same = bool((got == expected).all())
+    logical = state["guideloom_loader"]
+    print(
+        f"\nresume: checkpoint after 10 batches (epoch {logical['epoch']}, position "
+        f"{logical['position']}, {len(json.dumps(state))} bytes as JSON), restored into a loader "
+        f"with num_workers=2: next batch identical: {same}"
+    )
+    if not same:
+        raise SystemExit("resume check failed: the restored loader returned another batch")
 
 
 if __name__ == "__main__":

@@ -104,10 +104,10 @@ class Storage:
     @property
     def manifest(self) -> Manifest:
         """The committed manifest (read once and cached; :meth:`refresh` re-reads it)."""
-        if self._manifest is None:
-            self._load_manifest()
-        assert self._manifest is not None  # for mypy: _load_manifest raised otherwise
-        return self._manifest
+        manifest = self._manifest or self._load_manifest()
+        if manifest is None:  # unreachable: _load_manifest raises when there is none
+            raise DatasetNotFoundError(f"no dataset at {self.url}")
+        return manifest
 
     def refresh(self) -> Manifest:
         """Re-read the manifest, e.g. after another process committed."""

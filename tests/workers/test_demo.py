@@ -25,3 +25,4 @@ def test_demo_ingests_and_reads_back(ray_local, tmp_path, capsys):
     assert "manifest.json + 4 shards" in out and "total 397,277 tokens" in out
     samples = [line for line in out.splitlines() if line.startswith("  [")]
     assert len(samples) == 3 and all(len(s) > 100 for s in samples)
+    assert "next batch identical: True" in out
