@@ -68,13 +68,29 @@ def check_shard(location: Location, shard: ShardInfo, verify: str = "checksum") 
         if verify == "checksum":
             hasher = xxhash.xxh3_64()
             for start in range(0, size, _CHUNK):
-                hasher.update(location.read(info.path, start=start, end=min(size, start + _CHUNK)))
+                chunk = location.read(info.path, start=start, end=min(size, start + _CHUNK))
+                if start == 0:
+                    _check_header(chunk, info.path, shard, where)
+                hasher.update(chunk)
             actual = layout.checksum(hasher)
             if actual != info.checksum:
                 raise ShardCorruptError(
                     f"{shard.name}: {where} has checksum {actual} but the manifest records "
                     f"{info.checksum}; the file was altered. Restore it or rewrite the dataset"
                 )
+
+
+def _check_header(data: bytes, path: str, shard: ShardInfo, where: str) -> None:
+    """The file starts with a GuideLoom header of the kind its name says."""
+    try:
+        header = layout.ShardHeader.unpack(data, where)
+    except ValueError as err:
+        raise ShardCorruptError(f"{shard.name}: {err}; restore the file or rewrite the dataset") from None
+    kind = path.rsplit("/", 1)[-1].split(".", 1)[1]
+    if header.kind != kind:
+        raise ShardCorruptError(
+            f"{shard.name}: {where} has a {header.kind!r} header but is a {kind!r} file; restore it"
+        )
 
 
 def verify_shards(

@@ -108,7 +108,3 @@ def item_range(start: int, stop: int, itemsize: int) -> tuple[int, int]:
 
 def checksum(hasher: xxhash.xxh3_64) -> str:
     return f"xxh3_64:{hasher.hexdigest()}"
-
-
-def checksum_bytes(data: bytes | memoryview) -> str:
-    return f"xxh3_64:{xxhash.xxh3_64_hexdigest(data)}"

@@ -195,27 +195,18 @@ class _Windows(_View):
         return [ItemRequest(s, "data", a, b, self._itemsize) for plan in plans for s, a, b, _ in plan]
 
     def _elements(
-        self, plans: list[list[tuple[int, int, int, int]]], blobs: Sequence[np.ndarray] | None
+        self, plans: list[list[tuple[int, int, int, int]]], blobs: Sequence[np.ndarray]
     ) -> np.ndarray:
-        """The windows as one ``(batch, sequence_length)`` array of stream elements.
-
-        On local disk (``blobs`` None) each piece is read straight into its place in the
-        output; otherwise the fetched ``blobs`` (one per piece, in plan order) are copied in.
-        """
+        """The windows as one ``(batch, sequence_length)`` array of stream elements, assembled
+        from the fetched ``blobs`` (one per piece, in plan order)."""
         isz = self._itemsize
         out = np.empty((len(plans), self.sequence_length), dtype=self.stream_format.dtype)
         raw = out.view(np.uint8).reshape(len(plans), self.sequence_length * isz)
-        if blobs is None:
-            read_into = self._access.read_into
-            for row, plan in enumerate(plans):
-                for s, a, b, off in plan:
-                    read_into(s, "data", a * isz, raw[row, off * isz : (off + b - a) * isz])
-        else:
-            k = 0
-            for row, plan in enumerate(plans):
-                for _, a, b, off in plan:
-                    raw[row, off * isz : (off + b - a) * isz] = blobs[k]
-                    k += 1
+        k = 0
+        for row, plan in enumerate(plans):
+            for _, a, b, off in plan:
+                raw[row, off * isz : (off + b - a) * isz] = blobs[k]
+                k += 1
         return out
 
     def _split(self, elements: np.ndarray) -> dict[str, np.ndarray]:

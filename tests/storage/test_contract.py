@@ -396,3 +396,14 @@ def test_a_failed_annotation_leaves_the_shard_consistent(dataset_url, concepts_f
     ds = StreamWithMetaDataset(storage, sequence_length=8)
     assert ds[0]["tokens"].tolist() == list(range(8))
     assert ds[0]["spans"] == [(0, 2, ["a"]), (5, 7, ["c"])]
+
+
+def test_verify_names_a_file_that_is_not_a_shard(dataset_url):
+    url, options = dataset_url
+    storage = write_stream(url, options, seed_records())
+    fs, _ = raw_fs(url, options)
+    shard = data_files(url, options)[0]
+    data = fs.cat_file(shard)
+    fs.pipe_file(shard, b"NOTASHARD" + data[9:])  # same size, header destroyed
+    [(_, err)] = list(storage.verify())
+    assert isinstance(err, ShardCorruptError) and "not a GuideLoom shard file (bad magic" in str(err)
