@@ -121,12 +121,22 @@ class DocumentDataset(_View):
             end[rows] = offsets[local[rows] + 1]
         decode = self.storage.format.decode  # type: ignore[attr-defined]
         access = self._access
-        if access.local:  # one positioned read per document
+        if access.local:  # one positioned read per run of consecutive documents
             h = layout.HEADER_SIZE
-            return [
-                decode(os.pread(access.fd(s, "data"), b - a, h + a))
-                for s, a, b in zip(shard_of.tolist(), begin.tolist(), end.tolist())
-            ]
+            shards, starts, stops = shard_of.tolist(), begin.tolist(), end.tolist()
+            out: list[Any] = []
+            row, n = 0, len(shards)
+            while row < n:
+                s, hi = shards[row], row + 1
+                while hi < n and shards[hi] == s and starts[hi] == stops[hi - 1]:
+                    hi += 1
+                data = memoryview(
+                    os.pread(access.fd(s, "data"), stops[hi - 1] - starts[row], h + starts[row])
+                )
+                base = starts[row]
+                out.extend(decode(data[starts[r] - base : stops[r] - base]) for r in range(row, hi))
+                row = hi
+            return out
         requests = [
             ItemRequest(s, "data", a, b, 1)
             for s, a, b in zip(shard_of.tolist(), begin.tolist(), end.tolist())
