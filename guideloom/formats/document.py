@@ -28,7 +28,7 @@ class DocumentStorageFormat(Format):
 
     Subclasses implement :meth:`encode` and :meth:`decode` so that
     ``decode(encode(record))`` gives back an equal record. ``decode`` may receive a
-    ``memoryview`` of a memory-mapped file; copy out of it what the record keeps.
+    ``memoryview`` instead of ``bytes``; it stays valid after the call.
     If the format has parameters that change the bytes, override :meth:`config` so the manifest
     records them.
     """

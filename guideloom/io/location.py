@@ -215,7 +215,7 @@ class Location:
         return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries)
 
     def local_path(self, rel: str) -> str:
-        """The OS path of a file on a local filesystem (for memory maps)."""
+        """The OS path of a file on a local filesystem (for positioned reads)."""
         if not self.is_local:
             raise ValueError(f"{self.describe(rel)} is not on a local filesystem")
         return self.path(rel)
