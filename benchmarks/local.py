@@ -9,12 +9,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from benchmarks.corpus import write_documents, write_meta_stream, write_stream
-from benchmarks.harness import Config, Row, interleaved
+from benchmarks.harness import Config, Row, Stats, interleaved
 from benchmarks.loops import (
     RawDocuments,
     RawWindows,
@@ -59,6 +60,16 @@ def _loader(storage: Any, cfg: Config, shuffle: Any, num_workers: int, **kwargs:
 def _case(shuffle: Any, workers: int) -> str:
     name = {False: "off", True: "full"}.get(shuffle, shuffle)
     return f"shuffle={name} workers={workers}"
+
+
+def _race(ours: Any, theirs: Any, count: Callable[[Any], int], cfg: Config) -> tuple[Stats, Stats]:
+    """Whole passes of two loaders, interleaved; each figure is items per second."""
+    return interleaved(
+        lambda: timed_pass(ours, count).rate,
+        lambda: timed_pass(theirs, count).rate,
+        cfg.repeats,
+        warmup=not cfg.quick,
+    )
 
 
 def local_rows(cfg: Config) -> list[Row]:
@@ -112,12 +123,7 @@ def documents_rows(cfg: Config) -> list[Row]:
         theirs_loader = raw_loader(
             RawDocuments(str(raw.data_path), raw.offsets, decode), cfg.batch_size, shuffle, cfg.seed, workers
         )
-        g, b = interleaved(
-            lambda: timed_pass(ours_loader, count_records).rate,  # noqa: B023 - called within this iteration
-            lambda: timed_pass(theirs_loader, count_records).rate,  # noqa: B023 - called within this iteration
-            cfg.repeats,
-            warmup=not cfg.quick,
-        )
+        g, b = _race(ours_loader, theirs_loader, count_records, cfg)
         rows.append(
             Row(
                 "documents",
@@ -140,12 +146,7 @@ def meta_rows(cfg: Config) -> list[Row]:
     for shuffle, workers in [(False, 0), (True, 0)]:
         ours_loader = _loader(meta, cfg, shuffle, workers)
         theirs_loader = _loader(plain, cfg, shuffle, workers)
-        g, b = interleaved(
-            lambda: timed_pass(ours_loader, count_tokens).rate,  # noqa: B023 - called within this iteration
-            lambda: timed_pass(theirs_loader, count_tokens).rate,  # noqa: B023 - called within this iteration
-            cfg.repeats,
-            warmup=not cfg.quick,
-        )
+        g, b = _race(ours_loader, theirs_loader, count_tokens, cfg)
         rows.append(
             Row(
                 "meta",

@@ -130,11 +130,12 @@ class DocumentDataset(_View):
                 s, hi = shards[row], row + 1
                 while hi < n and shards[hi] == s and starts[hi] == stops[hi - 1]:
                     hi += 1
-                data = memoryview(
-                    os.pread(access.fd(s, "data"), stops[hi - 1] - starts[row], h + starts[row])
-                )
-                base = starts[row]
-                out.extend(decode(data[starts[r] - base : stops[r] - base]) for r in range(row, hi))
+                data = os.pread(access.fd(s, "data"), stops[hi - 1] - starts[row], h + starts[row])
+                if hi == row + 1:
+                    out.append(decode(data))
+                else:
+                    view, base = memoryview(data), starts[row]
+                    out.extend(decode(view[starts[r] - base : stops[r] - base]) for r in range(row, hi))
                 row = hi
             return out
         requests = [
