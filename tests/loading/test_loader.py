@@ -398,3 +398,15 @@ def test_read_ahead_fetches_each_worker_batch_once_in_fewer_rounds(
     for (ahead, workers), (batches, bytes_out) in results.items():
         assert batches == reference, (ahead, workers)  # read-ahead never changes the batches
         assert bytes_out == reference_bytes  # and every window is fetched exactly once
+
+
+def test_spawned_workers_give_the_same_batches(stream: Any) -> None:
+    """Views pickle cleanly (no open files, no filesystem objects), so spawn works too."""
+
+    def batches(**kwargs: Any) -> list[Any]:
+        loader = StatefulDataLoader.from_storage(
+            stream, sequence_length=SEQUENCE_LENGTH, batch_size=4, shuffle=True, seed=3, **kwargs
+        )
+        return [b["tokens"].tolist() for b in loader]
+
+    assert batches(num_workers=2, multiprocessing_context="spawn") == batches(num_workers=0)
