@@ -27,7 +27,7 @@ STAMP := $(VENV)/.guideloom-installed
 # versions known to work together, so pip does not backtrack through dozens of releases.
 TORCH_PIN := torch==2.13.0
 PYTEST_ARGS ?=
-LINT_PATHS ?= guideloom
+LINT_PATHS ?= guideloom workers benchmarks
 APT_GET := DEBIAN_FRONTEND=noninteractive apt-get
 
 .PHONY: venv test demo bench docs lint system-packages

@@ -74,9 +74,9 @@ def _identity(batch: Any) -> Any:
 def raw_loader(dataset: Dataset, batch_size: int, shuffle: bool, seed: int, num_workers: int) -> DataLoader:
     """A plain DataLoader over ``dataset``: whole batches of indexes to ``__getitems__``."""
     if shuffle:
-        sampler: Any = RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
+        sampler: Any = RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))  # type: ignore[arg-type]
     else:
-        sampler = SequentialSampler(dataset)
+        sampler = SequentialSampler(dataset)  # type: ignore[arg-type]
     return DataLoader(
         dataset,
         batch_sampler=BatchSampler(sampler, batch_size=batch_size, drop_last=False),
@@ -141,7 +141,7 @@ class RawDocuments(Dataset):  # type: ignore[type-arg]
         if self._mm is None or self._pid != os.getpid():
             self._mm, self._pid = np.memmap(self.path, dtype=np.uint8, mode="r"), os.getpid()
         mm, offsets, decode = self._mm, self.offsets, self.decode
-        return [decode(memoryview(mm[offsets[i] : offsets[i + 1]])) for i in indexes]
+        return [decode(mm[offsets[i] : offsets[i + 1]].data) for i in indexes]
 
 
 class RawS3Windows(Dataset):  # type: ignore[type-arg]

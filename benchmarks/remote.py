@@ -36,9 +36,9 @@ def _batches(num_samples: int, mode: str, cfg: Config) -> list[list[int]]:
 
     order = EpochOrder(
         num_samples,
-        shuffle=mode,
+        shuffle=mode,  # type: ignore[arg-type]
         seed=cfg.seed,
-        epoch=0,  # type: ignore[arg-type]
+        epoch=0,
         block_size=BLOCK_SIZE,
         buffer_blocks=BUFFER_BLOCKS,
         run_size=RUN_SIZE,
