@@ -155,7 +155,10 @@ def ray_local(s3_endpoint: s3server.S3Endpoint) -> Iterator[Any]:
     import ray  # lazily: only Ray tests pay for it
 
     env = {**s3_endpoint.env(), "RAY_AUTH_MODE": "disabled"}
+    # address="local": always a new Ray of our own, even when another cluster (one a test or a user
+    # started with `ray start`) runs on this machine; a bare ray.init() would attach to that one.
     context = ray.init(
+        address="local",
         num_cpus=2,
         include_dashboard=False,
         object_store_memory=512 * 2**20,
