@@ -44,8 +44,8 @@ def measure_ingest(
     """Tokens/s of the tokenizer alone (one process) and of ``run_ingest`` per worker count."""
     import ray
 
-    from workers.ingest import run_ingest
-    from workers.tokenizer import load_tokenizer
+    from guideloom.workers.ingest import run_ingest
+    from guideloom.workers.tokenizer import load_tokenizer
 
     tmp = Path(tempfile.mkdtemp(prefix="guideloom-ingest-bench-"))
     try:

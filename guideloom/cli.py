@@ -137,7 +137,7 @@ def _register_ingest() -> None:
     # `guideloom ingest` lives in the workers package (Ray). Its module imports Ray lazily, so
     # registering it costs nothing; without the package the command is simply absent.
     try:
-        from workers.cli import register
+        from guideloom.workers.cli import register
     except ImportError:
         return
     register(app)

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-CORPUS = Path(__file__).resolve().parent.parent / "workers" / "data"
+# The corpus ships inside the installed package (repository folder workers/data/).
+CORPUS = Path(str(resources.files("guideloom.workers") / "data"))
 SEQUENCE_LENGTH = 256
 
 
@@ -47,9 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overwrite", action="store_true", help="replace a dataset already there")
     args = parser.parse_args(argv)
     output = args.output
-    from workers.ingest import run_ingest
-    from workers.output import open_storage
-    from workers.tokenizer import load_tokenizer
+    from guideloom.workers.ingest import run_ingest
+    from guideloom.workers.output import open_storage
+    from guideloom.workers.tokenizer import load_tokenizer
 
     config: dict[str, Any] = {
         "inputs": [str(CORPUS / "*.jsonl")],
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         "overwrite": args.overwrite,
     }
     manifest = run_ingest(config)
-    from workers.config import IngestConfig
+    from guideloom.workers.config import IngestConfig
 
     job = IngestConfig(**config)
     tokenizer = load_tokenizer(job.tokenizer)

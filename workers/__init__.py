@@ -1,7 +1,13 @@
 """Ray ingestion for GuideLoom: raw text in, a committed tokenized dataset out.
 
-The only package of the project that imports Ray, and only in :mod:`workers.ingest` (the driver),
-so that ``import workers`` and ``workers.cli`` stay light. It talks to storage only through
+The repository keeps this package in the top-level folder ``workers/`` (the layer diagram of the
+design); it is installed as ``guideloom.workers`` (``[tool.setuptools.package-dir]`` in
+``pyproject.toml``), so no generic top-level ``workers`` package reaches site-packages.
+
+The only package of the project that imports Ray, and only in :mod:`guideloom.workers.ingest`
+(the driver),
+so that ``import guideloom.workers`` and ``guideloom.workers.cli`` stay light. It talks to
+storage only through
 GuideLoom's public API: ``storage.writer(part=k)``, ``storage.part_complete(k)``,
 ``storage.commit(num_parts=n)``.
 
@@ -24,13 +30,13 @@ __all__ = ["IngestConfig", "run_ingest"]
 
 
 def __getattr__(name: str) -> object:
-    # Lazy so that `import workers` (and the CLI's registration) never imports Ray.
+    # Lazy so that `import guideloom.workers` (and the CLI's registration) never imports Ray.
     if name == "run_ingest":
-        from workers.ingest import run_ingest
+        from guideloom.workers.ingest import run_ingest
 
         return run_ingest
     if name == "IngestConfig":
-        from workers.config import IngestConfig
+        from guideloom.workers.config import IngestConfig
 
         return IngestConfig
-    raise AttributeError(f"module 'workers' has no attribute {name!r}")
+    raise AttributeError(f"module 'guideloom.workers' has no attribute {name!r}")

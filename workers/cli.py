@@ -1,7 +1,7 @@
 # ruff: noqa: B008  (typer declares options as argument defaults)
 """``guideloom ingest``: the typer command, registered on GuideLoom's CLI by :func:`register`.
 
-Importing this module does not import Ray: the driver (:mod:`workers.ingest`) is imported when
+Importing this module does not import Ray: the driver (:mod:`guideloom.workers.ingest`) is imported when
 the command runs. Flags override the values of a ``--config job.yaml`` job file; a flag that is
 not given leaves the job file's value (or the default) alone.
 """
@@ -17,7 +17,7 @@ from typing import Any
 import typer
 
 from guideloom.errors import GuideLoomError
-from workers.config import load_job_file, validate_config
+from guideloom.workers.config import load_job_file, validate_config
 
 __all__ = ["ingest", "register", "parse_size"]
 
@@ -113,7 +113,7 @@ def ingest(
     overrides = {k: v for k, v in given.items() if v is not None}
     try:
         job = load_job_file(config, overrides) if config else validate_config(overrides)
-        from workers.ingest import run_ingest  # imports Ray: only when the command runs
+        from guideloom.workers.ingest import run_ingest  # imports Ray: only when the command runs
 
         run_ingest(job)
     except GuideLoomError as err:
@@ -127,7 +127,7 @@ def register(app: typer.Typer) -> None:
 
 
 def main() -> None:
-    """``python -m workers.cli``: the ingest command on its own."""
+    """``python -m guideloom.workers.cli``: the ingest command on its own."""
     typer.run(ingest)
 
 

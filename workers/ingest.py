@@ -20,18 +20,18 @@ from typing import Any
 import ray
 
 from guideloom.errors import DatasetExistsError, GuideLoomError, IngestError, SchemaMismatchError
-from workers.config import IngestConfig, load_job_file, validate_config
-from workers.output import (
+from guideloom.workers.config import IngestConfig, load_job_file, validate_config
+from guideloom.workers.output import (
     check_writable,
     open_storage,
     remove_foreign_manifest,
     remove_sidecars,
 )
-from workers.part import PartResult, write_part
-from workers.planning import Plan, plan_parts
-from workers.progress import Progress, make_progress
-from workers.sources import expand_inputs
-from workers.tokenizer import load_tokenizer
+from guideloom.workers.part import PartResult, write_part
+from guideloom.workers.planning import Plan, plan_parts
+from guideloom.workers.progress import Progress, make_progress
+from guideloom.workers.sources import expand_inputs
+from guideloom.workers.tokenizer import load_tokenizer
 
 __all__ = ["run_ingest", "METADATA_KEY"]
 

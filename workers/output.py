@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from guideloom.errors import IngestError
-from workers.config import IngestConfig
-from workers.tokenizer import Tokenizer, token_dtype
+from guideloom.workers.config import IngestConfig
+from guideloom.workers.tokenizer import Tokenizer, token_dtype
 
 __all__ = [
     "check_writable",

@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 
 from guideloom.errors import IngestError
-from workers.config import IngestConfig
-from workers.output import open_storage, read_sidecar, write_sidecar
-from workers.planning import Plan
-from workers.sources import Bad, Doc, InputFile, line_number, read_segment
-from workers.tokenizer import Tokenizer, load_tokenizer, token_dtype
+from guideloom.workers.config import IngestConfig
+from guideloom.workers.output import open_storage, read_sidecar, write_sidecar
+from guideloom.workers.planning import Plan
+from guideloom.workers.sources import Bad, Doc, InputFile, line_number, read_segment
+from guideloom.workers.tokenizer import Tokenizer, load_tokenizer, token_dtype
 
 __all__ = ["write_part", "PartResult"]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from workers.config import IngestConfig
+from guideloom.workers.config import IngestConfig
 
 TRAINING_TEXT = [
     "The quick brown fox jumps over the lazy dog.",

@@ -10,8 +10,8 @@ import typer
 from typer.testing import CliRunner
 
 from guideloom.errors import IngestError
-from workers.cli import parse_size, register
-from workers.config import IngestConfig, MiB, load_job_file, validate_config
+from guideloom.workers.cli import parse_size, register
+from guideloom.workers.config import IngestConfig, MiB, load_job_file, validate_config
 
 
 def _app() -> typer.Typer:
@@ -88,7 +88,7 @@ def test_cli_reports_errors_without_a_traceback(tmp_path):
 
 def test_importing_the_cli_does_not_import_ray():
     code = (
-        "import sys, guideloom, workers.cli; assert 'ray' not in sys.modules; "
+        "import sys, guideloom, guideloom.workers.cli; assert 'ray' not in sys.modules; "
         "assert 'torch' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -12,7 +12,7 @@ import pytest
 import typer
 import yaml
 
-from workers.cli import register
+from guideloom.workers.cli import register
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -22,9 +22,9 @@ import pytest
 
 from guideloom import StreamDataset
 from guideloom.errors import DatasetExistsError, IngestError
-from workers.ingest import HOOKS_ENV, METADATA_KEY, run_ingest
-from workers.output import open_storage
-from workers.tokenizer import load_tokenizer
+from guideloom.workers.ingest import HOOKS_ENV, METADATA_KEY, run_ingest
+from guideloom.workers.output import open_storage
+from guideloom.workers.tokenizer import load_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -134,7 +134,7 @@ def test_reads_back_and_records_metadata(reference):
 def _config_for(reference, out):
     rows, inputs, options, manifest = reference
     base = Path(manifest.metadata[METADATA_KEY]["inputs"][0]["url"]).parents[1]
-    from workers.config import IngestConfig
+    from guideloom.workers.config import IngestConfig
 
     return IngestConfig(inputs=[str(p) for p in inputs], output=str(base / out), **options)
 
@@ -181,7 +181,7 @@ def test_interrupted_driver_rerun_redoes_only_missing_parts(reference, tmp_path)
             [
                 sys.executable,
                 "-c",
-                "import json, sys; from workers.ingest import run_ingest; "
+                "import json, sys; from guideloom.workers.ingest import run_ingest; "
                 "run_ingest(json.loads(sys.argv[1]))",
                 json.dumps(config),
             ],

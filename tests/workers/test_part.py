@@ -7,11 +7,11 @@ import pytest
 
 from guideloom import DocumentDataset, StreamDataset
 from guideloom.errors import IngestError
-from workers.output import open_storage, read_sidecar
-from workers.part import write_part
-from workers.planning import plan_parts
-from workers.sources import expand_inputs
-from workers.tokenizer import load_tokenizer
+from guideloom.workers.output import open_storage, read_sidecar
+from guideloom.workers.part import write_part
+from guideloom.workers.planning import plan_parts
+from guideloom.workers.sources import expand_inputs
+from guideloom.workers.tokenizer import load_tokenizer
 
 
 def _plan(config):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from workers.planning import plan_parts
-from workers.sources import InputFile, Segment
+from guideloom.workers.planning import plan_parts
+from guideloom.workers.sources import InputFile, Segment
 
 
 def _files() -> list[InputFile]:

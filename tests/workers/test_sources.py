@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from guideloom.errors import IngestError
-from workers.sources import Bad, Doc, Segment, expand_inputs, line_number, read_segment
+from guideloom.workers.sources import Bad, Doc, Segment, expand_inputs, line_number, read_segment
 
 
 def _read(f, seg, **kw):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from guideloom.errors import IngestError
-from workers.tokenizer import load_tokenizer, token_dtype
+from guideloom.workers.tokenizer import load_tokenizer, token_dtype
 
 
 def test_bytes_tokenizer():
