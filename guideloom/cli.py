@@ -134,11 +134,24 @@ def verify(
 
 
 def _register_ingest() -> None:
-    # `guideloom ingest` lives in the workers package (Ray). Its module imports Ray lazily, so
-    # registering it costs nothing; without the package the command is simply absent.
+    # `guideloom ingest` lives in guideloom.workers (installed with guideloom; its Ray and
+    # tokenizer dependencies come with the `ray` extra). Registering it imports neither Ray nor
+    # torch. The command is always listed: without the extra, running it says how to install it.
     try:
         from guideloom.workers.cli import register
-    except ImportError:
+    except ImportError as err:
+        missing = err.name
+
+        @app.command("ingest", context_settings={"ignore_unknown_options": True})
+        def ingest(args: list[str] = typer.Argument(None, hidden=True)) -> None:
+            """Tokenize raw text on Ray and commit a dataset (needs guideloom[ray])."""
+            typer.echo(
+                f'error: guideloom ingest needs the ray extra: pip install "guideloom[ray]" '
+                f"(missing module {missing!r})",
+                err=True,
+            )
+            raise typer.Exit(1)
+
         return
     register(app)
 

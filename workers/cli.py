@@ -1,25 +1,36 @@
 # ruff: noqa: B008  (typer declares options as argument defaults)
 """``guideloom ingest``: the typer command, registered on GuideLoom's CLI by :func:`register`.
 
-Importing this module does not import Ray: the driver (:mod:`guideloom.workers.ingest`) is imported when
-the command runs. Flags override the values of a ``--config job.yaml`` job file; a flag that is
-not given leaves the job file's value (or the default) alone.
+A thin layer over the Python API, :func:`guideloom.workers.ingest_dataset`. Importing this
+module does not import Ray: the driver (:mod:`guideloom.workers.ingest`) is imported when the
+command runs, and without the ``ray`` extra the command says how to install it. Flags override
+the values of a ``--config job.yaml`` job file; a flag that is not given leaves the job file's
+value (or the default) alone.
+
+Exit status: 0 committed (or already committed), 1 the job failed (bad input, storage), 2 a usage
+error (missing ``--output``, an unknown or invalid option), 130 interrupted (Ctrl-C, SIGTERM).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 import typer
+import typer.core
+from typer._click.exceptions import UsageError
 
-from guideloom.errors import GuideLoomError
-from guideloom.workers.config import load_job_file, validate_config
+from guideloom.errors import GuideLoomError, IngestError
+from guideloom.workers.config import read_job_file, validate_config
 
-__all__ = ["ingest", "register", "parse_size"]
+__all__ = ["ingest", "register", "parse_size", "INSTALL_HINT"]
+
+INSTALL_HINT = 'guideloom ingest needs the ray extra: pip install "guideloom[ray]"'
+EXIT_INTERRUPTED = 130
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 
@@ -46,44 +57,66 @@ def _json_option(text: str | None, name: str) -> dict[str, Any] | None:
 
 def ingest(
     inputs: list[str] | None = typer.Argument(
-        None, help="Input files: paths, globs or fsspec URLs (JSONL, .gz/.zst, Parquet, text)."
+        None,
+        metavar="INPUTS",
+        help="Input files: paths, globs or fsspec URLs (JSONL, .gz/.zst, Parquet, text).",
     ),
-    output: str | None = typer.Option(None, "--output", "-o", help="Dataset URL or directory."),
-    config: Path | None = typer.Option(None, "--config", help="YAML job file; flags override."),
-    input_format: str | None = typer.Option(None, help="auto | jsonl | parquet | text."),
-    text_field: str | None = typer.Option(None, help="Field holding the text (default text)."),
+    output: str | None = typer.Option(
+        None,
+        "--output",
+        "-o",
+        metavar="URL",
+        help="Dataset URL or directory (required, here or in the job file).",
+    ),
+    config: Path | None = typer.Option(
+        None, "--config", metavar="FILE", help="YAML job file; flags override."
+    ),
+    input_format: str | None = typer.Option(None, metavar="FORMAT", help="auto | jsonl | parquet | text."),
+    text_field: str | None = typer.Option(
+        None, metavar="FIELD", help="Field holding the text (default text)."
+    ),
     text_per_line: bool | None = typer.Option(
         None, "--lines/--file-per-document", help="Plain text: a document per line / per file."
     ),
     tokenizer: str | None = typer.Option(
-        None, help="bytes | hf:PATH/tokenizer.json | tiktoken:NAME (default bytes)."
+        None, metavar="SPEC", help="bytes | hf:PATH/tokenizer.json | tiktoken:NAME (default bytes)."
     ),
-    eos_token: str | None = typer.Option(None, help="hf: name of the end-of-document token."),
+    eos_token: str | None = typer.Option(
+        None, metavar="TOKEN", help="hf: name of the end-of-document token."
+    ),
     append_eos: bool | None = typer.Option(
         None, "--eos/--no-eos", help="Append eos to each document (default: stream yes)."
     ),
-    layout: str | None = typer.Option(None, help="stream | document (default stream)."),
+    layout: str | None = typer.Option(None, metavar="LAYOUT", help="stream | document (default stream)."),
     doc_index: bool | None = typer.Option(
         None, "--doc-index/--no-doc-index", help="Stream: add a per-token doc_index field."
     ),
-    format: str | None = typer.Option(None, help="Document layout: json | msgpack | pickle."),
-    passthrough: list[str] | None = typer.Option(
-        None, help="Document layout: an input field to keep (repeatable)."
+    format: str | None = typer.Option(
+        None, metavar="FORMAT", help="Document layout: json | msgpack | pickle."
     ),
-    shard_size: str | None = typer.Option(None, help="Shard size, e.g. 64MiB."),
-    part_size: str | None = typer.Option(None, help="Input bytes per part, e.g. 32MiB."),
-    on_bad_record: str | None = typer.Option(None, help="fail (default) | skip."),
+    passthrough: list[str] | None = typer.Option(
+        None, metavar="FIELD", help="Document layout: an input field to keep (repeatable)."
+    ),
+    shard_size: str | None = typer.Option(None, metavar="SIZE", help="Shard size, e.g. 64MiB."),
+    part_size: str | None = typer.Option(None, metavar="SIZE", help="Input bytes per part, e.g. 32MiB."),
+    on_bad_record: str | None = typer.Option(None, metavar="POLICY", help="fail (default) | skip."),
     overwrite: bool | None = typer.Option(
-        None, "--overwrite/--no-overwrite", help="Replace a different dataset at --output."
+        None,
+        "--overwrite/--no-overwrite",
+        help="Delete any dataset at --output (even this job's own) and ingest again.",
     ),
     ray_address: str | None = typer.Option(
-        None, help="Ray cluster (e.g. auto); default: RAY_ADDRESS, else a local Ray."
+        None, metavar="ADDRESS", help="Ray cluster (host:6379); default: RAY_ADDRESS, else a new local Ray."
     ),
-    num_workers: int | None = typer.Option(None, help="Parts in flight (default: Ray CPUs)."),
-    max_retries: int | None = typer.Option(None, help="Retries of a part whose worker died."),
+    num_workers: int | None = typer.Option(
+        None, metavar="N", help="Parts in flight (default: twice the cluster's CPUs)."
+    ),
+    max_retries: int | None = typer.Option(None, metavar="N", help="Retries of a part whose worker died."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Plain log lines, no live display."),
-    storage_options: str | None = typer.Option(None, help="Output fsspec options (JSON)."),
-    input_storage_options: str | None = typer.Option(None, help="Input fsspec options (JSON)."),
+    storage_options: str | None = typer.Option(None, metavar="JSON", help="Output fsspec options (JSON)."),
+    input_storage_options: str | None = typer.Option(
+        None, metavar="JSON", help="Input fsspec options (JSON)."
+    ),
 ) -> None:
     """Tokenize raw text on Ray and commit a GuideLoom dataset."""
     given: dict[str, Any] = {
@@ -112,18 +145,56 @@ def ingest(
     }
     overrides = {k: v for k, v in given.items() if v is not None}
     try:
-        job = load_job_file(config, overrides) if config else validate_config(overrides)
-        from guideloom.workers.ingest import run_ingest  # imports Ray: only when the command runs
+        data = read_job_file(config) if config else {}
+        data.update(overrides)
+        for key, flag in (("output", "--output URL"), ("inputs", "INPUTS")):
+            if not data.get(key):
+                where = f" or in the job file {config}" if config else ""
+                raise UsageError(f"missing {flag}: name it on the command line{where}")
+        job = validate_config(data, source=f"job file {config}" if config else "options")
+    except IngestError as err:
+        raise UsageError(str(err)) from None
+    _run(job)
 
-        run_ingest(job)
+
+def _run(job: Any) -> None:
+    try:
+        from guideloom.workers.ingest import IngestCancelled, ingest_dataset  # imports Ray
+    except ImportError as err:
+        print(f"error: {INSTALL_HINT} (missing module {err.name!r})", file=sys.stderr)
+        raise typer.Exit(code=1) from None
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _interrupt)  # `ray job stop` sends SIGTERM: cancel like Ctrl-C
+    try:
+        ingest_dataset(config=job)
+    except IngestCancelled as err:
+        print(f"[guideloom ingest] {err}", file=sys.stderr, flush=True)
+        raise typer.Exit(code=EXIT_INTERRUPTED) from None
+    except KeyboardInterrupt:  # before any part started
+        print("[guideloom ingest] interrupted before any part ran: nothing written", file=sys.stderr)
+        raise typer.Exit(code=EXIT_INTERRUPTED) from None
     except GuideLoomError as err:
         print(f"error: {err}", file=sys.stderr)
         raise typer.Exit(code=1) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+class _PlainHelpCommand(typer.core.TyperCommand):
+    """click's plain help layout: option names are never cut, text wraps at the terminal width
+    (rich's table truncates ``--input-storage-options`` at 80 columns)."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        super(typer.core.TyperCommand, self).format_help(ctx, formatter)
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``ingest`` command to GuideLoom's typer app."""
-    app.command("ingest")(ingest)
+    app.command("ingest", cls=_PlainHelpCommand)(ingest)
 
 
 def main() -> None:

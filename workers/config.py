@@ -8,6 +8,7 @@ progress style, credentials) are not.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from guideloom.errors import IngestError
 
-__all__ = ["IngestConfig", "load_job_file", "MiB"]
+__all__ = ["IngestConfig", "load_job_file", "read_job_file", "validate_config", "MiB"]
 
 MiB = 2**20
 
@@ -102,8 +103,8 @@ class IngestConfig(BaseModel):
         return options
 
 
-def load_job_file(path: str | Path, overrides: dict[str, Any] | None = None) -> IngestConfig:
-    """Read a YAML job file, apply ``overrides`` (flags given on the command line) and validate."""
+def read_job_file(path: str | Path) -> dict[str, Any]:
+    """The mapping a YAML job file holds (not validated yet)."""
     import yaml
 
     try:
@@ -116,17 +117,35 @@ def load_job_file(path: str | Path, overrides: dict[str, Any] | None = None) -> 
         data = {}
     if not isinstance(data, dict):
         raise IngestError(f"job file {path} must hold a mapping of option names to values")
+    return data
+
+
+def load_job_file(path: str | Path, overrides: dict[str, Any] | None = None) -> IngestConfig:
+    """Read a YAML job file, apply ``overrides`` (flags given on the command line) and validate."""
+    data = read_job_file(path)
     data.update(overrides or {})
     return validate_config(data, source=f"job file {path}")
 
 
+def _suggestion(name: str) -> str:
+    close = difflib.get_close_matches(name, list(IngestConfig.model_fields), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def validate_config(data: dict[str, Any], *, source: str = "options") -> IngestConfig:
-    """Build an :class:`IngestConfig`, turning pydantic's errors into one readable IngestError."""
+    """Build an :class:`IngestConfig`, turning pydantic's errors into one readable IngestError.
+
+    An unknown key names the closest known one (``text_feild`` -> did you mean ``text_field``).
+    """
     try:
         return IngestConfig.model_validate(data)
     except ValidationError as err:
         lines = []
         for e in err.errors():
             where = ".".join(str(p) for p in e["loc"]) or "job"
-            lines.append(f"  {where}: {e['msg']}")
+            if e["type"] == "extra_forbidden" and len(e["loc"]) == 1:
+                key = str(e["loc"][0])
+                lines.append(f"  {key}: unknown option{_suggestion(key)}")
+            else:
+                lines.append(f"  {where}: {e['msg']}")
         raise IngestError(f"invalid ingestion {source}:\n" + "\n".join(lines)) from None

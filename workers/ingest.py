@@ -6,14 +6,25 @@ One task per part, with ``max_retries`` for dead workers and a bounded number in
 exactly onto ``storage.writer(part=k)``; Ray Data would re-block the records by its own
 scheduling, so part contents (and so shard bytes) would depend on the cluster and the run.
 
-The driver holds only the plan and per-part counts: memory does not grow with the input.
+The driver holds only the plan and per-part counts: memory does not grow with the input. Each
+task receives only its own part's description (:class:`~guideloom.workers.part.PartSpec`), so a
+task's argument does not grow with the number of input files either.
+
+Where it runs (one rule): on the cluster named by ``ray_address`` or ``RAY_ADDRESS`` (set by ``ray
+job submit``), else on a local Ray it starts itself (``address="local"``), never on some other
+cluster that happens to run on the machine. It says which on stderr.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import socket
+import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +38,72 @@ from guideloom.workers.output import (
     remove_foreign_manifest,
     remove_sidecars,
 )
-from guideloom.workers.part import PartResult, write_part
+from guideloom.workers.part import PartResult, PartSpec, part_spec, write_part
 from guideloom.workers.planning import Plan, plan_parts
 from guideloom.workers.progress import Progress, make_progress
 from guideloom.workers.sources import expand_inputs
 from guideloom.workers.tokenizer import load_tokenizer
+from guideloom.workers.urls import redact_text, redact_url
 
-__all__ = ["run_ingest", "METADATA_KEY"]
+__all__ = [
+    "IngestCancelled",
+    "IngestResult",
+    "METADATA_KEY",
+    "ingest_dataset",
+    "open_code",
+    "run_ingest",
+    "summary",
+]
 
 METADATA_KEY = "ingest"
 HOOKS_ENV = "GUIDELOOM_INGEST_TEST_HOOKS"  # JSON; tests only (crash a worker, slow parts down)
-METADATA_VERSION = 1
+METADATA_VERSION = 2
+CONNECT_TIMEOUT_S = 5.0  # a cluster address that does not answer within this is an error
+POLL_S = 1.0  # how often the driver wakes to refresh live progress
+SPLIT_WARNING_RATIO = 2  # note a compressed input larger than this many part sizes
 
-_write_part_task = ray.remote(write_part)
+
+class IngestCancelled(KeyboardInterrupt):
+    """The job was interrupted (Ctrl-C, SIGTERM from ``ray job stop``); in-flight parts were
+    cancelled. ``written`` parts of ``total`` are kept; a re-run of the same job redoes only the
+    others. A subclass of ``KeyboardInterrupt``, so ``except Exception`` does not swallow it."""
+
+    def __init__(self, written: int, total: int) -> None:
+        self.written, self.total = written, total
+        super().__init__(
+            f"interrupted: {written} of {total} parts are written and kept; run the same command "
+            f"again to finish the other {total - written} (nothing is committed until all are)"
+        )
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@ray.remote(num_cpus=0)
+class _Tally:
+    """Live counts of the parts in flight, reported from inside the tasks."""
+
+    def __init__(self) -> None:
+        self.running: dict[int, dict[str, int]] = {}
+
+    def report(self, counts: dict[str, int]) -> None:
+        self.running[counts["part"]] = counts
+
+    def snapshot(self) -> dict[int, dict[str, int]]:
+        return self.running
+
+
+def _task(config: IngestConfig, spec: PartSpec, digest: str, hooks: dict[str, Any], tally: Any) -> PartResult:
+    report: Callable[[dict[str, int]], None] | None = None
+    if tally is not None:
+
+        def report(counts: dict[str, int]) -> None:
+            tally.report.remote(counts)
+
+    return write_part(config, spec, digest, hooks, report)
+
+
+_write_part_task = ray.remote(_task)
 
 
 def _coerce(config: IngestConfig | dict[str, Any] | str | Path) -> IngestConfig:
@@ -50,16 +114,92 @@ def _coerce(config: IngestConfig | dict[str, Any] | str | Path) -> IngestConfig:
     return load_job_file(config)
 
 
-def _connect(config: IngestConfig) -> bool:
+# -- where to run ----------------------------------------------------------------------------
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """``host:port`` of a GCS (or ``ray://``) address; None for ``auto`` or an unparsable one."""
+    if address.startswith("ray://"):
+        address = address[len("ray://") :]
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _resolve_auto() -> str | None:
+    """The address ``auto`` means (the session file of the last ``ray start`` here), if any."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+
+        return canonicalize_bootstrap_address("auto")
+    except Exception:  # noqa: BLE001 - private API; on any failure let ray.init decide
+        return None
+
+
+def _check_reachable(address: str, source: str) -> None:
+    """Fail fast (``CONNECT_TIMEOUT_S``) when nothing listens at the cluster address."""
+    local_hint = (
+        "unset RAY_ADDRESS and drop --ray-address to run on a local Ray that guideloom starts"
+        " itself"
+    )
+    if address.startswith(("http://", "https://")):
+        raise IngestError(
+            f"{source} {address} is a dashboard (Jobs API) address: submit the command with "
+            f"`ray job submit --address {address} -- guideloom ingest ...`, or give the cluster's "
+            f"GCS address (host:6379); or {local_hint}"
+        )
+    target = _host_port(_resolve_auto() or "" if address == "auto" else address)
+    if target is None:
+        return
+    try:
+        socket.create_connection(target, timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as err:
+        raise IngestError(
+            f"no Ray cluster answers at {target[0]}:{target[1]} ({source} {address}): "
+            f"{type(err).__name__}: {err}. Start the cluster or fix the address; or {local_hint}"
+        ) from None
+
+
+def _connect(config: IngestConfig, say: Callable[[str], None]) -> bool:
     """Connect to Ray; True when this call started a local Ray (and so must shut it down)."""
     if ray.is_initialized():
         return False
-    if config.ray_address or os.environ.get("RAY_ADDRESS"):
-        ray.init(address=config.ray_address, log_to_driver=False)  # a cluster, or `ray job submit`
+    if config.ray_address:
+        address, source = config.ray_address, "--ray-address"
+    else:
+        address, source = os.environ.get("RAY_ADDRESS", ""), "RAY_ADDRESS"
+    if address:
+        _check_reachable(address, source)
+        try:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+        except (ConnectionError, RuntimeError, ValueError) as err:
+            raise IngestError(
+                f"cannot join the Ray cluster at {address} ({source}): {err}. A driver must run "
+                "on a node of the cluster: submit it with `ray job submit`; or unset "
+                "RAY_ADDRESS and drop --ray-address to run on a local Ray"
+            ) from None
+        say(
+            f"running on the Ray cluster at {address} ({source}; "
+            f"{int(ray.cluster_resources().get('CPU', 0))} CPUs)"
+        )
         return False
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=config.num_workers, include_dashboard=False, log_to_driver=False)
+    ray.init(
+        address="local",
+        num_cpus=config.num_workers,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    say(
+        f"started a local Ray ({int(ray.cluster_resources().get('CPU', 0))} CPUs); "
+        "--ray-address or RAY_ADDRESS runs on a cluster instead"
+    )
     return True
+
+
+# -- the job ---------------------------------------------------------------------------------
 
 
 def _existing(storage: Any, digest: str, config: IngestConfig) -> Any | None:
@@ -103,20 +243,29 @@ def _in_flight(config: IngestConfig) -> int:
     return max(2 * int(ray.cluster_resources().get("CPU", 0)), 2)
 
 
-def _run_parts(config: IngestConfig, plan: Plan, digest: str, progress: Progress) -> list[PartResult]:
+def task_config(config: IngestConfig) -> IngestConfig:
+    """The config a task receives: without the input list (the task reads its PartSpec)."""
+    return config.model_copy(update={"inputs": ["(planned by the driver)"]})
+
+
+def _run_parts(
+    config: IngestConfig, plan: Plan, digest: str, progress: Progress, results: list[PartResult]
+) -> None:
+    """Run every part, appending each finished part's result to ``results`` as it ends."""
     hooks = json.loads(os.environ.get(HOOKS_ENV, "{}"))
     task = _write_part_task.options(max_retries=config.max_retries, num_cpus=1)
-    config_ref, plan_ref = ray.put(config), ray.put(plan)
+    tally = _Tally.remote() if progress.live else None  # type: ignore[attr-defined]
+    config_ref = ray.put(task_config(config))
     todo = list(range(len(plan.parts)))[::-1]
     pending: dict[Any, int] = {}
-    results: list[PartResult] = []
+    polled = time.monotonic()
     try:
         while todo or pending:
             limit = _in_flight(config)
             while todo and len(pending) < limit:
                 k = todo.pop()
-                pending[task.remote(config_ref, plan_ref, k, digest, hooks)] = k
-            done, _ = ray.wait(list(pending), num_returns=1)
+                pending[task.remote(config_ref, part_spec(plan, k), digest, hooks, tally)] = k
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
             for ref in done:
                 pending.pop(ref)
                 try:
@@ -127,10 +276,22 @@ def _run_parts(config: IngestConfig, plan: Plan, digest: str, progress: Progress
                         raise cause from None
                     raise
                 progress.part_done(results[-1])
+            if tally is not None and time.monotonic() - polled >= POLL_S:
+                polled = time.monotonic()
+                running = ray.get(tally.snapshot.remote(), timeout=30)
+                progress.running([c for k, c in running.items() if k in pending.values()])
     finally:
         for ref in pending:
             ray.cancel(ref, force=True)
-    return sorted(results, key=lambda r: r["part"])
+        if tally is not None:
+            ray.kill(tally)
+
+
+def _digest_of_files(plan: Plan) -> str:
+    h = hashlib.sha256()
+    for f in plan.files:
+        h.update(f"{f.url}\t{f.size}\n".encode())
+    return h.hexdigest()
 
 
 def _metadata(
@@ -148,8 +309,13 @@ def _metadata(
             "plan": digest,
             "tokenizer": tokenizer.describe(),
             "options": config.identity(),
-            "inputs": [{"url": f.url, "size": f.size} for f in plan.files],
-            "empty_files": [f.url for f in plan.files if f.size == 0],
+            "inputs": {
+                "patterns": [redact_url(p) for p in config.inputs],
+                "files": len(plan.files),
+                "bytes": sum(f.size for f in plan.files),
+                "sha256": _digest_of_files(plan),
+            },
+            "empty_files": sum(f.size == 0 for f in plan.files),
             "parts": len(plan.parts),
             "documents": sum(r["documents"] for r in results),
             "tokens": sum(r["tokens"] for r in results),
@@ -160,8 +326,26 @@ def _metadata(
     }
 
 
-def summary(manifest: Any) -> str:
-    """A few lines on what a committed ingestion wrote."""
+def open_code(manifest: Any, url: str, *, storage_options: bool = False) -> str:
+    """The Python lines that open the dataset, from the storage class and format the manifest
+    records (the schema is never guessed from the files)."""
+    fmt = manifest.format
+    if fmt.name == "StreamNumpyFormat":
+        fields = ", ".join(f'"{name}": np.dtype("{dt}")' for name, dt in fmt.config["fields"])
+        fmt_code = f"StreamNumpyFormat({{{fields}}})"
+    else:
+        args = ", ".join(f"{k}={v!r}" for k, v in sorted(fmt.config.items()))
+        fmt_code = f"{fmt.name}({args})"
+    names = sorted({manifest.storage_class, fmt.name})
+    lines = ["import numpy as np"] if fmt.name == "StreamNumpyFormat" else []
+    lines.append(f"from guideloom import {', '.join(names)}")
+    extra = ", storage_options=...  # as for ingestion" if storage_options else ""
+    lines.append(f"storage = {manifest.storage_class}({url!r}, {fmt_code}{extra})")
+    return "\n".join(lines)
+
+
+def summary(manifest: Any, url: str | None = None, *, storage_options: bool = False) -> str:
+    """A few lines on what a committed ingestion wrote, then the Python lines that open it."""
     meta = manifest.metadata[METADATA_KEY]
     tok = meta["tokenizer"]
     lines = [
@@ -170,23 +354,56 @@ def summary(manifest: Any) -> str:
         f"tokenizer {tok['spec']} (vocabulary {tok['vocab_size']:,}, eos {tok['eos_id']})",
     ]
     empty = sum(meta["empty_documents"].values())
-    if empty or meta["empty_files"]:
-        lines.append(f"empty documents skipped: {empty}; empty files: {len(meta['empty_files'])}")
+    empty_files = meta["empty_files"]
+    if not isinstance(empty_files, int):  # metadata version 1 listed them
+        empty_files = len(empty_files)
+    if empty or empty_files:
+        lines.append(f"empty documents skipped: {empty}; empty files: {empty_files}")
     if meta["bad_records_total"]:
         lines.append(f"bad records skipped: {meta['bad_records_total']}")
-        for url, counts in meta["bad_records"].items():
+        for where, counts in meta["bad_records"].items():
             reasons = ", ".join(f"{n} {reason}" for reason, n in counts.items())
-            lines.append(f"  {url}: {reasons}")
+            lines.append(f"  {where}: {reasons}")
+    if url is not None:
+        lines.append("open it with:")
+        lines += ["  " + line for line in open_code(manifest, url, storage_options=storage_options).splitlines()]
     return "\n".join(lines)
+
+
+def _compressed_notes(plan: Plan, part_size: int) -> list[str]:
+    notes = []
+    for f in plan.files:
+        if f.compression and f.size > SPLIT_WARNING_RATIO * part_size:
+            notes.append(
+                f"note: {redact_url(f.url)} ({f.size / 2**20:.1f} MiB, {f.compression}) cannot be "
+                f"split by byte offset: one part reads all of it while --part-size is "
+                f"{part_size / 2**20:.1f} MiB; split it into several files to use more workers"
+            )
+    return notes
 
 
 def run_ingest(config: IngestConfig | dict[str, Any] | str | Path) -> Any:
     """Ingest the job (a config, a dict of options or a YAML job file path); return the manifest.
 
     Re-running an interrupted job redoes only the parts without a valid completion record; re-
-    running a committed job returns its manifest without doing anything.
+    running a committed job returns its manifest without doing anything. An interruption
+    (KeyboardInterrupt) cancels the parts in flight and raises :class:`IngestCancelled`.
     """
-    config = _coerce(config)
+    return _ingest(_coerce(config))[0]
+
+
+def _ingest(config: IngestConfig) -> tuple[Any, Any, bool]:
+    """(manifest, storage, whether it was committed before this call)."""
+    try:
+        return _ingest_unsafe(config)
+    except GuideLoomError as err:  # no credentials from input URLs in any message
+        message = redact_text(str(err), list(config.inputs))
+        if message != str(err):
+            err.args = (message,)
+        raise
+
+
+def _ingest_unsafe(config: IngestConfig) -> tuple[Any, Any, bool]:
     tokenizer = load_tokenizer(
         config.tokenizer, eos_token=config.eos_token, storage_options=config.input_storage_options
     )
@@ -209,16 +426,22 @@ def run_ingest(config: IngestConfig | dict[str, Any] | str | Path) -> Any:
     if done is not None:
         progress.message(f"{storage.url} already holds this job's dataset: nothing to do")
         progress.close()
-        return done
+        return done, storage, True
+    for note in _compressed_notes(plan, config.part_size):
+        progress.message(note)
 
     check_writable(config, storage.url)
-    started = _connect(config)
+    results: list[PartResult] = []
+    started = _connect(config, progress.message)
     try:
-        results = _run_parts(config, plan, digest, progress)
+        _run_parts(config, plan, digest, progress, results)
+    except KeyboardInterrupt:
+        raise IngestCancelled(len(results), len(plan.parts)) from None
     finally:
         progress.close()
         if started:
             ray.shutdown()
+    results.sort(key=lambda r: r["part"])
     reused = sum(bool(r.get("reused")) for r in results)
     if reused:
         progress.message(f"reused {reused} of {len(results)} parts from an earlier run")
@@ -230,5 +453,81 @@ def run_ingest(config: IngestConfig | dict[str, Any] | str | Path) -> Any:
         )
     manifest = storage.commit(num_parts=len(plan.parts), metadata=metadata)
     remove_sidecars(config)
-    progress.message(summary(manifest))
-    return manifest
+    progress.message(summary(manifest, storage.url, storage_options=bool(config.storage_options)))
+    return manifest, storage, False
+
+
+# -- the Python API --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What :func:`ingest_dataset` committed (or found already committed).
+
+    Counts come from the manifest's ``ingest`` metadata; ``bad_records`` maps each input (URL
+    without credentials) to ``{reason: count}`` of the records skipped under ``on_bad_record:
+    skip``; ``empty_documents`` counts documents with no tokens (not stored).
+    """
+
+    manifest: Any
+    storage: Any = field(repr=False)
+    url: str
+    documents: int
+    tokens: int
+    parts: int
+    shards: int
+    bytes: int
+    bad_records: dict[str, dict[str, int]]
+    bad_records_total: int
+    empty_documents: int
+    already_committed: bool
+
+    def open_code(self) -> str:
+        """The Python lines that open this dataset (storage class and format from the manifest)."""
+        return open_code(self.manifest, self.url)
+
+
+def ingest_dataset(
+    inputs: list[str] | str | None = None,
+    output: str | None = None,
+    *,
+    config: IngestConfig | str | Path | None = None,
+    **options: Any,
+) -> IngestResult:
+    """Ingest ``inputs`` into a dataset at ``output`` on Ray; return what was committed.
+
+    Options are the job file's keys (:class:`~guideloom.workers.config.IngestConfig`), e.g.
+    ``tokenizer="hf:tokenizer.json"``, ``part_size=32 * 2**20`` (bytes), ``on_bad_record="skip"``.
+    ``config`` is an IngestConfig or a YAML job file; ``inputs``, ``output`` and ``options``
+    override its values, as flags override a job file on the command line. ``progress`` defaults
+    to ``"none"`` here (``"plain"`` prints log lines to stderr). Raises ``IngestError`` (and
+    subclasses) on bad options or input, :class:`IngestCancelled` when interrupted.
+    """
+    overrides: dict[str, Any] = dict(options)
+    if inputs is not None:
+        overrides["inputs"] = [inputs] if isinstance(inputs, str) else [str(i) for i in inputs]
+    if output is not None:
+        overrides["output"] = str(output)
+    if isinstance(config, IngestConfig):
+        job = validate_config({**config.model_dump(), **overrides}) if overrides else config
+    elif config is not None:
+        job = load_job_file(config, overrides)
+    else:
+        overrides.setdefault("progress", "none")
+        job = validate_config(overrides)
+    manifest, storage, before = _ingest(job)
+    meta = manifest.metadata[METADATA_KEY]
+    return IngestResult(
+        manifest=manifest,
+        storage=storage,
+        url=storage.url,
+        documents=meta["documents"],
+        tokens=meta["tokens"],
+        parts=meta["parts"],
+        shards=len(manifest.shards),
+        bytes=manifest.total_bytes,
+        bad_records=meta["bad_records"],
+        bad_records_total=meta["bad_records_total"],
+        empty_documents=sum(meta["empty_documents"].values()),
+        already_committed=before,
+    )

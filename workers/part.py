@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,13 +24,43 @@ from guideloom.errors import IngestError
 from guideloom.workers.config import IngestConfig
 from guideloom.workers.output import open_storage, read_sidecar, write_sidecar
 from guideloom.workers.planning import Plan
-from guideloom.workers.sources import Bad, Doc, InputFile, line_number, read_segment
+from guideloom.workers.sources import Bad, Doc, InputFile, Segment, line_number, read_segment
 from guideloom.workers.tokenizer import Tokenizer, load_tokenizer, token_dtype
+from guideloom.workers.urls import redact_url
 
-__all__ = ["write_part", "PartResult"]
+__all__ = ["write_part", "PartResult", "PartSpec", "part_spec", "REPORT_EVERY_S"]
 
 BATCH_DOCS = 512
 BATCH_CHARS = 2**20
+REPORT_EVERY_S = 1.0  # seconds between live progress reports from inside a part
+
+
+@dataclass(frozen=True)
+class PartSpec:
+    """What one task needs to write part ``part``: only its own files and segments.
+
+    ``segments[i].file`` indexes ``files`` (this part's files, not the plan's), so the size of a
+    task's argument depends on its own part, never on the number of input files in the job.
+    ``input_bytes`` is the input (as stored) the part reads.
+    """
+
+    part: int
+    files: tuple[InputFile, ...]
+    segments: tuple[Segment, ...]
+    input_bytes: int
+
+
+def part_spec(plan: Plan, part: int) -> PartSpec:
+    """Part ``part`` of ``plan`` with its segments re-indexed into its own file list."""
+    index: dict[int, int] = {}
+    files: list[InputFile] = []
+    segments: list[Segment] = []
+    for seg in plan.parts[part]:
+        if seg.file not in index:
+            index[seg.file] = len(files)
+            files.append(plan.files[seg.file])
+        segments.append(Segment(index[seg.file], seg.start, seg.end, seg.whole))
+    return PartSpec(part, tuple(files), tuple(segments), plan.part_bytes[part])
 
 PartResult = dict[str, Any]
 """Counts of one part: part, documents, tokens, input_bytes, empty_documents{file: n},
@@ -36,12 +68,13 @@ bad_records{file: {reason: n}}, reused (True when a valid earlier part was kept)
 
 
 def _where(f: InputFile, bad: Bad, options: dict[str, Any]) -> str:
+    url = redact_url(f.url)
     if bad.row is not None:
-        return f"{f.url} row {bad.row}"
+        return f"{url} row {bad.row}"
     line = bad.line
     if line is None and bad.offset is not None:
         line = line_number(f, bad.offset, options)
-    return f"{f.url} line {line}" if line is not None else f.url
+    return f"{url} line {line}" if line is not None else url
 
 
 class _PartWriter:
@@ -115,10 +148,20 @@ def _maybe_crash(hooks: dict[str, Any], part: int) -> None:
 
 
 def write_part(
-    config: IngestConfig, plan: Plan, part: int, digest: str, hooks: dict[str, Any] | None = None
+    config: IngestConfig,
+    spec: PartSpec,
+    digest: str,
+    hooks: dict[str, Any] | None = None,
+    report: Callable[[dict[str, int]], None] | None = None,
 ) -> PartResult:
-    """Write part ``part`` unless a valid one (completion record + same plan digest) exists."""
+    """Write part ``spec.part`` unless a valid one (completion record + same plan digest) exists.
+
+    ``report``, when given, is called about every :data:`REPORT_EVERY_S` seconds while the part
+    runs with ``{"part", "documents", "tokens", "input_bytes"}`` so far (``input_bytes`` is
+    estimated from the text read, capped at the part's size, until the part ends).
+    """
     hooks = hooks or {}
+    part = spec.part
     if hooks.get("part_delay_s"):
         time.sleep(float(hooks["part_delay_s"]))
     tokenizer = load_tokenizer(
@@ -131,10 +174,14 @@ def write_part(
 
     bad: dict[str, Counter[str]] = {}
     options = config.input_storage_options
+    doc_delay = float(hooks.get("doc_delay_s", 0))
+    last_report = time.monotonic()
+    text_bytes = 0
     with storage.writer(part=part, shard_size=config.shard_size) as writer:
         out = _PartWriter(config, tokenizer, writer, part)
-        for seg in plan.parts[part]:
-            f = plan.files[seg.file]
+        for seg in spec.segments:
+            f = spec.files[seg.file]
+            shown = redact_url(f.url)
             for item in read_segment(
                 f,
                 seg,
@@ -144,13 +191,26 @@ def write_part(
                 storage_options=options,
             ):
                 if isinstance(item, Doc):
-                    out.add(f.url, item)
+                    out.add(shown, item)
+                    text_bytes += len(item.text) + 1
                 elif config.on_bad_record == "skip":
-                    bad.setdefault(f.url, Counter())[item.reason] += 1
+                    bad.setdefault(shown, Counter())[item.reason] += 1
                 else:
                     raise IngestError(
                         f"{_where(f, item, options)}: {item.detail}. Fix the input, or pass "
                         "--on-bad-record skip to skip and count such records"
+                    )
+                if doc_delay:
+                    time.sleep(doc_delay)
+                if report is not None and time.monotonic() - last_report >= REPORT_EVERY_S:
+                    last_report = time.monotonic()
+                    report(
+                        {
+                            "part": part,
+                            "documents": out.documents + len(out.texts),
+                            "tokens": out.tokens,
+                            "input_bytes": min(text_bytes, spec.input_bytes),
+                        }
                     )
         out.flush()
         _maybe_crash(hooks, part)
@@ -158,7 +218,7 @@ def write_part(
             "part": part,
             "documents": out.documents,
             "tokens": out.tokens,
-            "input_bytes": plan.part_bytes[part],
+            "input_bytes": spec.input_bytes,
             "empty_documents": dict(sorted(out.empty.items())),
             "bad_records": {url: dict(sorted(c.items())) for url, c in sorted(bad.items())},
         }

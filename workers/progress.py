@@ -1,8 +1,9 @@
 """Progress of an ingestion job: a live rich display, plain log lines, or nothing.
 
-Progress advances per part (a part is ``part_size`` input bytes, 32 MiB by default), with
-documents, tokens, input bytes, parts done of total, token throughput and an ETA from the input
-bytes still to read. Output goes to stderr so stdout stays clean for scripts.
+Progress shows documents, tokens, input bytes, parts done of total, token throughput and an ETA
+from the input bytes still to read. Finished parts count exactly; parts still running report
+their counts from inside the task about every second (``running``), so the numbers move while a
+large part runs, not only when it ends. Output goes to stderr so stdout stays clean for scripts.
 """
 
 from __future__ import annotations
@@ -30,8 +31,18 @@ class Progress:
         self.parts = self.documents = self.tokens = self.bytes = 0
         self.reused = 0
         self.started = time.monotonic()
+        self.partial = {"documents": 0, "tokens": 0, "input_bytes": 0}
+
+    live = False
+    """Whether this display shows anything (the driver collects live counts only then)."""
+
+    def running(self, counts: list[dict[str, int]]) -> None:
+        """The counts so far of the parts still running (replaces the previous report)."""
+        self.partial = {key: sum(c[key] for c in counts) for key in self.partial}
+        self.show()
 
     def part_done(self, result: dict[str, Any]) -> None:
+        self.partial = {key: 0 for key in self.partial}  # the next report re-sends the rest
         self.parts += 1
         self.documents += result["documents"]
         self.tokens += result["tokens"]
@@ -39,14 +50,24 @@ class Progress:
         self.reused += bool(result.get("reused"))
         self.show()
 
-    def line(self) -> str:
-        elapsed = max(time.monotonic() - self.started, 1e-9)
-        rate = self.bytes / elapsed
-        eta = (self.total_bytes - self.bytes) / rate if rate > 0 else float("nan")
+    def totals(self) -> tuple[int, int, int]:
+        """(documents, tokens, input bytes): finished parts plus what running parts reported."""
+        p = self.partial
         return (
-            f"parts {self.parts}/{self.total_parts}  docs {_si(self.documents)}  "
-            f"tokens {_si(self.tokens)}  input {_si(self.bytes)}B/{_si(self.total_bytes)}B  "
-            f"{_si(self.tokens / elapsed)} tokens/s  ETA {eta:.0f}s"
+            self.documents + p["documents"],
+            self.tokens + p["tokens"],
+            self.bytes + p["input_bytes"],
+        )
+
+    def line(self) -> str:
+        documents, tokens, read = self.totals()
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        rate = read / elapsed
+        eta = (self.total_bytes - read) / rate if rate > 0 else float("nan")
+        return (
+            f"parts {self.parts}/{self.total_parts}  docs {_si(documents)}  "
+            f"tokens {_si(tokens)}  input {_si(read)}B/{_si(self.total_bytes)}B  "
+            f"{_si(tokens / elapsed)} tokens/s  ETA {eta:.0f}s"
         )
 
     def show(self) -> None:
@@ -60,9 +81,22 @@ class Progress:
 
 
 class PlainProgress(Progress):
-    """One log line per finished part: for logs and ``--quiet``."""
+    """A log line per finished part, and one every ``EVERY_S`` seconds while parts run: for logs
+    and ``--quiet``."""
+
+    live = True
+    EVERY_S = 5.0
+
+    def __init__(self, total_parts: int, total_bytes: int) -> None:
+        super().__init__(total_parts, total_bytes)
+        self._last = 0.0
+        self._parts_shown = -1
 
     def show(self) -> None:
+        now = time.monotonic()
+        if self.parts == self._parts_shown and now - self._last < self.EVERY_S:
+            return
+        self._last, self._parts_shown = now, self.parts
         print(f"[guideloom ingest] {self.line()}", file=sys.stderr, flush=True)
 
     def message(self, text: str) -> None:
@@ -71,6 +105,8 @@ class PlainProgress(Progress):
 
 class RichProgress(Progress):
     """A live bar with the same numbers, redrawn in place."""
+
+    live = True
 
     def __init__(self, total_parts: int, total_bytes: int) -> None:
         super().__init__(total_parts, total_bytes)
@@ -90,12 +126,13 @@ class RichProgress(Progress):
         self._bar.start()
 
     def show(self) -> None:
+        documents, tokens, read = self.totals()
         stats = (
-            f"parts {self.parts}/{self.total_parts} · docs {_si(self.documents)} · "
-            f"tokens {_si(self.tokens)} · "
-            f"{_si(self.tokens / max(time.monotonic() - self.started, 1e-9))} tokens/s"
+            f"parts {self.parts}/{self.total_parts} · docs {_si(documents)} · "
+            f"tokens {_si(tokens)} · "
+            f"{_si(tokens / max(time.monotonic() - self.started, 1e-9))} tokens/s"
         )
-        self._bar.update(self._task, completed=self.bytes, stats=stats)
+        self._bar.update(self._task, completed=read, stats=stats)
 
     def close(self) -> None:
         self._bar.stop()

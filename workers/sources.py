@@ -18,6 +18,8 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
@@ -48,6 +50,7 @@ _KIND_BY_SUFFIX: dict[str, Kind] = {
 }
 _COMPRESSION_BY_SUFFIX = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 _READ_BLOCK = 4 * 2**20  # bytes per request when reading inputs sequentially
+_SURROGATE = re.compile("[\ud800-\udfff]")  # valid in JSON ("\\ud800"), not encodable as UTF-8
 
 
 @dataclass(frozen=True)
@@ -175,11 +178,7 @@ def _lines(f: InputFile, seg: Segment, options: dict[str, Any]) -> Iterator[tupl
     """(offset of the line's first byte, line with its newline) for the lines the segment owns."""
     with _open(f, options) as raw:
         if seg.whole:
-            stream = _decompressed(raw, f.compression)
-            pos = 0
-            for line in stream:
-                yield pos, line
-                pos += len(line)
+            yield from _decompressed_lines(f, raw)
             return
         pos = seg.start
         if seg.start > 0:
@@ -191,6 +190,29 @@ def _lines(f: InputFile, seg: Segment, options: dict[str, Any]) -> Iterator[tupl
                 return
             yield pos, line
             pos += len(line)
+
+
+def _decompressed_lines(f: InputFile, raw: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+    """The lines of a whole (maybe compressed) file; a truncated or corrupt stream is an
+    IngestError naming the file, the decompressed offset reached and the compressed one."""
+    stream = _decompressed(raw, f.compression)
+    pos = 0
+    try:
+        for line in stream:
+            yield pos, line
+            pos += len(line)
+    except (EOFError, OSError, zlib.error, ValueError) as err:
+        if f.compression is None and not isinstance(err, EOFError):
+            raise
+        try:
+            at = f" (compressed byte {raw.tell():,} of {f.size:,})"
+        except (OSError, ValueError):
+            at = ""
+        raise IngestError(
+            f"{f.url}: {f.compression or 'the'} data ends or breaks after {pos:,} decompressed "
+            f"bytes{at}: {type(err).__name__}: {err}. The file is truncated or corrupt: "
+            "re-create or re-download it (the lines before that point were read)"
+        ) from None
 
 
 def line_number(f: InputFile, offset: int, options: dict[str, Any]) -> int:
@@ -245,7 +267,7 @@ def _text_line(raw: bytes, where: dict[str, Any]) -> Doc | Bad:
 
 def _whole_text(f: InputFile, options: dict[str, Any]) -> Iterator[Doc | Bad]:
     with _open(f, options) as raw:
-        data = _decompressed(raw, f.compression).read()
+        data = b"".join(line for _, line in _decompressed_lines(f, raw))
     text = _decode(data, {})
     yield text if isinstance(text, Bad) else Doc(text)
 
@@ -280,6 +302,14 @@ def _doc_from_mapping(
         return Bad(
             "not_string",
             f"text field {text_field!r} is {type(text).__name__}, not a string",
+            **where,
+        )
+    lone = _SURROGATE.search(text)
+    if lone is not None:
+        return Bad(
+            "lone_surrogate",
+            f"text field {text_field!r} holds a lone surrogate \\u{ord(lone.group()):04x} at "
+            f"character {lone.start()} (valid JSON escape, not encodable as UTF-8)",
             **where,
         )
     missing = [name for name in passthrough if name not in obj]

@@ -46,7 +46,8 @@ def test_defaults_and_identity():
         ({"layout": "document", "doc_index": True}, "--doc-index needs --layout stream"),
         ({"format": "msgpack"}, "needs --layout document"),
         ({"on_bad_record": "ignore"}, "on_bad_record"),
-        ({"colour": "blue"}, "colour: Extra inputs are not permitted"),
+        ({"colour": "blue"}, "colour: unknown option"),
+        ({"text_feild": "body"}, "text_feild: unknown option .did you mean .text_field.?"),
     ],
 )
 def test_invalid_options_are_named(options, message):
@@ -82,8 +83,15 @@ def test_cli_reports_errors_without_a_traceback(tmp_path):
     )
     assert result.exit_code == 1
     assert "error: input glob" in result.output and "Traceback" not in result.output
+    # usage errors exit 2 with a plain message: a missing --output, a job-file typo
     result = CliRunner().invoke(_app(), ["ingest", "a.jsonl"])
-    assert result.exit_code == 1 and "output: Field required" in result.output
+    assert result.exit_code == 2 and "missing --output URL" in result.output
+    assert "Field required" not in result.output
+    job = tmp_path / "job.yaml"
+    job.write_text("inputs: [a.jsonl]\noutput: out\ntext_feild: body\n")
+    result = CliRunner().invoke(_app(), ["ingest", "--config", str(job)])
+    assert result.exit_code == 2
+    assert "text_feild: unknown option (did you mean 'text_field'?)" in result.output
 
 
 def test_importing_the_cli_does_not_import_ray():

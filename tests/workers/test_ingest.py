@@ -122,7 +122,11 @@ def test_reads_back_and_records_metadata(reference):
     meta = manifest.metadata[METADATA_KEY]
     assert meta["documents"] == 100 and meta["parts"] > 4
     assert meta["tokenizer"]["spec"] == "bytes" and meta["tokenizer"]["eos_id"] == 256
-    assert [i["url"] for i in meta["inputs"]] == [str(p) for p in inputs]
+    # the inputs compactly: the patterns given, a count, total bytes and a digest of the list
+    assert meta["inputs"]["patterns"] == [str(p) for p in inputs]
+    assert meta["inputs"]["files"] == 3
+    assert meta["inputs"]["bytes"] == sum(p.stat().st_size for p in inputs)
+    assert len(meta["inputs"]["sha256"]) == 64
     expected = _expected_tokens(rows)
     assert manifest.total_tokens == len(expected) == meta["tokens"]
     storage = open_storage(_config_for(reference, "ds"), load_tokenizer("bytes"))
@@ -133,7 +137,7 @@ def test_reads_back_and_records_metadata(reference):
 
 def _config_for(reference, out):
     rows, inputs, options, manifest = reference
-    base = Path(manifest.metadata[METADATA_KEY]["inputs"][0]["url"]).parents[1]
+    base = Path(inputs[0]).parents[1]
     from guideloom.workers.config import IngestConfig
 
     return IngestConfig(inputs=[str(p) for p in inputs], output=str(base / out), **options)

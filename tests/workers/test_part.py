@@ -8,7 +8,7 @@ import pytest
 from guideloom import DocumentDataset, StreamDataset
 from guideloom.errors import IngestError
 from guideloom.workers.output import open_storage, read_sidecar
-from guideloom.workers.part import write_part
+from guideloom.workers.part import part_spec, write_part
 from guideloom.workers.planning import plan_parts
 from guideloom.workers.sources import expand_inputs
 from guideloom.workers.tokenizer import load_tokenizer
@@ -31,7 +31,7 @@ def test_stream_part_on_every_backend(write_jsonl, doc_rows, ingest_config, data
     rows = doc_rows(30)
     config = ingest_config([write_jsonl("a.jsonl", rows)], url, storage_options=options)
     plan = _plan(config)
-    result = write_part(config, plan, 0, "digest")
+    result = write_part(config, part_spec(plan, 0), "digest")
     assert (result["documents"], result["reused"]) == (30, False)
     storage = open_storage(config, load_tokenizer("bytes"))
     assert storage.part_complete(0, verify="checksum")
@@ -45,9 +45,9 @@ def test_stream_part_on_every_backend(write_jsonl, doc_rows, ingest_config, data
 def test_a_valid_part_is_reused_and_a_stale_one_rewritten(write_jsonl, doc_rows, ingest_config, tmp_path):
     config = ingest_config([write_jsonl("a.jsonl", doc_rows(5))], tmp_path / "ds")
     plan = _plan(config)
-    write_part(config, plan, 0, "d1")
-    assert write_part(config, plan, 0, "d1")["reused"] is True
-    assert write_part(config, plan, 0, "d2")["reused"] is False  # another job's part
+    write_part(config, part_spec(plan, 0), "d1")
+    assert write_part(config, part_spec(plan, 0), "d1")["reused"] is True
+    assert write_part(config, part_spec(plan, 0), "d2")["reused"] is False  # another job's part
 
 
 def test_doc_index_and_no_eos(write_jsonl, doc_rows, ingest_config, tmp_path):
@@ -55,7 +55,7 @@ def test_doc_index_and_no_eos(write_jsonl, doc_rows, ingest_config, tmp_path):
     config = ingest_config(
         [write_jsonl("a.jsonl", rows)], tmp_path / "ds", doc_index=True, append_eos=False, part_size=10**6
     )
-    write_part(config, _plan(config), 0, "d")
+    write_part(config, part_spec(_plan(config), 0), "d")
     storage = open_storage(config, load_tokenizer("bytes"))
     storage.commit(num_parts=1)
     n = sum(len(r["text"].encode()) for r in rows)
@@ -78,7 +78,7 @@ def test_document_layout_keeps_passthrough_fields(
         passthrough=["id"],
         tokenizer=f"hf:{hf_tokenizer_json}",
     )
-    write_part(config, _plan(config), 0, "d")
+    write_part(config, part_spec(_plan(config), 0), "d")
     tok = load_tokenizer(config.tokenizer)
     storage = open_storage(config, tok)
     storage.commit(num_parts=1)
@@ -95,7 +95,7 @@ def test_bad_record_fails_naming_file_and_line(write_jsonl, doc_rows, ingest_con
     assert len(plan.parts) > 2
     with pytest.raises(IngestError, match=rf"{path} line 21: text field 'text' is int.*skip"):
         for k in range(len(plan.parts)):
-            write_part(config, plan, k, "d")
+            write_part(config, part_spec(plan, k), "d")
     storage = open_storage(config, load_tokenizer("bytes"))
     assert not storage.part_complete(len(plan.parts) - 1)
 
@@ -103,7 +103,7 @@ def test_bad_record_fails_naming_file_and_line(write_jsonl, doc_rows, ingest_con
 def test_skip_counts_bad_and_empty_records(write_jsonl, ingest_config, tmp_path):
     path = write_jsonl("bad.jsonl", ['{"text": "a"}', "{oops", '{"x": 1}', '{"text": ""}', ""])
     config = ingest_config([path], tmp_path / "ds", on_bad_record="skip")
-    result = write_part(config, _plan(config), 0, "d")
+    result = write_part(config, part_spec(_plan(config), 0), "d")
     assert result["documents"] == 1
     assert result["bad_records"] == {str(path): {"malformed_json": 1, "missing_field": 1}}
     assert result["empty_documents"] == {str(path): 2}
