@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -163,8 +162,6 @@ def _run(job: Any) -> None:
     except ImportError as err:
         print(f"error: {INSTALL_HINT} (missing module {err.name!r})", file=sys.stderr)
         raise typer.Exit(code=1) from None
-    previous = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, _interrupt)  # `ray job stop` sends SIGTERM: cancel like Ctrl-C
     try:
         ingest_dataset(config=job)
     except IngestCancelled as err:
@@ -176,12 +173,6 @@ def _run(job: Any) -> None:
     except GuideLoomError as err:
         print(f"error: {err}", file=sys.stderr)
         raise typer.Exit(code=1) from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 class _PlainHelpCommand(typer.core.TyperCommand):

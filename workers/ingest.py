@@ -20,7 +20,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import socket
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -93,6 +95,15 @@ class _Tally:
         return self.running
 
 
+def _start_tally() -> Any:
+    """The live-counts actor, on the driver's node (soft): losing a worker node leaves it."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()
+    strategy = NodeAffinitySchedulingStrategy(here, soft=True)
+    return _Tally.options(scheduling_strategy=strategy).remote()  # type: ignore[attr-defined]
+
+
 def _task(config: IngestConfig, spec: PartSpec, digest: str, hooks: dict[str, Any], tally: Any) -> PartResult:
     report: Callable[[dict[str, int]], None] | None = None
     if tally is not None:
@@ -139,10 +150,7 @@ def _resolve_auto() -> str | None:
 
 def _check_reachable(address: str, source: str) -> None:
     """Fail fast (``CONNECT_TIMEOUT_S``) when nothing listens at the cluster address."""
-    local_hint = (
-        "unset RAY_ADDRESS and drop --ray-address to run on a local Ray that guideloom starts"
-        " itself"
-    )
+    local_hint = "unset RAY_ADDRESS and drop --ray-address to run on a local Ray that guideloom starts itself"
     if address.startswith(("http://", "https://")):
         raise IngestError(
             f"{source} {address} is a dashboard (Jobs API) address: submit the command with "
@@ -254,7 +262,7 @@ def _run_parts(
     """Run every part, appending each finished part's result to ``results`` as it ends."""
     hooks = json.loads(os.environ.get(HOOKS_ENV, "{}"))
     task = _write_part_task.options(max_retries=config.max_retries, num_cpus=1)
-    tally = _Tally.remote() if progress.live else None  # type: ignore[attr-defined]
+    tally = _start_tally() if progress.live else None
     config_ref = ray.put(task_config(config))
     todo = list(range(len(plan.parts)))[::-1]
     pending: dict[Any, int] = {}
@@ -278,13 +286,41 @@ def _run_parts(
                 progress.part_done(results[-1])
             if tally is not None and time.monotonic() - polled >= POLL_S:
                 polled = time.monotonic()
-                running = ray.get(tally.snapshot.remote(), timeout=30)
+                try:
+                    running = ray.get(tally.snapshot.remote(), timeout=30)
+                except ray.exceptions.RayError:  # live counts are a nicety: go on without
+                    tally = None
+                    continue
                 progress.running([c for k, c in running.items() if k in pending.values()])
     finally:
         for ref in pending:
             ray.cancel(ref, force=True)
         if tally is not None:
-            ray.kill(tally)
+            try:
+                ray.kill(tally)
+            except ray.exceptions.RayError:
+                pass
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _cancel_on_signals() -> Callable[[], None]:
+    """SIGINT and SIGTERM (``ray job stop``) raise KeyboardInterrupt in the driver, so that the
+    parts in flight are cancelled cleanly. Installed after ``ray.init``, whose crash handlers
+    would otherwise take SIGTERM; returns the function that restores the previous handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+    return restore
 
 
 def _digest_of_files(plan: Plan) -> str:
@@ -366,7 +402,9 @@ def summary(manifest: Any, url: str | None = None, *, storage_options: bool = Fa
             lines.append(f"  {where}: {reasons}")
     if url is not None:
         lines.append("open it with:")
-        lines += ["  " + line for line in open_code(manifest, url, storage_options=storage_options).splitlines()]
+        lines += [
+            "  " + line for line in open_code(manifest, url, storage_options=storage_options).splitlines()
+        ]
     return "\n".join(lines)
 
 
@@ -433,6 +471,7 @@ def _ingest_unsafe(config: IngestConfig) -> tuple[Any, Any, bool]:
     check_writable(config, storage.url)
     results: list[PartResult] = []
     started = _connect(config, progress.message)
+    restore = _cancel_on_signals()
     try:
         _run_parts(config, plan, digest, progress, results)
     except KeyboardInterrupt:
@@ -441,6 +480,7 @@ def _ingest_unsafe(config: IngestConfig) -> tuple[Any, Any, bool]:
         progress.close()
         if started:
             ray.shutdown()
+        restore()
     results.sort(key=lambda r: r["part"])
     reused = sum(bool(r.get("reused")) for r in results)
     if reused:

@@ -62,6 +62,7 @@ def part_spec(plan: Plan, part: int) -> PartSpec:
         segments.append(Segment(index[seg.file], seg.start, seg.end, seg.whole))
     return PartSpec(part, tuple(files), tuple(segments), plan.part_bytes[part])
 
+
 PartResult = dict[str, Any]
 """Counts of one part: part, documents, tokens, input_bytes, empty_documents{file: n},
 bad_records{file: {reason: n}}, reused (True when a valid earlier part was kept)."""

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import typer
 import yaml
+from raycluster import compose_job
 
 from guideloom.workers.cli import register
 
@@ -35,13 +36,6 @@ def _parse_ingest(argv: list[str]) -> dict:
     ctx = group.commands["ingest"].make_context("ingest", list(argv[2:]))
     assert ctx.params["output"], "the command names no --output"
     return ctx.params
-
-
-def compose_job(services: dict) -> tuple[list[str], list[str]]:
-    """The ingest service's command split into (`ray job submit ...`, `guideloom ingest ...`)."""
-    command = services["ingest"]["command"]
-    split = command.index("--")
-    return command[:split], command[split + 1 :]
 
 
 def test_compose_services_agree():

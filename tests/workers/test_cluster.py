@@ -1,0 +1,228 @@
+"""The cluster path on a real two-node Ray cluster on this machine (no Docker here): the `ray
+start` commands of docker-compose.yml for the head and the worker, the compose `ingest` service's
+`ray job submit` against the head's Jobs API, output on the session's S3 endpoint, credentials
+and endpoint from the standard AWS variables only. Compared byte for byte (shard table and
+checksums) with the same command on a local Ray. Then `ray job stop` and a lost worker node.
+
+One module-scoped cluster (a head and a worker, 1 CPU each, 256 MiB object stores) serves every
+test; the test that kills the worker node runs last.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from raycluster import REPO, LocalCluster, compose_job
+
+from guideloom.storage.checks import read_manifest
+from guideloom.workers.ingest import HOOKS_ENV
+
+pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.s3]
+
+JOB_TIMEOUT_S = 240
+
+
+def _shards(manifest) -> list[tuple]:
+    return [
+        (
+            s.part,
+            s.index,
+            s.records,
+            s.tokens,
+            sorted((n, f.path, f.size, f.checksum) for n, f in s.files.items()),
+        )
+        for s in manifest.shards
+    ]
+
+
+@pytest.fixture(scope="module")
+def compose():
+    return yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
+
+
+@pytest.fixture(scope="module")
+def cluster(compose, s3_endpoint):
+    import os
+
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": s3_endpoint.url,  # what compose gives every node, nothing else
+        "AWS_ACCESS_KEY_ID": s3_endpoint.key,
+        "AWS_SECRET_ACCESS_KEY": s3_endpoint.secret,
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    env.pop("GUIDELOOM_TEST_S3_ENDPOINT", None)
+    c = LocalCluster(compose["ray-head"]["command"], compose["ray-worker"]["command"], env)
+    try:
+        yield c.start()
+    finally:
+        c.stop()
+
+
+def _job_argv(compose, cluster, output: str) -> tuple[list[str], list[str]]:
+    """Compose's `ray job submit ... -- guideloom ingest ...`, pointed at this cluster and output."""
+    submit, argv = compose_job(compose)
+    submit = [str(Path(sys.executable).parent / "ray"), *submit[1:]]
+    submit[submit.index("--address") + 1] = cluster.dashboard_url
+    argv = [a.replace("/app/", f"{REPO}/") for a in argv]
+    argv[argv.index("--output") + 1] = output
+    return submit, argv
+
+
+@pytest.fixture(scope="module")
+def local_reference(compose, cluster, ray_local, tmp_path_factory):
+    """The compose job's command on the session's local Ray (in this process), and its time."""
+    _, argv = _job_argv(compose, cluster, str(tmp_path_factory.mktemp("local") / "kjv"))
+    from typer.testing import CliRunner
+
+    from guideloom.cli import app
+
+    started = time.monotonic()
+    result = CliRunner().invoke(app, argv[1:])
+    seconds = time.monotonic() - started
+    assert result.exit_code == 0, result.output
+    manifest = read_manifest(argv[argv.index("--output") + 1], {})[1]
+    return argv, manifest, seconds
+
+
+def test_compose_job_submitted_to_a_two_node_cluster_matches_a_local_run(
+    compose, cluster, local_reference, s3_bucket, s3_options
+):
+    output = f"s3://{s3_bucket}/kjv-bytes"
+    submit, argv = _job_argv(compose, cluster, output)
+    started = time.monotonic()
+    done = subprocess.run(
+        [*submit, "--", *argv], env=cluster.env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S
+    )
+    seconds = time.monotonic() - started
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-4000:]
+    assert "running on the Ray cluster at" in log and "(RAY_ADDRESS; 2 CPUs)" in log
+    manifest = read_manifest(output, s3_options)[1]
+    _, reference, local_seconds = local_reference
+    assert _shards(manifest) == _shards(reference)  # same shard files, sizes and checksums
+    assert manifest.metadata == reference.metadata
+    print(f"\n[timing] ray job submit on 2 nodes: {seconds:.1f} s; local run: {local_seconds:.1f} s")
+
+
+def test_no_address_starts_its_own_ray_beside_a_running_cluster(cluster, tmp_path):
+    """A bare ray.init() would attach to the cluster (its session file is found); guideloom
+    ingest without an address starts a local Ray instead, and --num-workers is fine there."""
+    env = {**cluster.env, "RAY_TMPDIR": str(cluster.tmp)}
+    attach = subprocess.run(
+        [sys.executable, "-c", "import ray; ray.init(); print(ray.get_runtime_context().gcs_address)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert attach.stdout.strip().endswith(f":{cluster.gcs_port}"), attach.stderr[-2000:]
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps({"text": f"doc {i}"}) + "\n" for i in range(20)))
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "guideloom.cli",
+            "ingest",
+            str(data),
+            "--output",
+            str(tmp_path / "o"),
+            "--num-workers",
+            "2",
+            "--quiet",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "started a local Ray (2 CPUs)" in run.stderr
+    assert "Ray cluster at" not in run.stderr and "ValueError" not in run.stderr
+
+
+def _wait_for_part(fs, output: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not fs.glob(f"{output.removeprefix('s3://')}/parts/part-*.json"):
+        assert time.monotonic() < deadline, "no part completed in time"
+        time.sleep(0.3)
+
+
+def _wait_for_job(client, job_id: str) -> str:
+    from ray.job_submission import JobStatus
+
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while (status := client.get_job_status(job_id)) not in {
+        JobStatus.SUCCEEDED,
+        JobStatus.FAILED,
+        JobStatus.STOPPED,
+    }:
+        assert time.monotonic() < deadline, client.get_job_logs(job_id)[-3000:]
+        time.sleep(0.5)
+    return str(status)
+
+
+def _slow_job(compose, cluster, output: str) -> str:
+    _, argv = _job_argv(compose, cluster, output)
+    return shlex.join([*argv, "--num-workers", "2"])
+
+
+def test_ray_job_stop_cancels_and_a_resubmit_finishes_the_rest(
+    compose, cluster, local_reference, s3_bucket, s3_options
+):
+    import s3fs
+    from ray.job_submission import JobSubmissionClient
+
+    fs = s3fs.S3FileSystem(**s3_options, skip_instance_cache=True)
+    client = JobSubmissionClient(cluster.dashboard_url)
+    output = f"s3://{s3_bucket}/stopped"
+    job = client.submit_job(
+        entrypoint=_slow_job(compose, cluster, output),
+        runtime_env={"env_vars": {HOOKS_ENV: json.dumps({"part_delay_s": 2})}},
+    )
+    _wait_for_part(fs, output)
+    client.stop_job(job)
+    assert _wait_for_job(client, job) == "STOPPED"
+    logs = client.get_job_logs(job)
+    assert "interrupted: " in logs and "run the same command again" in logs, logs[-3000:]
+    for crash in ("task_manager", "bug in Ray", "Traceback"):
+        assert crash not in logs, logs[-3000:]
+    assert not fs.exists(f"{output.removeprefix('s3://')}/manifest.json")
+    again = client.submit_job(entrypoint=_slow_job(compose, cluster, output))
+    assert _wait_for_job(client, again) == "SUCCEEDED", client.get_job_logs(again)[-3000:]
+    assert "reused " in client.get_job_logs(again)
+    manifest = read_manifest(output, s3_options)[1]
+    assert _shards(manifest) == _shards(local_reference[1])
+
+
+def test_worker_node_killed_mid_job_still_commits_the_same_dataset(
+    compose, cluster, local_reference, s3_bucket, s3_options
+):
+    """Runs last: it leaves the cluster with its head only."""
+    import s3fs
+    from ray.job_submission import JobSubmissionClient
+
+    fs = s3fs.S3FileSystem(**s3_options, skip_instance_cache=True)
+    client = JobSubmissionClient(cluster.dashboard_url)
+    output = f"s3://{s3_bucket}/lost-node"
+    job = client.submit_job(
+        entrypoint=_slow_job(compose, cluster, output),
+        runtime_env={"env_vars": {HOOKS_ENV: json.dumps({"part_delay_s": 2})}},
+    )
+    _wait_for_part(fs, output)
+    cluster.kill_worker(0)  # its raylet and the task running there die at once
+    status = _wait_for_job(client, job)
+    if status != "SUCCEEDED":  # the documented fallback: a re-submit redoes only missing parts
+        again = client.submit_job(entrypoint=_slow_job(compose, cluster, output))
+        assert _wait_for_job(client, again) == "SUCCEEDED", client.get_job_logs(again)[-3000:]
+    manifest = read_manifest(output, s3_options)[1]
+    assert _shards(manifest) == _shards(local_reference[1])
+    print(f"\n[lost node] first submission: {status}")
