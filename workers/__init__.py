@@ -19,22 +19,24 @@ Modules, one concern each::
     tokenizer   bytes / hf:tokenizer.json / tiktoken:NAME behind one small interface
     output      storage class and format from the options; manifest metadata
     part        one part end to end: read, tokenize, storage.writer(part=k) (no Ray)
-    ingest      the driver: plan, submit Ray tasks, progress, commit -> run_ingest(config)
+    urls        URLs without credentials, for the manifest, logs and messages
+    ingest      the driver: plan, submit Ray tasks, progress, commit; the Python API
+                ingest_dataset(...) -> IngestResult (run_ingest(config) -> manifest)
     progress    live progress (rich) and the plain log-line mode
     cli         the typer command behind ``guideloom ingest``
 """
 
 from __future__ import annotations
 
-__all__ = ["IngestConfig", "run_ingest"]
+__all__ = ["IngestCancelled", "IngestConfig", "IngestResult", "ingest_dataset", "run_ingest"]
 
 
 def __getattr__(name: str) -> object:
     # Lazy so that `import guideloom.workers` (and the CLI's registration) never imports Ray.
-    if name == "run_ingest":
-        from guideloom.workers.ingest import run_ingest
+    if name in ("run_ingest", "ingest_dataset", "IngestResult", "IngestCancelled"):
+        from guideloom.workers import ingest as driver
 
-        return run_ingest
+        return getattr(driver, name)
     if name == "IngestConfig":
         from guideloom.workers.config import IngestConfig
 
