@@ -141,7 +141,7 @@ class LocalCluster:
         procs = [p for p in [*self.workers, self.head] if p is not None]
         for p in procs:
             self._kill(p, signal.SIGTERM)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 3
         for p in procs:
             try:
                 p.wait(timeout=max(deadline - time.monotonic(), 0.1))

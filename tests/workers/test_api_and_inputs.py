@@ -5,12 +5,10 @@ reach the manifest or a message, progress moves while a part runs."""
 
 from __future__ import annotations
 
-import gzip
 import http.server
 import json
 import pickle
 import threading
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
