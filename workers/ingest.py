@@ -138,14 +138,22 @@ def _host_port(address: str) -> tuple[str, int] | None:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def _resolve_auto() -> str | None:
-    """The address ``auto`` means (the session file of the last ``ray start`` here), if any."""
-    try:
-        from ray._private.services import canonicalize_bootstrap_address
+def _resolve_auto() -> str:
+    """What ``auto`` means here: the address in the session file of the last ``ray start`` on
+    this machine (never "any Ray process found running", Ray's legacy fallback)."""
+    from ray._common.utils import get_default_ray_temp_dir
 
-        return canonicalize_bootstrap_address("auto")
-    except Exception:  # noqa: BLE001 - private API; on any failure let ray.init decide
-        return None
+    path = Path(get_default_ray_temp_dir()) / "ray_current_cluster"
+    try:
+        address = path.read_text().strip()
+    except OSError:
+        address = ""
+    if not address:
+        raise IngestError(
+            f"--ray-address auto: no running cluster recorded in {path} (no `ray start` here): "
+            "give the cluster's address (host:6379), or drop --ray-address to run on a local Ray"
+        )
+    return address
 
 
 def _check_reachable(address: str, source: str) -> None:
@@ -157,7 +165,7 @@ def _check_reachable(address: str, source: str) -> None:
             f"`ray job submit --address {address} -- guideloom ingest ...`, or give the cluster's "
             f"GCS address (host:6379); or {local_hint}"
         )
-    target = _host_port(_resolve_auto() or "" if address == "auto" else address)
+    target = _host_port(address)
     if target is None:
         return
     try:
@@ -178,6 +186,8 @@ def _connect(config: IngestConfig, say: Callable[[str], None]) -> bool:
     else:
         address, source = os.environ.get("RAY_ADDRESS", ""), "RAY_ADDRESS"
     if address:
+        if address == "auto":
+            address, source = _resolve_auto(), f"{source} auto"
         _check_reachable(address, source)
         try:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
@@ -375,8 +385,8 @@ def open_code(manifest: Any, url: str, *, storage_options: bool = False) -> str:
     names = sorted({manifest.storage_class, fmt.name})
     lines = ["import numpy as np"] if fmt.name == "StreamNumpyFormat" else []
     lines.append(f"from guideloom import {', '.join(names)}")
-    extra = ", storage_options=...  # as for ingestion" if storage_options else ""
-    lines.append(f"storage = {manifest.storage_class}({url!r}, {fmt_code}{extra})")
+    extra = ", storage_options=...)  # the storage options of the ingestion" if storage_options else ")"
+    lines.append(f"storage = {manifest.storage_class}({url!r}, {fmt_code}{extra}")
     return "\n".join(lines)
 
 
