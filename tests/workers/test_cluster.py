@@ -181,7 +181,7 @@ def test_ray_job_stop_cancels_and_a_resubmit_finishes_the_rest(
     output = f"s3://{s3_bucket}/stopped"
     job = client.submit_job(
         entrypoint=_slow_job(compose, cluster, output),
-        runtime_env={"env_vars": {HOOKS_ENV: json.dumps({"part_delay_s": 1})}},
+        runtime_env={"env_vars": {HOOKS_ENV: json.dumps({"part_delay_s": 2})}},
     )
     _wait_for_part(fs, output)
     client.stop_job(job)
@@ -210,7 +210,7 @@ def test_worker_node_killed_mid_job_still_commits_the_same_dataset(
     output = f"s3://{s3_bucket}/lost-node"
     job = client.submit_job(
         entrypoint=_slow_job(compose, cluster, output),
-        runtime_env={"env_vars": {HOOKS_ENV: json.dumps({"part_delay_s": 1})}},
+        runtime_env={"env_vars": {HOOKS_ENV: json.dumps({"part_delay_s": 2})}},
     )
     _wait_for_part(fs, output)
     cluster.kill_worker(0)  # its raylet and the task running there die at once
