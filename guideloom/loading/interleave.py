@@ -19,7 +19,7 @@ Deviation. After any prefix of ``p`` positions, source ``i`` has had ``n_i(p)`` 
 (the errors of the splits on the path, each scaled by the share of the leaf below that node).
 For up to 4 sources the tree has depth at most 2 and the bound is below 1: every prefix is
 within one sample of its weight, for every source. For more sources the tree is the one (of a
-Huffman tree and a weight-balanced split) with the smallest bound, which
+least-depth tree, a Huffman tree and a weight-balanced split) with the smallest bound, which
 :attr:`Interleave.max_deviation` reports; it stays below 1 for most weightings, and is always
 below ``(depth + 1) / 2``.
 
@@ -116,6 +116,15 @@ def _balanced(items: list[tuple[int, int]]) -> _Node:
     return _Node(a.weight + b.weight, left=a, right=b)
 
 
+def _even(items: list[tuple[int, int]]) -> _Node:
+    """A tree of the least depth (``ceil(log2 S)``): sources split by count, heaviest alternating."""
+    if len(items) == 1:
+        return _Node(items[0][0], leaf=items[0][1])
+    ranked = sorted(items, key=lambda x: (-x[0], x[1]))
+    a, b = _even(ranked[0::2]), _even(ranked[1::2])
+    return _Node(a.weight + b.weight, left=a, right=b)
+
+
 def _bounds(root: _Node) -> dict[int, float]:
     """Per source, the proven bound on ``|n_i(p) - w_i p|`` for this tree."""
     out: dict[int, float] = {}
@@ -148,7 +157,8 @@ class Interleave:
             self._root = _Node(self.weights[0], leaf=0)
             self.bounds = {0: 0.0}
         else:
-            trees = [_huffman(self.weights), _balanced([(w, i) for i, w in enumerate(self.weights)])]
+            items = [(w, i) for i, w in enumerate(self.weights)]
+            trees = [_even(items), _huffman(self.weights), _balanced(items)]
             scored = [(max(_bounds(t).values()), k) for k, t in enumerate(trees)]
             self._root = trees[min(scored)[1]]
             self.bounds = _bounds(self._root)
