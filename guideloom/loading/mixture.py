@@ -222,9 +222,12 @@ class MixtureOrder:
             size = self.plan.sizes[i]
             epochs, pos = np.divmod(g[sel], size)
             samples = np.empty(pos.size, dtype=np.int64)
-            for e in np.unique(epochs).tolist():
-                here = epochs == e
-                samples[here] = self._source_order(i, int(e))(pos[here])
+            # a small, much repeated source spans many of its epochs: group, don't rescan
+            by_epoch = np.argsort(epochs, kind="stable")
+            values, firsts = np.unique(epochs[by_epoch], return_index=True)
+            for e, lo, hi in zip(values.tolist(), firsts.tolist(), [*firsts[1:].tolist(), pos.size]):
+                rows = by_epoch[lo:hi]
+                samples[rows] = self._source_order(i, int(e))(pos[rows])
             out[sel] = samples + self._offsets[i]
         return out
 
@@ -491,19 +494,25 @@ def mixture_difference(
     old, new = saved["sources"], current["sources"]
     if len(old) != len(new):
         return f"the loader state was saved from a mixture of {len(old)} sources, but this one has {len(new)}." + fix
-    old_total, new_total = sum(s[1] for s in old), sum(s[1] for s in new)
+    label = [f"source {names[i]!r}" if i < len(names) else f"source {i}" for i in range(len(new))]
     for i, (o, n, fo, fn) in enumerate(zip(old, new, saved["fingerprints"], current["fingerprints"])):
-        where = f"source {names[i]!r}" if i < len(names) else f"source {i}"
         if fo != fn:
-            return f"{where} holds other data than when the state was saved (fingerprint {fo} vs {fn})." + fix
+            return f"{label[i]} holds other data than when the state was saved (fingerprint {fo} vs {fn})." + fix
         if o[0] != n[0]:
-            return f"{where} had {o[0]} samples when the state was saved, but has {n[0]} now." + fix
-        if o[1] * new_total != n[1] * old_total:
-            return (
-                f"{where} had weight {o[1] / old_total:.6g} (share) when the state was saved, but has "
-                f"{n[1] / new_total:.6g} now. To change weights going forward, build the new Mixture with "
-                "after=<that state> (a curriculum step, see docs/mixing.md)." + fix
-            )
+            return f"{label[i]} had {o[0]} samples when the state was saved, but has {n[0]} now." + fix
+    old_total, new_total = sum(s[1] for s in old), sum(s[1] for s in new)
+    if any(o[1] * new_total != n[1] * old_total for o, n in zip(old, new)):
+        then = ", ".join(f"{label[i]} {o[1] / old_total:.6g}" for i, o in enumerate(old))
+        now = ", ".join(f"{label[i]} {n[1] / new_total:.6g}" for i, n in enumerate(new))
+        return (
+            f"the weights differ: the state was saved with the shares {then}; this mixture has {now}. "
+            "To change weights going forward, build the new Mixture with after=<that state> (a "
+            "curriculum step, see docs/mixing.md)." + fix
+        )
+    for i, (o, n) in enumerate(zip(old, new)):
         if o[2] != n[2]:
-            return f"{where} started at draw {o[2]} in the saved run, but at {n[2]} now (a different after= state)." + fix
+            return (
+                f"{label[i]} started at draw {o[2]} in the saved run, but at {n[2]} now (another "
+                "after= state)." + fix
+            )
     return "the loader state was saved from another mixture." + fix
