@@ -301,3 +301,22 @@ def test_remote_sources_on_s3(
     resumed = make_loader(num_workers=0)
     resumed.load_state_dict(state)
     assert head + _windows(resumed) == got
+
+
+def test_cli_mix_previews_shares_epoch_and_repeats(three: dict[str, Any]) -> None:
+    from typer.testing import CliRunner
+
+    from guideloom.cli import app
+
+    urls = {k: v.url for k, v in three.items()}
+    args = ["mix", f"{urls['web']}=0.5", f"{urls['code']}=0.3", f"{urls['books']}=0.2", "-L", str(L)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    plan = _mix(three, {"web": 0.5, "code": 0.3, "books": 0.2}).plan(L)
+    assert f"mixture epoch  {plan.epoch_length:,} samples (all_exhausted)" in result.output
+    for name, draws, rep in zip(["web", "code", "books"], plan.draws, plan.repeats):
+        assert any(urls[name] in line and f"{draws:,d}" in line and f"{rep:.3f}x" in line for line in result.output.splitlines())
+    bad = CliRunner().invoke(app, ["mix", f"{urls['web']}=0", "-L", str(L)])
+    assert bad.exit_code != 0 and "weight '0' is not a positive" in bad.output
+    missing = CliRunner().invoke(app, ["mix", f"{urls['web']}=1"])
+    assert missing.exit_code != 0 and "--sequence-length" in missing.output
