@@ -160,30 +160,28 @@ def mix(
         for arg in sources:
             url, sep, raw = arg.rpartition("=")
             if not sep or not url:
-                raise typer.BadParameter(f"{arg!r} is not URL=WEIGHT", param_hint="SOURCES")
+                raise ValueError(f"{arg!r} is not URL=WEIGHT")
             try:
                 weight = float(raw)
             except ValueError:
                 weight = float("nan")
             if not weight > 0 or weight == float("inf"):
-                raise typer.BadParameter(f"{url}: weight {raw!r} is not a positive, finite number")
+                raise ValueError(f"{url}: weight {raw!r} is not a positive, finite number")
             weights.append(weight)
             location, manifest = read_manifest(url, options)
             classes.add(manifest.storage_class)
             if manifest.storage_class == "DocumentStorage":
                 sizes.append(manifest.total_records)
             elif sequence_length is None:
-                raise typer.BadParameter(f"{url} is a stream: pass --sequence-length")
+                raise ValueError(f"{url} is a stream: pass --sequence-length")
             else:
                 sizes.append(manifest.total_tokens // sequence_length)
             names.append(location.display_url)
         if len(classes) > 1:
-            raise typer.BadParameter(f"the sources mix storage classes {sorted(classes)}: a mixture reads one")
+            raise ValueError(f"the sources mix storage classes {sorted(classes)}: a mixture reads one")
         plan = MixturePlan(tuple(names), tuple(sizes), integer_weights(weights), stopping_strategy)
         lines = plan.lines(preview)
     except (GuideLoomError, ValueError) as err:
-        if isinstance(err, typer.BadParameter):
-            raise
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     typer.echo("\n".join(lines))
