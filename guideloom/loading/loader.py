@@ -326,8 +326,10 @@ class StatefulDataLoader(_TorchdataLoader):
 
         kwargs.setdefault("snapshot_every_n_steps", None)  # our state needs no torchdata snapshots
         if read_ahead is None:  # worth it where a request costs a round trip
-            local = mixture.is_local if mixture else storage.location.is_local
-            read_ahead = 0 if local else _DEFAULT_READ_AHEAD
+            if mixture is not None:  # or where each batch is split into one read per source
+                read_ahead = mixture.read_ahead
+            else:
+                read_ahead = 0 if storage.location.is_local else _DEFAULT_READ_AHEAD
         if isinstance(read_ahead, bool) or not isinstance(read_ahead, (int, np.integer)) or read_ahead < 0:
             raise ValueError(f"read_ahead must be a non-negative integer (batches), got {read_ahead!r}")
         sampler = _OrderedBatchSampler(rank, workers=num_workers, read_ahead=int(read_ahead))

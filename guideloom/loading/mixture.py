@@ -418,6 +418,9 @@ class MixtureDataset:
         self.sequence_length = getattr(self.views[0], "sequence_length", None)
         self._starts = np.concatenate([[0], np.cumsum(plan.sizes)]).astype(np.int64)
         self.is_local = all(s.location.is_local for s in mixture.storages)
+        # The loader's default read_ahead (batches): a batch costs one read per source it
+        # touches, so also on local disk a worker reads a few batches at once.
+        self.read_ahead = 7
         self.fingerprints = [str(s.manifest.fingerprint) for s in mixture.storages]
         ident = {**plan.identity(), "fingerprints": self.fingerprints}
         self.identity = ident
