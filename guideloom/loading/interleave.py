@@ -61,7 +61,9 @@ def integer_weights(weights: Sequence[float]) -> tuple[int, ...]:
         if not math.isfinite(float(w)) or w <= 0:
             raise ValueError(f"weight {i} is {w!r}: weights must be positive, finite numbers")
     # Decimal fractions as written (0.7 -> 7/10), when their common denominator stays small.
-    decimal = [Fraction(int(w)) if isinstance(w, (int, np.integer)) else Fraction(repr(float(w))) for w in weights]
+    decimal = [
+        Fraction(int(w)) if isinstance(w, (int, np.integer)) else Fraction(repr(float(w))) for w in weights
+    ]
     scale = math.lcm(*(f.denominator for f in decimal))
     ints = [int(f * scale) for f in decimal]
     if sum(ints) >= 1 << 44:

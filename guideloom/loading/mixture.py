@@ -287,10 +287,14 @@ class Mixture:
         self.items = tuple(items)
         self.storages = tuple(getattr(x, "storage", x) for x in items)
         for name, w in zip(names, weights):
-            if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)) or not (
-                np.isfinite(float(w)) and w > 0
+            if (
+                isinstance(w, bool)
+                or not isinstance(w, (int, float, np.integer, np.floating))
+                or not (np.isfinite(float(w)) and w > 0)
             ):
-                raise MixtureError(f"source {name!r} has weight {w!r}: weights must be positive, finite numbers")
+                raise MixtureError(
+                    f"source {name!r} has weight {w!r}: weights must be positive, finite numbers"
+                )
         try:
             self.weights = integer_weights(weights)
         except ValueError as err:
@@ -350,7 +354,9 @@ class Mixture:
                 views.append(cls(item, sequence_length=sequence_length))
         lengths = {getattr(v, "sequence_length", None) for v in views}
         if len(lengths) > 1:
-            detail = ", ".join(f"{n!r}: {getattr(v, 'sequence_length', None)}" for n, v in zip(self.names, views))
+            detail = ", ".join(
+                f"{n!r}: {getattr(v, 'sequence_length', None)}" for n, v in zip(self.names, views)
+            )
             raise MixtureError(f"the sources have different sequence lengths ({detail}); use one for all")
         for name, view, storage in zip(self.names, views, self.storages):
             if len(view) < 1:
@@ -424,7 +430,9 @@ class MixtureDataset:
         self.fingerprints = [str(s.manifest.fingerprint) for s in mixture.storages]
         ident = {**plan.identity(), "fingerprints": self.fingerprints}
         self.identity = ident
-        self.fingerprint = hashlib.blake2b(json.dumps(ident, sort_keys=True).encode(), digest_size=8).hexdigest()
+        self.fingerprint = hashlib.blake2b(
+            json.dumps(ident, sort_keys=True).encode(), digest_size=8
+        ).hexdigest()
         self.url = "mixture of " + ", ".join(f"{n!r}" for n in mixture.names)
 
     def __len__(self) -> int:
@@ -486,9 +494,15 @@ def mixture_difference(
     """The message of the ResumeStateError for a state whose mixture differs from the loader's."""
     fix = " Build the mixture as the run that saved the state did, or start without loading it."
     if saved is None:
-        return "the loader state was saved by a loader over a single dataset, but this loader reads a Mixture." + fix
+        return (
+            "the loader state was saved by a loader over a single dataset, but this loader reads a Mixture."
+            + fix
+        )
     if current is None:
-        return "the loader state was saved by a loader over a Mixture, but this loader reads a single dataset." + fix
+        return (
+            "the loader state was saved by a loader over a Mixture, but this loader reads a single dataset."
+            + fix
+        )
     if saved["stopping_strategy"] != current["stopping_strategy"]:
         return (
             f"the loader state was saved with stopping_strategy {saved['stopping_strategy']!r}, but this "
@@ -496,11 +510,16 @@ def mixture_difference(
         )
     old, new = saved["sources"], current["sources"]
     if len(old) != len(new):
-        return f"the loader state was saved from a mixture of {len(old)} sources, but this one has {len(new)}." + fix
+        return (
+            f"the loader state was saved from a mixture of {len(old)} sources, but this one has {len(new)}."
+            + fix
+        )
     label = [f"source {names[i]!r}" if i < len(names) else f"source {i}" for i in range(len(new))]
     for i, (o, n, fo, fn) in enumerate(zip(old, new, saved["fingerprints"], current["fingerprints"])):
         if fo != fn:
-            return f"{label[i]} holds other data than when the state was saved (fingerprint {fo} vs {fn})." + fix
+            return (
+                f"{label[i]} holds other data than when the state was saved (fingerprint {fo} vs {fn})." + fix
+            )
         if o[0] != n[0]:
             return f"{label[i]} had {o[0]} samples when the state was saved, but has {n[0]} now." + fix
     old_total, new_total = sum(s[1] for s in old), sum(s[1] for s in new)

@@ -30,7 +30,9 @@ def _fmt(dtype: Any = np.uint32) -> StreamNumpyFormat:
     return StreamNumpyFormat({"tokens": dtype})
 
 
-def write_stream(url: str, windows: int, base: int, options: dict[str, Any] | None = None, dtype: Any = np.uint32) -> Any:
+def write_stream(
+    url: str, windows: int, base: int, options: dict[str, Any] | None = None, dtype: Any = np.uint32
+) -> Any:
     """``windows`` windows of L tokens; token ids start at ``base``, so every source differs."""
     storage = StreamStorage(url, _fmt(dtype), storage_options=options or {})
     with storage.writer(shard_size=256) as writer:
@@ -88,7 +90,9 @@ def test_exact_resume_of_a_mixture(three: dict[str, Any]) -> None:
     mix = _mix(three, {"web": 0.6, "code": 0.3, "books": 0.1})
 
     def make_loader(**kwargs: Any) -> Any:
-        return StatefulDataLoader.from_storage(mix, sequence_length=L, batch_size=3, shuffle=True, seed=5, **kwargs)
+        return StatefulDataLoader.from_storage(
+            mix, sequence_length=L, batch_size=3, shuffle=True, seed=5, **kwargs
+        )
 
     assert_exact_resume(make_loader, worker_counts=(0,), world_sizes=(1, 3), elastic=((4, 2), (2, 5)))
 
@@ -157,11 +161,18 @@ def test_the_state_is_small_and_names_what_differs(tmp_path: Any, three: dict[st
     base = {"web": 0.5, "code": 0.3, "books": 0.2}
     saved = StatefulDataLoader.from_storage(_mix(three, base), sequence_length=L).state_dict()
     cases = [
-        (_mix(three, {**base, "code": 0.4}), "weights differ: .* source 'code' 0.3, .* source 'code' 0.363636"),
+        (
+            _mix(three, {**base, "code": 0.4}),
+            "weights differ: .* source 'code' 0.3, .* source 'code' 0.363636",
+        ),
         (_mix(three, base, stopping_strategy="first_exhausted"), "stopping_strategy"),
         (_mix(three, {"web": 0.5, "code": 0.3}), "mixture of 3 sources"),
-        (Mixture({"web": (three["web"], 0.5), "code": (three["books"], 0.3), "books": (three["code"], 0.2)}),
-         "source 'code' holds other data"),
+        (
+            Mixture(
+                {"web": (three["web"], 0.5), "code": (three["books"], 0.3), "books": (three["code"], 0.2)}
+            ),
+            "source 'code' holds other data",
+        ),
     ]
     for other, match in cases:
         with pytest.raises(ResumeStateError, match=match):
@@ -194,7 +205,10 @@ def test_curriculum_changes_weights_going_forward(three: dict[str, Any]) -> None
     head = [source_of(r) for _ in range(3) for r in next(it2)["tokens"].tolist()]
     again = StatefulDataLoader.from_storage(
         _mix(three, {"web": 0.2, "code": 0.4, "books": 0.4}, after=state),
-        sequence_length=L, batch_size=2, shuffle=True, seed=4,
+        sequence_length=L,
+        batch_size=2,
+        shuffle=True,
+        seed=4,
     )
     again.load_state_dict(mid.state_dict())
     assert head + _windows(again) == rest
@@ -242,7 +256,12 @@ def test_documents_and_views_mix(tmp_path: Any) -> None:
 
 def test_bad_input_names_the_source(tmp_path: Any, three: dict[str, Any]) -> None:
     web = three["web"]
-    for weight, match in [(-1, "weight -1"), (0, "weight 0"), (float("nan"), "weight nan"), ("1", "weight '1'")]:
+    for weight, match in [
+        (-1, "weight -1"),
+        (0, "weight 0"),
+        (float("nan"), "weight nan"),
+        ("1", "weight '1'"),
+    ]:
         with pytest.raises(MixtureError, match=f"source 'code' has {match}"):
             Mixture({"web": (web, 1), "code": (three["code"], weight)})
     with pytest.raises(MixtureError, match="at least one source"):
@@ -276,9 +295,7 @@ def test_bad_input_names_the_source(tmp_path: Any, three: dict[str, Any]) -> Non
 
 
 @pytest.mark.s3
-def test_remote_sources_on_s3(
-    s3_bucket: str, s3_options: dict[str, Any], tmp_path: Any
-) -> None:
+def test_remote_sources_on_s3(s3_bucket: str, s3_options: dict[str, Any], tmp_path: Any) -> None:
     remote = write_stream(f"s3://{s3_bucket}/code", 9, 10**6, s3_options)
     local = write_stream(str(tmp_path / "web"), 20, 0)
     mix = Mixture({"web": (local, 0.7), "code": (remote, 0.3)})
@@ -315,7 +332,10 @@ def test_cli_mix_previews_shares_epoch_and_repeats(three: dict[str, Any]) -> Non
     plan = _mix(three, {"web": 0.5, "code": 0.3, "books": 0.2}).plan(L)
     assert f"mixture epoch  {plan.epoch_length:,} samples (all_exhausted)" in result.output
     for name, draws, rep in zip(["web", "code", "books"], plan.draws, plan.repeats):
-        assert any(urls[name] in line and f"{draws:,d}" in line and f"{rep:.3f}x" in line for line in result.output.splitlines())
+        assert any(
+            urls[name] in line and f"{draws:,d}" in line and f"{rep:.3f}x" in line
+            for line in result.output.splitlines()
+        )
     bad = CliRunner().invoke(app, ["mix", f"{urls['web']}=0", "-L", str(L)])
     assert bad.exit_code != 0 and "weight '0' is not a positive" in bad.output
     missing = CliRunner().invoke(app, ["mix", f"{urls['web']}=1"])

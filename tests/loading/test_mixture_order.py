@@ -29,7 +29,9 @@ def _prefix_counts(il: Interleave, start: int, stop: int) -> np.ndarray:
 
 @settings(max_examples=150, deadline=None)
 @given(weights=weights_st, start=st.integers(0, 10**12), length=st.integers(1, 3000))
-def test_every_prefix_is_within_the_bound_of_its_weight(weights: list[float], start: int, length: int) -> None:
+def test_every_prefix_is_within_the_bound_of_its_weight(
+    weights: list[float], start: int, length: int
+) -> None:
     il = Interleave(integer_weights(weights))
     counts = _prefix_counts(il, start, start + length)
     # the closed form at the end agrees with stepping through the range
