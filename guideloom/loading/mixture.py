@@ -332,6 +332,11 @@ class Mixture:
         """The mixture as one view (``sequence_length`` tokens per window, for streams)."""
         from guideloom import DocumentDataset, StreamDataset, StreamWithMetaDataset
 
+        if self.layout == "documents" and sequence_length is not None:
+            raise MixtureError(
+                f"sequence_length={sequence_length!r} has no meaning for a mixture of document "
+                f"datasets (source {self.names[0]!r}, ...): documents are read whole; leave it out"
+            )
         views = []
         for name, item in zip(self.names, self.items):
             if item is not getattr(item, "storage", item):  # a view: its window length must agree

@@ -250,6 +250,8 @@ def test_documents_and_views_mix(tmp_path: Any) -> None:
     records = [r for b in batches for r in b]
     assert sorted((r["src"], r["i"]) for r in records if r["src"] == 0) == [(0, i) for i in range(5)]
     assert mix.names == (docs[0].url, docs[1].url)
+    with pytest.raises(MixtureError, match="no meaning for a mixture of document"):
+        StatefulDataLoader.from_storage(mix, sequence_length=8)
     view_mix = Mixture({"a": (StreamDataset(write_stream(str(tmp_path / "v"), 4, 0), L), 1)})
     assert len(list(StatefulDataLoader.from_storage(view_mix, sequence_length=L))) == 4
 
