@@ -18,6 +18,7 @@ from guideloom.formats import (
     StreamNumpyFormat,
     StreamWithMetaStorageFormat,
 )
+from guideloom.loading.mixture import Mixture
 from guideloom.manifest import Manifest
 from guideloom.storage import (
     DocumentDataset,
@@ -42,6 +43,7 @@ __all__ = [
     "DocumentStorageFormat",
     "GuideLoomError",
     "Manifest",
+    "Mixture",
     "StatefulDataLoader",
     "StreamDataset",
     "StreamNumpyFormat",

@@ -1,4 +1,4 @@
-"""The ``guideloom`` command: ``inspect``, ``verify`` and (with the ``ray`` extra) ``ingest``.
+"""The ``guideloom`` command: ``inspect``, ``verify``, ``mix`` and (with the ``ray`` extra) ``ingest``.
 
 ``inspect`` and ``verify`` read only the manifest and the shard files, so they work without the
 format class the dataset was written with. S3 credentials and endpoints come from the usual
@@ -131,6 +131,60 @@ def verify(
         typer.echo(f"{bad} of {len(manifest.shards)} shards of {location.display_url} are damaged", err=True)
         raise typer.Exit(1)
     typer.echo(f"ok: {len(manifest.shards)} shards of {location.display_url}, {what} match the manifest")
+
+
+@app.command()
+def mix(
+    sources: list[str] = typer.Argument(..., help="Sources as URL=WEIGHT (weight after the last '=')."),
+    sequence_length: int = typer.Option(None, "--sequence-length", "-L", help="Tokens per window (streams)."),
+    stopping_strategy: str = typer.Option(
+        "all_exhausted", help="all_exhausted (repeat smaller sources) or first_exhausted."
+    ),
+    option: list[str] = typer.Option(None, "--option", "-o", help=OPTION_HELP),
+    preview: int = typer.Option(64, help="How many first positions to show as source letters."),
+) -> None:
+    """Preview a weighted mixture: each source's share, epoch length and repeats per epoch.
+
+    Reads only the manifests. The numbers are those a ``guideloom.Mixture`` of the same sources,
+    weights and stopping strategy gives the loader (see docs/mixing.md).
+    """
+    from guideloom.loading.interleave import integer_weights
+    from guideloom.loading.mixture import MixturePlan
+
+    names: list[str] = []
+    sizes: list[int] = []
+    weights: list[float] = []
+    try:
+        options = parse_options(option)
+        classes = set()
+        for arg in sources:
+            url, sep, raw = arg.rpartition("=")
+            if not sep or not url:
+                raise ValueError(f"{arg!r} is not URL=WEIGHT")
+            try:
+                weight = float(raw)
+            except ValueError:
+                weight = float("nan")
+            if not weight > 0 or weight == float("inf"):
+                raise ValueError(f"{url}: weight {raw!r} is not a positive, finite number")
+            weights.append(weight)
+            location, manifest = read_manifest(url, options)
+            classes.add(manifest.storage_class)
+            if manifest.storage_class == "DocumentStorage":
+                sizes.append(manifest.total_records)
+            elif sequence_length is None:
+                raise ValueError(f"{url} is a stream: pass --sequence-length")
+            else:
+                sizes.append(manifest.total_tokens // sequence_length)
+            names.append(location.display_url)
+        if len(classes) > 1:
+            raise ValueError(f"the sources mix storage classes {sorted(classes)}: a mixture reads one")
+        plan = MixturePlan(tuple(names), tuple(sizes), integer_weights(weights), stopping_strategy)
+        lines = plan.lines(preview)
+    except (GuideLoomError, ValueError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo("\n".join(lines))
 
 
 def _register_ingest() -> None:

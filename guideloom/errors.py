@@ -16,6 +16,7 @@ exception a caller would already catch, so ``except FileNotFoundError`` keeps wo
     ├── StorageAccessError (PermissionError)          credentials refused or bucket not reachable
     ├── UnknownProtocolError (ValueError)             a URL scheme that fsspec does not know
     ├── ResumeStateError (ValueError)                 a loader state that does not belong to this loader
+    ├── MixtureError (ValueError)                     sources of a mixture that cannot be mixed (names the source)
     └── IngestError (RuntimeError)                    bad input in a Ray ingestion job
 
 Messages say what failed, where (URL, shard, record, line) and how to fix it. They never contain
@@ -31,6 +32,7 @@ __all__ = [
     "IncompletePartsError",
     "IngestError",
     "ManifestError",
+    "MixtureError",
     "RecordError",
     "ResumeStateError",
     "SchemaMismatchError",
@@ -92,6 +94,10 @@ class UnknownProtocolError(GuideLoomError, ValueError):
 
 class ResumeStateError(GuideLoomError, ValueError):
     """A loader state dict that is corrupt or was saved by a loader over other data or settings."""
+
+
+class MixtureError(GuideLoomError, ValueError):
+    """A mixture whose sources or weights cannot be mixed: the message names the source."""
 
 
 class IngestError(GuideLoomError, RuntimeError):

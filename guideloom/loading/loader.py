@@ -68,6 +68,7 @@ from torch.utils.data import Dataset, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 
 from guideloom.loading.collate import collate_aligned, collate_documents, collate_windows
+from guideloom.loading.mixture import Mixture, MixtureDataset
 from guideloom.loading.order import EpochOrder, ShuffleMode
 from guideloom.loading.schedule import EpochSchedule
 from guideloom.loading.state import LoaderState
@@ -294,20 +295,22 @@ class StatefulDataLoader(_TorchdataLoader):
             shuffle_buffer_blocks = _positive_int("shuffle_buffer_blocks", shuffle_buffer_blocks)
             shuffle_run_size = _run_size(shuffle_run_size, shuffle_block_size)
 
-        num_samples = len(dataset)
+        mixture = dataset if isinstance(dataset, MixtureDataset) else None  # see loading/mixture.py
+        num_samples = mixture.plan.epoch_length if mixture else len(dataset)
         what = "documents" if layout == "documents" else "windows"
+        where = mixture.url if mixture else storage.url
         if num_samples < 1:
-            raise ValueError(f"the dataset at {storage.url} has no {what} to load")
+            raise ValueError(f"the dataset at {where} has no {what} to load")
         if world_size > num_samples:
             raise ValueError(
                 f"world_size={world_size} is larger than the {num_samples} {what} of "
-                f"{storage.url}: some ranks would get no batch"
+                f"{where}: some ranks would get no batch"
             )
         schedule = EpochSchedule(num_samples, batch_size, world_size, bool(drop_last))
         if schedule.num_steps == 0:
             raise ValueError(
                 f"with drop_last=True, batch_size={batch_size} and world_size={world_size} an "
-                f"epoch of {num_samples} {what} has no full batch; use a smaller batch_size or "
+                f"epoch of {num_samples} {what} ({where}) has no full batch; use a smaller batch_size or "
                 "drop_last=False"
             )
 
@@ -323,7 +326,10 @@ class StatefulDataLoader(_TorchdataLoader):
 
         kwargs.setdefault("snapshot_every_n_steps", None)  # our state needs no torchdata snapshots
         if read_ahead is None:  # worth it where a request costs a round trip
-            read_ahead = 0 if storage.location.is_local else _DEFAULT_READ_AHEAD
+            if mixture is not None:  # or where each batch is split into one read per source
+                read_ahead = mixture.read_ahead
+            else:
+                read_ahead = 0 if storage.location.is_local else _DEFAULT_READ_AHEAD
         if isinstance(read_ahead, bool) or not isinstance(read_ahead, (int, np.integer)) or read_ahead < 0:
             raise ValueError(f"read_ahead must be a non-negative integer (batches), got {read_ahead!r}")
         sampler = _OrderedBatchSampler(rank, workers=num_workers, read_ahead=int(read_ahead))
@@ -333,11 +339,12 @@ class StatefulDataLoader(_TorchdataLoader):
         object.__setattr__(self, "drop_last", bool(drop_last))
 
         self.view = dataset
+        self._mixture = mixture
         self.rank = rank
         self.world_size = world_size
         self._identity = LoaderState(
             layout=layout,
-            fingerprint=str(storage.manifest.fingerprint),
+            fingerprint=mixture.fingerprint if mixture else str(storage.manifest.fingerprint),
             num_samples=num_samples,
             sequence_length=getattr(dataset, "sequence_length", None) if layout != "documents" else None,
             seed=int(seed),
@@ -350,6 +357,7 @@ class StatefulDataLoader(_TorchdataLoader):
             batch_size=batch_size,
             world_size=world_size,
             drop_last=bool(drop_last),
+            mixture=mixture.identity if mixture else None,
         )
         self._sampler = sampler
         self._live: Any = None  # the iterator of the current pass, to count received batches
@@ -392,7 +400,9 @@ class StatefulDataLoader(_TorchdataLoader):
 
         layout = getattr(storage, "layout", None)
         view: Any
-        if layout == "documents":
+        if isinstance(storage, Mixture):  # several storages, weighted: see docs/mixing.md
+            view = storage.dataset(sequence_length)
+        elif layout == "documents":
             if sequence_length is not None:
                 raise ValueError(
                     f"sequence_length={sequence_length!r} has no meaning for the document dataset "
@@ -444,15 +454,19 @@ class StatefulDataLoader(_TorchdataLoader):
         if schedule.num_steps == 0 and position > 0:  # nothing of this epoch left for us
             epoch += 1
             schedule = EpochSchedule(ident.num_samples, self.batch_size, self.world_size, self.drop_last)
-        order = EpochOrder(
-            ident.num_samples,
-            shuffle=ident.shuffle,  # type: ignore[arg-type]
+        settings: dict[str, Any] = dict(
+            shuffle=ident.shuffle,
             seed=ident.seed,
             epoch=epoch,
             block_size=ident.shuffle_block_size or 1,
             buffer_blocks=ident.shuffle_buffer_blocks or 1,
             run_size=ident.shuffle_run_size or 1,
         )
+        order: Any
+        if self._mixture is not None:
+            order = self._mixture.epoch_order(**settings)
+        else:
+            order = EpochOrder(ident.num_samples, **settings)
         self._sampler.configure(order, schedule)
         self._epoch = epoch
         self._schedule = schedule
@@ -485,6 +499,8 @@ class StatefulDataLoader(_TorchdataLoader):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from a saved state at O(1) cost; raises ResumeStateError if it does not fit."""
         saved = LoaderState.from_dict(state_dict)
+        if self._mixture is not None:
+            self._mixture.check_state(saved.mixture)  # names the source that differs
         saved.check_compatible(self._identity)
         self._prepare(saved.epoch, saved.position)
         self.next_iter_state = None  # torchdata must never fast-forward: its own state stays empty

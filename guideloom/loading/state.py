@@ -24,6 +24,15 @@
 Everything above ``epoch`` must match the loader that loads the state, or loading raises
 :class:`~guideloom.errors.ResumeStateError`; the last three may change (elastic resume).
 
+A loader over a :class:`~guideloom.loading.mixture.Mixture` adds one key (absent otherwise)::
+
+        "mixture": {"stopping_strategy": "all_exhausted",
+                    "sources": [[48828, 3, 0], ...],      # per source: samples, weight, start draw
+                    "fingerprints": ["…", ...]},          # per source: manifest fingerprint
+
+and then ``fingerprint`` and ``num_samples`` are the mixture's (a hash of this key, and the
+mixture epoch's length). It must match too; a mismatch names the source that differs.
+
 Version 1 had no ``shuffle_run_size``; its block order is the one of ``shuffle_run_size=1``, so a
 version-1 state loads as that (a loader built with ``shuffle_run_size=1`` continues it exactly).
 """
@@ -89,9 +98,13 @@ class LoaderState:
     batch_size: int
     world_size: int
     drop_last: bool
+    mixture: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {STATE_KEY: {"version": STATE_VERSION, **asdict(self)}}
+        fields = asdict(self)
+        if fields["mixture"] is None:
+            del fields["mixture"]
+        return {STATE_KEY: {"version": STATE_VERSION, **fields}}
 
     @classmethod
     def from_dict(cls, state: Any) -> LoaderState:
@@ -126,7 +139,7 @@ class LoaderState:
                     f"{' or '.join(t.__name__ for t in types)}"
                 )
         fields = {name: inner[name] for name in _FIELD_TYPES}
-        result = cls(**fields)
+        result = cls(**fields, mixture=_mixture_section(inner.get("mixture")))
         if result.epoch < 0 or not 0 <= result.position <= result.num_samples:
             raise ResumeStateError(
                 f"corrupt loader state: epoch={result.epoch}, position={result.position} "
@@ -136,6 +149,10 @@ class LoaderState:
 
     def check_compatible(self, current: LoaderState) -> None:
         """Raise :class:`ResumeStateError` if this saved state does not belong to ``current``."""
+        if self.mixture != current.mixture:
+            from guideloom.loading.mixture import mixture_difference
+
+            raise ResumeStateError(mixture_difference(self.mixture, current.mixture))
         for name, what in _MUST_MATCH:
             saved, now = getattr(self, name), getattr(current, name)
             if saved != now:
@@ -150,3 +167,27 @@ class LoaderState:
                     f"{now!r}; it cannot continue that order.{hint} Build the loader with the "
                     "settings of the run that saved the state, or start without loading it."
                 )
+
+
+def _mixture_section(section: Any) -> dict[str, Any] | None:
+    """Validate the optional ``mixture`` key (see the module docstring)."""
+    if section is None:
+        return None
+    ok = (
+        isinstance(section, dict)
+        and isinstance(section.get("stopping_strategy"), str)
+        and isinstance(section.get("sources"), list)
+        and isinstance(section.get("fingerprints"), list)
+        and len(section["sources"]) == len(section["fingerprints"]) >= 1
+        and all(isinstance(f, str) for f in section["fingerprints"])
+        and all(
+            isinstance(s, list) and len(s) == 3 and all(type(x) is int and x >= 0 for x in s)
+            for s in section["sources"]
+        )
+    )
+    if not ok:
+        raise ResumeStateError(
+            "corrupt loader state: 'mixture' should hold stopping_strategy, sources "
+            "([samples, weight, start] per source) and fingerprints"
+        )
+    return {k: section[k] for k in ("stopping_strategy", "sources", "fingerprints")}

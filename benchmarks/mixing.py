@@ -1,0 +1,74 @@
+"""Row ``mix``: a weighted mixture of three local streams against one stream of the same total size.
+
+The corpus of the ``local`` row (``cfg.tokens`` tokens) is written a second time as three streams
+of 60 %, 30 % and 10 % of it, mixed with weights proportional to their sizes, so one mixture
+epoch reads every window about once, like one epoch of the single stream. Both loaders shuffle
+fully, with ``num_workers=0`` and the same batch size, interleaved in one run: the ratio is the
+cost of the mixture's order arithmetic and of splitting each batch into one read per source.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.corpus import stream_format, write_stream
+from benchmarks.harness import Config, Row, interleaved
+from benchmarks.local import local_stream
+from benchmarks.loops import count_tokens, timed_pass
+
+__all__ = ["mix_rows"]
+
+SPLIT = (0.6, 0.3, 0.1)  # shares of the corpus in each source
+
+
+def _sources(cfg: Config) -> list[Any]:
+    from guideloom import StreamStorage
+
+    out = []
+    for k, share in enumerate(SPLIT):
+        url = str(cfg.workdir / f"mix-{k}")
+        storage = StreamStorage(url, stream_format())
+        if not storage.exists():
+            write_stream(url, int(cfg.tokens * share), cfg.seed + 1 + k, cfg.shard_size)
+        out.append(StreamStorage(url, stream_format()))
+    return out
+
+
+def mix_rows(cfg: Config) -> list[Row]:
+    from guideloom import Mixture, StatefulDataLoader
+
+    single, _ = local_stream(cfg)
+    sources = _sources(cfg)
+    mixture = Mixture({f"source {k}": (s, share) for k, (s, share) in enumerate(zip(sources, SPLIT))})
+    settings: dict[str, Any] = dict(
+        sequence_length=cfg.sequence_length, batch_size=cfg.batch_size, shuffle=True, seed=cfg.seed
+    )
+    rows = []
+    # defaults (a local mixture reads ahead, a local single stream does not), then both alike
+    for case, single_read_ahead in (("defaults", None), ("both read_ahead=7", 7)):
+        ours = StatefulDataLoader.from_storage(mixture, **settings)
+        theirs = StatefulDataLoader.from_storage(single, read_ahead=single_read_ahead, **settings)
+        g, b = interleaved(
+            lambda: timed_pass(ours, count_tokens).rate,  # noqa: B023 - called within this iteration
+            lambda: timed_pass(theirs, count_tokens).rate,  # noqa: B023 - called within this iteration
+            cfg.repeats,
+            warmup=not cfg.quick,
+        )
+        plan = ours.view.plan
+        rows.append(
+            Row(
+                "mix",
+                f"3 sources, shuffle=full workers=0, {case}",
+                "tokens/s",
+                g,
+                b,
+                "one stream of the same size",
+                target=0.9,
+                extra={
+                    "epoch_windows": plan.epoch_length,
+                    "single_windows": len(theirs.view),
+                    "repeats": [round(r, 3) for r in plan.repeats],
+                },
+            )
+        )
+    return rows

@@ -1,0 +1,344 @@
+"""Mixtures through the loader: batches, exact and elastic resume, curriculum, S3, bad input."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from guideloom import (
+    DocumentJsonFormat,
+    DocumentStorage,
+    Mixture,
+    StatefulDataLoader,
+    StreamDataset,
+    StreamNumpyFormat,
+    StreamStorage,
+)
+from guideloom.errors import MixtureError, ResumeStateError
+from guideloom.loading.mixture import MixtureOrder
+from guideloom.testing import assert_exact_resume
+
+L = 4  # tokens per window
+
+
+def _fmt(dtype: Any = np.uint32) -> StreamNumpyFormat:
+    return StreamNumpyFormat({"tokens": dtype})
+
+
+def write_stream(
+    url: str, windows: int, base: int, options: dict[str, Any] | None = None, dtype: Any = np.uint32
+) -> Any:
+    """``windows`` windows of L tokens; token ids start at ``base``, so every source differs."""
+    storage = StreamStorage(url, _fmt(dtype), storage_options=options or {})
+    with storage.writer(shard_size=256) as writer:
+        tokens = np.arange(base, base + windows * L, dtype=np.int64)
+        for chunk in np.array_split(tokens, max(1, windows // 3)):
+            writer.append({"tokens": chunk})
+    return StreamStorage(url, _fmt(dtype), storage_options=options or {})
+
+
+def source_of(window: Any) -> tuple[int, int]:
+    """(source number, window index in it) from a window's first token (bases are 10**6 apart)."""
+    first = int(window[0])
+    return first // 10**6, (first % 10**6) // L
+
+
+@pytest.fixture
+def three(tmp_path: Any) -> dict[str, Any]:
+    return {
+        "web": write_stream(str(tmp_path / "web"), 40, 0),
+        "code": write_stream(str(tmp_path / "code"), 9, 10**6),
+        "books": write_stream(str(tmp_path / "books"), 3, 2 * 10**6),
+    }
+
+
+def _mix(sources: dict[str, Any], weights: dict[str, float], **kwargs: Any) -> Mixture:
+    return Mixture({k: (sources[k], weights[k]) for k in weights}, **kwargs)
+
+
+def _windows(loader: Any) -> list[tuple[int, int]]:
+    return [source_of(row) for batch in loader for row in batch["tokens"].tolist()]
+
+
+def test_a_mixture_epoch_has_the_planned_shares_and_per_source_orders(three: dict[str, Any]) -> None:
+    mix = _mix(three, {"web": 0.5, "code": 0.3, "books": 0.2})
+    loader = StatefulDataLoader.from_storage(mix, sequence_length=L, batch_size=4, shuffle=True, seed=1)
+    plan = loader.view.plan
+    got = _windows(loader)
+    assert len(got) == plan.epoch_length
+    counts = np.bincount([s for s, _ in got], minlength=3)
+    assert counts.tolist() == list(plan.draws)
+    # every prefix is within one sample of its share (three sources: the proven bound)
+    running = np.zeros(3)
+    for p, (s, _) in enumerate(got, start=1):
+        running[s] += 1
+        assert np.abs(running - p * np.array(plan.shares)).max() < 1
+    # web (the largest by size / weight) is read once; books repeat, each repeat a new order
+    web = [i for s, i in got if s == 0]
+    assert sorted(web) == list(range(40))
+    books = [i for s, i in got if s == 2]
+    for e in range(len(books) // 3):
+        assert sorted(books[3 * e : 3 * e + 3]) == [0, 1, 2]
+
+
+def test_exact_resume_of_a_mixture(three: dict[str, Any]) -> None:
+    mix = _mix(three, {"web": 0.6, "code": 0.3, "books": 0.1})
+
+    def make_loader(**kwargs: Any) -> Any:
+        return StatefulDataLoader.from_storage(
+            mix, sequence_length=L, batch_size=3, shuffle=True, seed=5, **kwargs
+        )
+
+    assert_exact_resume(make_loader, worker_counts=(0,), world_sizes=(1, 3), elastic=((4, 2), (2, 5)))
+
+
+def test_block_shuffle_and_first_exhausted_resume(three: dict[str, Any]) -> None:
+    mix = _mix(three, {"web": 1, "code": 1, "books": 1}, stopping_strategy="first_exhausted")
+
+    def make_loader(**kwargs: Any) -> Any:
+        return StatefulDataLoader.from_storage(
+            mix, sequence_length=L, batch_size=2, shuffle="block", shuffle_block_size=4, seed=2, **kwargs
+        )
+
+    loader = make_loader(num_workers=0, rank=0, world_size=1)
+    got = _windows(loader)
+    assert len(got) == 9 and sorted(s for s, _ in got) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    # the next mixture epoch continues web and code where they stopped (no repeats yet)
+    nxt = _windows(loader)
+    assert not {w for w in nxt if w[0] == 0} & {w for w in got if w[0] == 0}
+    assert_exact_resume(make_loader, worker_counts=(0,), world_sizes=(2,), elastic=((3, 2),))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    weights=st.lists(st.floats(0.05, 1.0), min_size=3, max_size=3),
+    batch=st.integers(1, 4),
+    old_world=st.integers(1, 4),
+    new_world=st.integers(1, 5),
+    fraction=st.floats(0, 0.99),
+)
+def test_resume_at_random_positions_into_other_world_sizes(
+    three: dict[str, Any], weights: list[float], batch: int, old_world: int, new_world: int, fraction: float
+) -> None:
+    mix = _mix(three, dict(zip(["web", "code", "books"], weights)))
+
+    def loader(rank: int, world: int, batch_size: int = batch) -> Any:
+        return StatefulDataLoader.from_storage(
+            mix, sequence_length=L, batch_size=batch_size, shuffle=True, seed=9, rank=rank, world_size=world
+        )
+
+    reference = _windows(loader(0, 1, 1))  # the global order, one sample per step
+    old = [loader(r, old_world) for r in range(old_world)]
+    steps = int(fraction * len(old[0]))
+    iters = [iter(x) for x in old]
+    for _ in range(steps):
+        for it in iters:
+            next(it)
+    state = json.loads(json.dumps(old[0].state_dict()))
+    position = state["guideloom_loader"]["position"]
+    new = [loader(r, new_world, batch + 1) for r in range(new_world)]
+    for x in new:
+        x.load_state_dict(state)
+    per_rank = [[[source_of(row) for row in b["tokens"].tolist()] for b in x] for x in new]
+    rest = [w for step in zip(*per_rank) for rank_batch in step for w in rank_batch]
+    assert rest == reference[position : position + len(rest)]
+    assert len(reference) - position - len(rest) < new_world * (batch + 1)
+
+
+def test_the_state_is_small_and_names_what_differs(tmp_path: Any, three: dict[str, Any]) -> None:
+    eight = {f"s{i}": write_stream(str(tmp_path / f"s{i}"), 3 + i, i * 10**6) for i in range(8)}
+    mix = Mixture({k: (v, 1 / (i + 1.7)) for i, (k, v) in enumerate(eight.items())})
+    loader = StatefulDataLoader.from_storage(mix, sequence_length=L, batch_size=2, shuffle=True)
+    next(iter(loader))
+    state = loader.state_dict()
+    assert len(json.dumps(state)) < 1024
+
+    base = {"web": 0.5, "code": 0.3, "books": 0.2}
+    saved = StatefulDataLoader.from_storage(_mix(three, base), sequence_length=L).state_dict()
+    cases = [
+        (
+            _mix(three, {**base, "code": 0.4}),
+            "weights differ: .* source 'code' 0.3, .* source 'code' 0.363636",
+        ),
+        (_mix(three, base, stopping_strategy="first_exhausted"), "stopping_strategy"),
+        (_mix(three, {"web": 0.5, "code": 0.3}), "mixture of 3 sources"),
+        (
+            Mixture(
+                {"web": (three["web"], 0.5), "code": (three["books"], 0.3), "books": (three["code"], 0.2)}
+            ),
+            "source 'code' holds other data",
+        ),
+    ]
+    for other, match in cases:
+        with pytest.raises(ResumeStateError, match=match):
+            StatefulDataLoader.from_storage(other, sequence_length=L).load_state_dict(saved)
+    with pytest.raises(ResumeStateError, match="single dataset"):
+        StatefulDataLoader.from_storage(three["web"], sequence_length=L).load_state_dict(saved)
+    single = StatefulDataLoader.from_storage(three["web"], sequence_length=L).state_dict()
+    assert "mixture" not in single["guideloom_loader"]
+    with pytest.raises(ResumeStateError, match="single dataset"):
+        StatefulDataLoader.from_storage(_mix(three, base), sequence_length=L).load_state_dict(single)
+
+
+def test_curriculum_changes_weights_going_forward(three: dict[str, Any]) -> None:
+    first = _mix(three, {"web": 0.8, "code": 0.1, "books": 0.1})
+    loader = StatefulDataLoader.from_storage(first, sequence_length=L, batch_size=2, shuffle=True, seed=4)
+    it = iter(loader)
+    delivered = [source_of(row) for _ in range(7) for row in next(it)["tokens"].tolist()]
+    state = loader.state_dict()
+    second = _mix(three, {"web": 0.2, "code": 0.4, "books": 0.4}, after=state)
+    later = StatefulDataLoader.from_storage(second, sequence_length=L, batch_size=2, shuffle=True, seed=4)
+    rest = _windows(later)
+    code = [i for s, i in delivered + rest if s == 1]
+    for e in range(len(code) // 9):  # every code epoch complete, nothing twice
+        assert sorted(code[9 * e : 9 * e + 9]) == list(range(9))
+    web = [i for s, i in delivered + rest if s == 0]
+    assert len(set(web[:40])) == len(web[:40])  # web's first epoch continues without repeats
+    # the new run resumes exactly when rebuilt with the same after= state
+    mid = StatefulDataLoader.from_storage(second, sequence_length=L, batch_size=2, shuffle=True, seed=4)
+    it2 = iter(mid)
+    head = [source_of(r) for _ in range(3) for r in next(it2)["tokens"].tolist()]
+    again = StatefulDataLoader.from_storage(
+        _mix(three, {"web": 0.2, "code": 0.4, "books": 0.4}, after=state),
+        sequence_length=L,
+        batch_size=2,
+        shuffle=True,
+        seed=4,
+    )
+    again.load_state_dict(mid.state_dict())
+    assert head + _windows(again) == rest
+    with pytest.raises(ResumeStateError, match="started at draw"):
+        StatefulDataLoader.from_storage(
+            _mix(three, {"web": 0.2, "code": 0.4, "books": 0.4}), sequence_length=L
+        ).load_state_dict(mid.state_dict())
+
+
+def test_extreme_weights_and_a_one_sample_source(tmp_path: Any, three: dict[str, Any]) -> None:
+    one = write_stream(str(tmp_path / "one"), 1, 5 * 10**6)
+    mix = Mixture({"web": (three["web"], 1.0), "one": (one, 1e-6)}, stopping_strategy="first_exhausted")
+    loader = StatefulDataLoader.from_storage(mix, sequence_length=L, batch_size=8)
+    assert loader.view.plan.epoch_length == 40 and loader.view.plan.draws == (40, 0)
+    assert sorted(_windows(loader)) == [(0, i) for i in range(40)]
+    mix = Mixture({"web": (three["web"], 1.0), "one": (one, 1.0)})  # the one window every other step
+    loader = StatefulDataLoader.from_storage(mix, sequence_length=L, batch_size=8)
+    got = _windows(loader)
+    assert got.count((5, 0)) == loader.view.plan.draws[1] == len(got) - 40 >= 39
+    mix = Mixture({"web": (three["web"], 1.0), "one": (one, 1e-6)})  # all_exhausted: one draw of one
+    loader = StatefulDataLoader.from_storage(mix, sequence_length=L, batch_size=1000, shuffle=True)
+    order = MixtureOrder(loader.view.plan, shuffle="full", seed=0, epoch=0)
+    assert loader.view.plan.epoch_length == 500_001
+    src, _ = order.locate(np.arange(500_001))
+    assert (src == 1).sum() == 1
+    assert order(np.flatnonzero(src == 1)).tolist() == [40]  # the one window, index 40 of the mixture
+
+
+def test_documents_and_views_mix(tmp_path: Any) -> None:
+    docs = []
+    for k, n in enumerate([5, 2]):
+        storage = DocumentStorage(str(tmp_path / f"d{k}"), DocumentJsonFormat())
+        with storage.writer() as writer:
+            for i in range(n):
+                writer.append({"src": k, "i": i})
+        docs.append(DocumentStorage(str(tmp_path / f"d{k}"), DocumentJsonFormat()))
+    mix = Mixture([(docs[0], 2), (docs[1], 1)])
+    batches = list(StatefulDataLoader.from_storage(mix, batch_size=2, shuffle=True))
+    records = [r for b in batches for r in b]
+    assert sorted((r["src"], r["i"]) for r in records if r["src"] == 0) == [(0, i) for i in range(5)]
+    assert mix.names == (docs[0].url, docs[1].url)
+    with pytest.raises(MixtureError, match="no meaning for a mixture of document"):
+        StatefulDataLoader.from_storage(mix, sequence_length=8)
+    view_mix = Mixture({"a": (StreamDataset(write_stream(str(tmp_path / "v"), 4, 0), L), 1)})
+    assert len(list(StatefulDataLoader.from_storage(view_mix, sequence_length=L))) == 4
+
+
+def test_bad_input_names_the_source(tmp_path: Any, three: dict[str, Any]) -> None:
+    web = three["web"]
+    for weight, match in [
+        (-1, "weight -1"),
+        (0, "weight 0"),
+        (float("nan"), "weight nan"),
+        ("1", "weight '1'"),
+    ]:
+        with pytest.raises(MixtureError, match=f"source 'code' has {match}"):
+            Mixture({"web": (web, 1), "code": (three["code"], weight)})
+    with pytest.raises(MixtureError, match="at least one source"):
+        Mixture({})
+    docs = DocumentStorage(str(tmp_path / "docs"), DocumentJsonFormat())
+    with docs.writer() as writer:
+        writer.append({"x": 1})
+    with pytest.raises(MixtureError, match="source 'docs' .* is a DocumentStorage"):
+        Mixture({"web": (web, 1), "docs": (DocumentStorage(str(tmp_path / "docs"), DocumentJsonFormat()), 1)})
+    narrow = write_stream(str(tmp_path / "narrow"), 3, 0, dtype=np.uint16)
+    with pytest.raises(MixtureError, match="source 'narrow' .* schema"):
+        Mixture({"web": (web, 1), "narrow": (narrow, 1)})
+    with pytest.raises(MixtureError, match="source 'code' is a view with sequence_length=8"):
+        StatefulDataLoader.from_storage(
+            Mixture({"web": (web, 1), "code": (StreamDataset(three["code"], 8), 1)}), sequence_length=L
+        )
+    with pytest.raises(MixtureError, match="different sequence lengths"):
+        Mixture({"web": (StreamDataset(web, 4), 1), "code": (StreamDataset(three["code"], 8), 1)}).dataset()
+    short = StreamStorage(str(tmp_path / "short"), _fmt())
+    with short.writer() as writer:
+        writer.append({"tokens": np.arange(L - 1)})
+    with pytest.raises(MixtureError, match="source 'short' .* has no complete windows"):
+        StatefulDataLoader.from_storage(
+            Mixture({"web": (web, 1), "short": (StreamStorage(str(tmp_path / "short"), _fmt()), 1)}),
+            sequence_length=L,
+        )
+    with pytest.raises(MixtureError, match="sequence_length is required to mix the stream source 'web'"):
+        StatefulDataLoader.from_storage(Mixture({"web": (web, 1)}))
+    with pytest.raises(MixtureError, match="source 'x': expected a GuideLoom storage"):
+        Mixture({"x": ("s3://bucket/ds", 1)})
+
+
+@pytest.mark.s3
+def test_remote_sources_on_s3(s3_bucket: str, s3_options: dict[str, Any], tmp_path: Any) -> None:
+    remote = write_stream(f"s3://{s3_bucket}/code", 9, 10**6, s3_options)
+    local = write_stream(str(tmp_path / "web"), 20, 0)
+    mix = Mixture({"web": (local, 0.7), "code": (remote, 0.3)})
+
+    def make_loader(**kwargs: Any) -> Any:
+        return StatefulDataLoader.from_storage(
+            mix, sequence_length=L, batch_size=4, shuffle=True, seed=3, **kwargs
+        )
+
+    got = _windows(make_loader(num_workers=0))
+    assert sorted(i for s, i in got if s == 1) == list(range(9))  # every remote window once
+    assert len(got) == make_loader().view.plan.epoch_length
+    assert_exact_resume(make_loader, worker_counts=(0,), world_sizes=(1,), elastic=((2, 3),))
+    # one process-worker run (each DataLoader start costs seconds): save with 2, resume with 0
+    workers = make_loader(num_workers=2)
+    it = iter(workers)
+    head = [source_of(r) for _ in range(3) for r in next(it)["tokens"].tolist()]
+    state = json.loads(json.dumps(workers.state_dict()))
+    del it, workers
+    resumed = make_loader(num_workers=0)
+    resumed.load_state_dict(state)
+    assert head + _windows(resumed) == got
+
+
+def test_cli_mix_previews_shares_epoch_and_repeats(three: dict[str, Any]) -> None:
+    from typer.testing import CliRunner
+
+    from guideloom.cli import app
+
+    urls = {k: v.url for k, v in three.items()}
+    args = ["mix", f"{urls['web']}=0.5", f"{urls['code']}=0.3", f"{urls['books']}=0.2", "-L", str(L)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    plan = _mix(three, {"web": 0.5, "code": 0.3, "books": 0.2}).plan(L)
+    assert f"mixture epoch  {plan.epoch_length:,} samples (all_exhausted)" in result.output
+    for name, draws, rep in zip(["web", "code", "books"], plan.draws, plan.repeats):
+        assert any(
+            urls[name] in line and f"{draws:,d}" in line and f"{rep:.3f}x" in line
+            for line in result.output.splitlines()
+        )
+    bad = CliRunner().invoke(app, ["mix", f"{urls['web']}=0", "-L", str(L)])
+    assert bad.exit_code != 0 and "weight '0' is not a positive" in bad.output
+    missing = CliRunner().invoke(app, ["mix", f"{urls['web']}=1"])
+    assert missing.exit_code != 0 and "--sequence-length" in missing.output
