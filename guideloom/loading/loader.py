@@ -446,7 +446,9 @@ class StatefulDataLoader(_TorchdataLoader):
             # torchdata 0.11 calls the deprecated torch.set_vital in its constructor; the warning
             # is about torchdata's own code and says nothing a user can act on.
             warnings.filterwarnings("ignore", message=".*set_vital.*is deprecated", category=UserWarning)
-            super().__init__(source, batch_sampler=sampler, num_workers=torch_workers, collate_fn=collate, **kwargs)
+            super().__init__(
+                source, batch_sampler=sampler, num_workers=torch_workers, collate_fn=collate, **kwargs
+            )
         # DataLoader sets these to None/False for a batch_sampler; report the real settings.
         object.__setattr__(self, "batch_size", batch_size)
         object.__setattr__(self, "drop_last", bool(drop_last))

@@ -24,7 +24,9 @@ def stream(tmp_path: Any, write_dataset: Callable[..., Any]) -> Any:
     return write_dataset("stream", str(tmp_path / "stream"), {}, size=40)
 
 
-@pytest.mark.parametrize("kind", [(0, "process"), (2, "thread"), (2, "process")], ids=["0", "thread", "process"])
+@pytest.mark.parametrize(
+    "kind", [(0, "process"), (2, "thread"), (2, "process")], ids=["0", "thread", "process"]
+)
 def test_batches_land_on_the_device(
     kind: tuple[int, str], stream: Any, make_loader_for: Callable[..., Callable[..., Any]]
 ) -> None:

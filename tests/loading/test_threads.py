@@ -88,7 +88,9 @@ def test_batches_are_made_in_the_pool_threads(
         where.add(threading.current_thread().name)
         return [r["id"] for r in records]
 
-    loader = make_loader_for(storage, batch_size=4, collate_fn=collate)(num_workers=2, parallel_method="thread")
+    loader = make_loader_for(storage, batch_size=4, collate_fn=collate)(
+        num_workers=2, parallel_method="thread"
+    )
     assert [i for batch in loader for i in batch] == list(range(24))
     assert where and all(name.startswith(THREAD_NAME_PREFIX) for name in where)
     assert threading.current_thread().name not in where
@@ -226,7 +228,9 @@ def test_thread_views_are_private_copies(
     tmp_path: Any, make_loader_for: Callable[..., Callable[..., Any]], write_dataset: Callable[..., Any]
 ) -> None:
     storage = write_dataset("stream", str(tmp_path / "ds"), {}, size=64)
-    loader: StatefulDataLoader = make_loader_for(storage, batch_size=2)(num_workers=2, parallel_method="thread")
+    loader: StatefulDataLoader = make_loader_for(storage, batch_size=2)(
+        num_workers=2, parallel_method="thread"
+    )
     all_keys(loader)
     all_keys(loader)
     copies = loader._copies
