@@ -326,15 +326,17 @@ def _thread_settings(method: Any, num_workers: int, kwargs: dict[str, Any]) -> t
 
 
 def _thread_groups(batches: Iterator[list[int]], size: int) -> Iterator[list[list[int]]]:
-    """Consecutive batches in groups of ``size`` (one read each); the first group is one batch,
-    so the first batch does not wait for its neighbours."""
+    """Consecutive batches in groups of ``size`` (``read_ahead + 1``), each fetched with one read.
+
+    A group's range requests run concurrently, so its first batch costs about one round trip,
+    as a lone batch would.
+    """
     group: list[list[int]] = []
-    first = True
     for batch in batches:
         group.append(list(batch))
-        if first or len(group) >= size:
+        if len(group) >= size:
             yield group
-            group, first = [], False
+            group = []
     if group:
         yield group
 
@@ -433,12 +435,13 @@ class StatefulDataLoader(_TorchdataLoader):
         self._threads = threads
         self._device = None if device is None else torch.device(device)
         self._pin = bool(pin_memory)
-        if self._pin and threads is None and accelerator_available():
-            kwargs["pin_memory"] = True  # torch's pin-memory thread serves process workers and 0
         torch_workers = 0 if threads is not None else int(num_workers)
-        # Thread workers group batches themselves (see _thread_groups): the sampler tags nothing.
+        if self._pin and torch_workers and accelerator_available():
+            kwargs["pin_memory"] = True  # torch's pin-memory thread serves its worker processes
+        # Only torchdata's worker processes need the sampler to tag read-ahead batches; thread
+        # workers and num_workers=0 group consecutive batches themselves (see _groups).
         sampler = _OrderedBatchSampler(
-            rank, workers=torch_workers, read_ahead=0 if threads is not None else int(read_ahead)
+            rank, workers=torch_workers, read_ahead=int(read_ahead) if torch_workers else 0
         )
         self._read_ahead = int(read_ahead)
         self._collate = collate
@@ -613,10 +616,12 @@ class StatefulDataLoader(_TorchdataLoader):
             previous.close()  # a new pass stops the threads of an abandoned one
         closers: list[Any] = []
         batches: Iterator[Any]
-        if self._threads is None:
-            batches = super().__iter__()
-        else:
+        if self._threads is not None:
             batches = self._thread_batches()
+        elif self.num_workers == 0:
+            batches = self._inline_batches()
+        else:
+            batches = super().__iter__()
         closers.append(batches)
         if self._device is not None:
             batches = Placed(batches, self._device)
@@ -626,11 +631,28 @@ class StatefulDataLoader(_TorchdataLoader):
         return current
 
     # -- thread workers ----------------------------------------------------------------------
+    def _finish(self, part: Any) -> Any:
+        """One fetched batch -> what the loop receives: collated, and pinned when asked."""
+        batch = self._collate(part)
+        return pin(batch) if self._pin else batch
+
+    def _groups(self) -> Iterator[list[list[int]]]:
+        return _thread_groups(iter(self._sampler), self._read_ahead + 1)
+
+    def _inline_batches(self) -> Iterator[Any]:
+        """``num_workers=0``: the same fetch-and-collate path as a thread, run in the loop's
+        thread (torchdata's single-process iterator adds per-batch profiling and bookkeeping
+        that our state does not use)."""
+        source = self.dataset
+        for group in self._groups():
+            for part in source.read_group(group):  # type: ignore[attr-defined]
+                yield self._finish(part)
+
     def _thread_batches(self) -> ThreadBatches:
         threads, prefetch, timeout = self._threads  # type: ignore[misc]
         if self._copies is None:
             self._copies = SourceCopies(self.dataset)
-        copies, collate, pin_batches = self._copies, self._collate, self._pin
+        copies, finish = self._copies, self._finish
 
         def work(group: list[list[int]]) -> list[Any]:
             source = copies.acquire()
@@ -638,11 +660,10 @@ class StatefulDataLoader(_TorchdataLoader):
                 parts = source.read_group(group)
             finally:
                 copies.release(source)
-            done = [collate(p) for p in parts]
-            return [pin(b) for b in done] if pin_batches else done
+            return [finish(p) for p in parts]
 
         return ThreadBatches(
-            _thread_groups(iter(self._sampler), self._read_ahead + 1),
+            self._groups(),
             work,
             threads=threads,
             depth=threads * prefetch,
