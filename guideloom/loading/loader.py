@@ -10,6 +10,15 @@ whole batch with one batched read (``view.read_windows`` / ``view.__getitems__``
 coalesced range requests) and collates it. Workers never choose samples, so ``num_workers`` and
 ``prefetch_factor`` change nothing about which samples a rank sees or their order.
 
+Who fetches: with ``num_workers=0`` the training loop's own thread; with worker processes
+(``parallel_method="process"``, the default) torchdata's workers, each batch pickled back through
+a pipe; with ``parallel_method="thread"`` a pool of threads in this process
+(:mod:`guideloom.loading.threads`), which hands batches over by reference. All three run the
+same batch path: sampler -> groups of ``read_ahead + 1`` consecutive batches -> one read per
+group (``_BatchSource.read_group``) -> collate -> pin -> (one batch ahead) copy to ``device``
+(:mod:`guideloom.loading.placement`). A second kind of batch source only has to provide
+``read_group`` to use it.
+
 The state is ``(epoch, position)``: ``position`` counts the samples handed out in the epoch over
 all ranks, up to the last batch the caller has *received* (not what was dispatched to workers
 or prefetched). Loading a state configures the sampler to start there: no earlier batch is read,
