@@ -29,8 +29,21 @@ from benchmarks.harness import Config, Row, machine_description, print_table, wr
 
 __all__ = ["ROWS", "main", "run"]
 
-ROWS = ("local", "documents", "s3", "meta", "resume", "memory", "ingest", "open", "write", "mix")
-S3_ROWS = ("s3", "memory")
+ROWS = (
+    "local",
+    "threads",
+    "documents",
+    "s3",
+    "s3-threads",
+    "meta",
+    "resume",
+    "memory",
+    "ingest",
+    "open",
+    "write",
+    "mix",
+)
+S3_ROWS = ("s3", "s3-threads", "memory")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -101,8 +114,10 @@ def run(
             server.update(backend=s3_endpoint.backend, description=s3_endpoint.description)
         runners: dict[str, Callable[[], list[Row]]] = {
             "local": lambda: local.local_rows(cfg),
+            "threads": lambda: local.thread_rows(cfg),
             "documents": lambda: local.documents_rows(cfg),
             "s3": lambda: remote.s3_rows(cfg, s3_endpoint),
+            "s3-threads": lambda: remote.s3_thread_rows(cfg, s3_endpoint),
             "meta": lambda: local.meta_rows(cfg),
             "resume": lambda: resume.resume_rows(cfg),
             "memory": lambda: memory.memory_rows(cfg, s3_endpoint),

@@ -3,6 +3,7 @@
 - ``local``: loader tokens/s over a stream, shuffle off and on, ``num_workers`` 0 and 2, against a
   raw ``np.memmap`` gather of the same windows through a plain DataLoader with the same settings.
 - ``documents``: loader records/s against decoding the same encoded records out of a memory map.
+- ``threads``: 2 thread workers against ``num_workers=0`` and against 2 process workers.
 - ``meta``: a stream with metadata (one annotated span per document) against the same windows
   read as a plain stream; both through GuideLoom.
 """
@@ -25,7 +26,7 @@ from benchmarks.loops import (
     timed_pass,
 )
 
-__all__ = ["documents_rows", "local_stream", "local_rows", "meta_rows"]
+__all__ = ["documents_rows", "local_stream", "local_rows", "meta_rows", "thread_rows"]
 
 LOCAL_CASES = [(False, 0), (True, 0), (False, 2), (True, 2)]  # (shuffle, num_workers)
 
@@ -158,4 +159,37 @@ def meta_rows(cfg: Config) -> list[Row]:
                 extra={"spans": meta.manifest.total_records},
             )
         )
+    return rows
+
+
+THREAD_CASES = [False, True]  # shuffle off / full, 2 workers
+
+
+def thread_rows(cfg: Config) -> list[Row]:
+    """Row ``threads``: 2 thread workers against ``num_workers=0`` and against 2 process workers.
+
+    All three are GuideLoom's loader over the local stream corpus, same batches; only the kind
+    of worker differs. Targets (issue 14): >= 1.5x of ``num_workers=0`` and >= 2x of processes.
+    """
+    storage, _ = local_stream(cfg)
+    rows = []
+    for shuffle in THREAD_CASES:
+        threads = _loader(storage, cfg, shuffle, 2, parallel_method="thread")
+        for name, other, target in (
+            ("num_workers=0", _loader(storage, cfg, shuffle, 0), 1.5),
+            ("2 process workers", _loader(storage, cfg, shuffle, 2), 2.0),
+        ):
+            g, b = _race(threads, other, count_tokens, cfg)
+            rows.append(
+                Row(
+                    "threads",
+                    f"shuffle={'full' if shuffle else 'off'} 2 threads vs {name}",
+                    "tokens/s",
+                    g,
+                    b,
+                    f"GuideLoom, {name}",
+                    target=target,
+                    extra={"tokens": storage.manifest.total_tokens},
+                )
+            )
     return rows

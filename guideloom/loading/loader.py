@@ -10,6 +10,15 @@ whole batch with one batched read (``view.read_windows`` / ``view.__getitems__``
 coalesced range requests) and collates it. Workers never choose samples, so ``num_workers`` and
 ``prefetch_factor`` change nothing about which samples a rank sees or their order.
 
+Who fetches: with ``num_workers=0`` the training loop's own thread; with worker processes
+(``parallel_method="process"``, the default) torchdata's workers, each batch pickled back through
+a pipe; with ``parallel_method="thread"`` a pool of threads in this process
+(:mod:`guideloom.loading.threads`), which hands batches over by reference. All three run the
+same batch path: sampler -> groups of ``read_ahead + 1`` consecutive batches -> one read per
+group (``_BatchSource.read_group``) -> collate -> pin -> (one batch ahead) copy to ``device``
+(:mod:`guideloom.loading.placement`). A second kind of batch source only has to provide
+``read_group`` to use it.
+
 The state is ``(epoch, position)``: ``position`` counts the samples handed out in the epoch over
 all ranks, up to the last batch the caller has *received* (not what was dispatched to workers
 or prefetched). Loading a state configures the sampler to start there: no earlier batch is read,
@@ -59,10 +68,13 @@ In a training loop::
 from __future__ import annotations
 
 import math
+import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
@@ -70,8 +82,10 @@ from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 from guideloom.loading.collate import collate_aligned, collate_documents, collate_windows
 from guideloom.loading.mixture import Mixture, MixtureDataset
 from guideloom.loading.order import EpochOrder, ShuffleMode
+from guideloom.loading.placement import Placed, accelerator_available, pin
 from guideloom.loading.schedule import EpochSchedule
 from guideloom.loading.state import LoaderState
+from guideloom.loading.threads import SourceCopies, ThreadBatches
 
 __all__ = ["StatefulDataLoader"]
 
@@ -116,6 +130,17 @@ class _BatchSource(Dataset):  # type: ignore[type-arg]
             return self.view.read_windows(indexes)
         return self.view.__getitems__(indexes)
 
+    def read_group(self, batches: list[list[int]]) -> list[Any]:
+        """Several batches fetched with one read; one uncollated result per batch, in order."""
+        if len(batches) == 1:
+            return [self._read(list(batches[0]))]
+        data = self._read([i for b in batches for i in b])
+        bounds = np.cumsum([0, *(len(b) for b in batches)]).tolist()
+        return [
+            {k: v[lo:hi] for k, v in data.items()} if self.use_windows else data[lo:hi]
+            for lo, hi in zip(bounds[:-1], bounds[1:])
+        ]
+
     def __getitems__(self, indexes: list[int]) -> Any:
         key = tuple(indexes)
         ready = self._ready.pop(key, None)
@@ -124,14 +149,52 @@ class _BatchSource(Dataset):  # type: ignore[type-arg]
         ahead = [b for b in getattr(indexes, "ahead", []) if b]
         if not ahead:
             return self._read(list(indexes))
-        data = self._read([*indexes, *(i for b in ahead for i in b)])
-        bounds = np.cumsum([0, len(indexes), *(len(b) for b in ahead)]).tolist()
-        parts = [
-            {k: v[lo:hi] for k, v in data.items()} if self.use_windows else data[lo:hi]
-            for lo, hi in zip(bounds[:-1], bounds[1:])
-        ]
+        parts = self.read_group([list(indexes), *ahead])
         self._ready = {tuple(b): part for b, part in zip(ahead, parts[1:])}
         return parts[0]
+
+
+class _Progress:
+    """Batches the training loop has received in the current pass (what ``state_dict`` counts)."""
+
+    def __init__(self) -> None:
+        self.received = 0
+
+
+class _Pass:
+    """One pass as the training loop sees it: the batches of any worker kind, counted on delivery.
+
+    ``batches`` is torchdata's iterator (``num_workers=0`` or processes) or a
+    :class:`~guideloom.loading.threads.ThreadBatches`, optionally behind the device stage
+    (:class:`~guideloom.loading.placement.Placed`). Only what the loop has received counts,
+    never what was prefetched or already copied to the device.
+    """
+
+    def __init__(self, batches: Iterator[Any], progress: _Progress, closers: list[Any], length: int) -> None:
+        self._batches = batches
+        self._progress = progress
+        self._closers = closers  # objects whose close/_shutdown_workers ends the pass's workers
+        self._length = length
+
+    def __iter__(self) -> _Pass:
+        return self
+
+    def __next__(self) -> Any:
+        batch = next(self._batches)
+        self._progress.received += 1
+        return batch
+
+    def __len__(self) -> int:
+        return self._length
+
+    def close(self) -> None:
+        """End the pass now: stop its worker threads or processes."""
+        for c in self._closers:
+            stop = getattr(c, "close", None) or getattr(c, "_shutdown_workers", None)
+            if stop is not None:
+                stop()
+
+    _shutdown_workers = close  # the name torch's iterators use
 
 
 class _OrderedBatchSampler(Sampler[list[int]]):
@@ -242,6 +305,52 @@ def _distributed_default(rank: int | None, world_size: int | None) -> tuple[int,
     return int(rank), world_size
 
 
+_PROCESS_ONLY_KWARGS = ("multiprocessing_context", "worker_init_fn")
+
+
+def _thread_settings(method: Any, num_workers: int, kwargs: dict[str, Any]) -> tuple[int, int, float] | None:
+    """``(threads, prefetch_factor, timeout)`` for thread workers, None for torchdata's workers.
+
+    With threads, ``prefetch_factor`` and ``timeout`` are ours (torchdata accepts them only with
+    worker processes) and ``persistent_workers`` has nothing to keep: they are taken out of
+    ``kwargs``.
+    """
+    if method not in ("process", "thread"):
+        raise ValueError(f"parallel_method must be 'process' or 'thread', got {method!r}")
+    if method == "process" or num_workers == 0:
+        return None
+    for name in _PROCESS_ONLY_KWARGS:
+        if kwargs.get(name) is not None:
+            raise ValueError(
+                f"{name}= applies to worker processes; with parallel_method='thread' the workers "
+                "are threads of this process: leave it out, or use parallel_method='process'"
+            )
+        kwargs.pop(name, None)
+    kwargs.pop("persistent_workers", None)
+    prefetch = kwargs.pop("prefetch_factor", None)
+    prefetch = 2 if prefetch is None else _positive_int("prefetch_factor", prefetch)
+    timeout = kwargs.pop("timeout", 0) or 0
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise ValueError(f"timeout must be a non-negative number of seconds, got {timeout!r}")
+    return num_workers, prefetch, float(timeout)
+
+
+def _thread_groups(batches: Iterator[list[int]], size: int) -> Iterator[list[list[int]]]:
+    """Consecutive batches in groups of ``size`` (``read_ahead + 1``), each fetched with one read.
+
+    A group's range requests run concurrently, so its first batch costs about one round trip,
+    as a lone batch would.
+    """
+    group: list[list[int]] = []
+    for batch in batches:
+        group.append(list(batch))
+        if len(group) >= size:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
 class StatefulDataLoader(_TorchdataLoader):
     """A torchdata ``StatefulDataLoader`` over a GuideLoom view, resumable exactly and in O(1).
 
@@ -267,6 +376,9 @@ class StatefulDataLoader(_TorchdataLoader):
         shuffle_buffer_blocks: int = 4,
         shuffle_run_size: int | None = None,
         read_ahead: int | None = None,
+        parallel_method: str = "process",
+        device: str | torch.device | None = None,
+        pin_memory: bool = False,
         **kwargs: Any,
     ) -> None:
         storage: Any = getattr(dataset, "storage", None)
@@ -332,11 +444,36 @@ class StatefulDataLoader(_TorchdataLoader):
                 read_ahead = 0 if storage.location.is_local else _DEFAULT_READ_AHEAD
         if isinstance(read_ahead, bool) or not isinstance(read_ahead, (int, np.integer)) or read_ahead < 0:
             raise ValueError(f"read_ahead must be a non-negative integer (batches), got {read_ahead!r}")
-        sampler = _OrderedBatchSampler(rank, workers=num_workers, read_ahead=int(read_ahead))
-        super().__init__(source, batch_sampler=sampler, num_workers=num_workers, collate_fn=collate, **kwargs)
+        if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 0:
+            raise ValueError(f"num_workers must be a non-negative integer, got {num_workers!r}")
+        threads = _thread_settings(parallel_method, int(num_workers), kwargs)
+        self._threads = threads
+        self._device = None if device is None else torch.device(device)
+        self._pin = bool(pin_memory)
+        torch_workers = 0 if threads is not None else int(num_workers)
+        if self._pin and torch_workers and accelerator_available():
+            kwargs["pin_memory"] = True  # torch's pin-memory thread serves its worker processes
+        # Only torchdata's worker processes need the sampler to tag read-ahead batches; thread
+        # workers and num_workers=0 group consecutive batches themselves (see _groups).
+        sampler = _OrderedBatchSampler(
+            rank, workers=torch_workers, read_ahead=int(read_ahead) if torch_workers else 0
+        )
+        self._read_ahead = int(read_ahead)
+        self._collate = collate
+        with warnings.catch_warnings():
+            # torchdata 0.11 calls the deprecated torch.set_vital in its constructor; the warning
+            # is about torchdata's own code and says nothing a user can act on.
+            warnings.filterwarnings("ignore", message=".*set_vital.*is deprecated", category=UserWarning)
+            super().__init__(
+                source, batch_sampler=sampler, num_workers=torch_workers, collate_fn=collate, **kwargs
+            )
         # DataLoader sets these to None/False for a batch_sampler; report the real settings.
         object.__setattr__(self, "batch_size", batch_size)
         object.__setattr__(self, "drop_last", bool(drop_last))
+        if threads is not None:  # torchdata was given 0 (it starts no processes); report the threads
+            object.__setattr__(self, "num_workers", int(num_workers))
+        self.parallel_method = "thread" if threads is not None else "process"
+        self.device = self._device
 
         self.view = dataset
         self._mixture = mixture
@@ -360,7 +497,9 @@ class StatefulDataLoader(_TorchdataLoader):
             mixture=mixture.identity if mixture else None,
         )
         self._sampler = sampler
-        self._live: Any = None  # the iterator of the current pass, to count received batches
+        self._live: _Progress | None = None  # what the current pass has delivered
+        self._pass: weakref.ref[_Pass] | None = None  # the current pass, not kept alive by us
+        self._copies: SourceCopies | None = None  # thread workers' private views, made lazily
         self._prepare(epoch=0, position=0)
 
     @classmethod
@@ -377,6 +516,9 @@ class StatefulDataLoader(_TorchdataLoader):
         world_size: int | None = None,
         num_workers: int = 0,
         collate_fn: Callable[[list[Any]], Any] | None = None,
+        parallel_method: str = "process",
+        device: str | torch.device | None = None,
+        pin_memory: bool = False,
         **kwargs: Any,
     ) -> StatefulDataLoader:
         """A loader over ``storage`` wrapped in its matching view.
@@ -392,9 +534,21 @@ class StatefulDataLoader(_TorchdataLoader):
         ``world_size`` default to torch.distributed's when it is initialized. ``read_ahead``
         (batches; default 3 for remote storage, 0 on local disk) lets each worker fetch its next
         batches together with the current one, in one round of concurrent range requests; it
-        changes when bytes are fetched, never which samples a batch holds. Other keyword
-        arguments (``prefetch_factor``, ``pin_memory``, ``persistent_workers``,
-        ``multiprocessing_context``, ``timeout``, ``worker_init_fn``, ...) go to torchdata.
+        changes when bytes are fetched, never which samples a batch holds.
+
+        ``parallel_method``: ``"process"`` (default: torchdata's worker processes; every batch
+        is pickled through a pipe) or ``"thread"``: ``num_workers`` threads of the training
+        process fetch and collate batches, handed over without a copy (see
+        :mod:`guideloom.loading.threads`); ``prefetch_factor`` (default 2) batches, or groups of
+        ``read_ahead + 1`` batches, per thread are in flight. Both give the same batches in the
+        same order as ``num_workers=0``, and states move freely between them.
+
+        ``pin_memory=True`` puts batches in pinned host memory (skipped, silently, without an
+        accelerator); ``device`` (e.g. ``"cuda"``) copies every batch's tensors there with
+        ``non_blocking=True``, one batch ahead of the training loop (see
+        :mod:`guideloom.loading.placement`). Other keyword arguments (``prefetch_factor``,
+        ``persistent_workers``, ``multiprocessing_context``, ``timeout``, ``worker_init_fn``, ...)
+        go to torchdata.
         """
         from guideloom import DocumentDataset, StreamDataset, StreamWithMetaDataset
 
@@ -436,6 +590,9 @@ class StatefulDataLoader(_TorchdataLoader):
             world_size=world_size,
             num_workers=num_workers,
             collate_fn=collate_fn,
+            parallel_method=parallel_method,
+            device=device,
+            pin_memory=pin_memory,
             **kwargs,
         )
 
@@ -477,8 +634,64 @@ class StatefulDataLoader(_TorchdataLoader):
         if not self._fresh:
             self._prepare(self._epoch + 1, 0)
         self._fresh = False
-        self._live = super().__iter__()
-        return self._live
+        previous = self._pass() if self._pass is not None else None
+        if previous is not None and self._threads is not None:
+            previous.close()  # a new pass stops the threads of an abandoned one
+        closers: list[Any] = []
+        batches: Iterator[Any]
+        if self._threads is not None:
+            batches = self._thread_batches()
+        elif self.num_workers == 0:
+            batches = self._inline_batches()
+        else:
+            batches = super().__iter__()
+        closers.append(batches)
+        if self._device is not None:
+            batches = Placed(batches, self._device)
+        progress = _Progress()
+        current = _Pass(batches, progress, closers, len(self))
+        self._live, self._pass = progress, weakref.ref(current)
+        return current
+
+    # -- thread workers ----------------------------------------------------------------------
+    def _finish(self, part: Any) -> Any:
+        """One fetched batch -> what the loop receives: collated, and pinned when asked."""
+        batch = self._collate(part)
+        return pin(batch) if self._pin else batch
+
+    def _groups(self) -> Iterator[list[list[int]]]:
+        return _thread_groups(iter(self._sampler), self._read_ahead + 1)
+
+    def _inline_batches(self) -> Iterator[Any]:
+        """``num_workers=0``: the same fetch-and-collate path as a thread, run in the loop's
+        thread (torchdata's single-process iterator adds per-batch profiling and bookkeeping
+        that our state does not use)."""
+        source = self.dataset
+        for group in self._groups():
+            for part in source.read_group(group):  # type: ignore[attr-defined]
+                yield self._finish(part)
+
+    def _thread_batches(self) -> ThreadBatches:
+        threads, prefetch, timeout = self._threads  # type: ignore[misc]
+        if self._copies is None:
+            self._copies = SourceCopies(self.dataset)
+        copies, finish = self._copies, self._finish
+
+        def work(group: list[list[int]]) -> list[Any]:
+            source = copies.acquire()
+            try:
+                parts = source.read_group(group)
+            finally:
+                copies.release(source)
+            return [finish(p) for p in parts]
+
+        return ThreadBatches(
+            self._groups(),
+            work,
+            threads=threads,
+            depth=threads * prefetch,
+            timeout=timeout,
+        )
 
     # -- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -486,7 +699,7 @@ class StatefulDataLoader(_TorchdataLoader):
         if self._live is None:
             position = self._schedule.start
         else:
-            position = self._schedule.position_after(int(self._live._num_yielded))
+            position = self._schedule.position_after(self._live.received)
         state = LoaderState(
             **{
                 **self._identity.__dict__,
