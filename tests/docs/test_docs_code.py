@@ -151,3 +151,21 @@ def test_runnable_s3_blocks(
         AWS_DEFAULT_REGION="us-east-1",
         GUIDELOOM_BUCKET=s3_bucket,
     )
+
+
+# Pages another engineer owns, still to be converted; everything else must re-run cleanly.
+_FIXED_PATHS_ALLOWED = {"errors.md", "ingestion-with-ray.md"}
+
+
+def test_runnable_blocks_write_no_fixed_local_path() -> None:
+    # A fixed relative path ("data/x") makes the second run of a page in the same folder fail with
+    # DatasetExistsError: pages write under a temporary folder (or overwrite) instead.
+    fixed = re.compile(r"Storage\(\s*[\"'](?![a-z0-9]+://)")
+    offenders = [
+        f"docs/{b.page.relative_to(DOCS)}:{b.line}"
+        for b in ALL
+        if b.marker == "runnable"
+        and str(b.page.relative_to(DOCS)) not in _FIXED_PATHS_ALLOWED
+        and fixed.search(b.code)
+    ]
+    assert not offenders, f"runnable blocks writing a fixed local path: {offenders}"
