@@ -158,7 +158,7 @@ def _metadata_lines(metadata: dict[str, Any], indent: str = "  ") -> list[str]:
 
 
 def render(summary: dict[str, Any]) -> str:
-    """``inspect``'s text: the summary of :func:`summarize`, within :data:`WIDTH` columns."""
+    """``inspect``'s text: the summary of `summarize`, within `WIDTH` columns."""
     fmt = summary["format"]
     rows = [
         ("dataset", summary["url"]),

@@ -22,7 +22,7 @@
 
 ``position == num_samples`` means the epoch is complete: iterating again starts ``epoch + 1``.
 Everything above ``epoch`` must match the loader that loads the state, or loading raises
-:class:`~guideloom.errors.ResumeStateError`; the last three may change (elastic resume).
+`guideloom.errors.ResumeStateError`; the last three may change (elastic resume).
 
 Version 1 had no ``shuffle_run_size``; its block order is the one of ``shuffle_run_size=1``, so a
 version-1 state loads as that (a loader built with ``shuffle_run_size=1`` continues it exactly).
@@ -95,7 +95,7 @@ class LoaderState:
 
     @classmethod
     def from_dict(cls, state: Any) -> LoaderState:
-        """Parse a saved state; every problem is a :class:`ResumeStateError` saying what is wrong."""
+        """Parse a saved state; every problem is a `ResumeStateError` saying what is wrong."""
         if not isinstance(state, dict) or STATE_KEY not in state:
             keys = sorted(map(str, state)) if isinstance(state, dict) else type(state).__name__
             raise ResumeStateError(
@@ -135,7 +135,7 @@ class LoaderState:
         return result
 
     def check_compatible(self, current: LoaderState) -> None:
-        """Raise :class:`ResumeStateError` if this saved state does not belong to ``current``."""
+        """Raise `ResumeStateError` if this saved state does not belong to ``current``."""
         for name, what in _MUST_MATCH:
             saved, now = getattr(self, name), getattr(current, name)
             if saved != now:
