@@ -202,7 +202,7 @@ def render(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@app.command()
+@app.command(short_help="Summarize a dataset and print the Python lines that open it.")
 def inspect(
     url: str = typer.Argument(..., metavar="URL", help="Dataset URL or local path."),
     option: list[str] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help=OPTION_HELP),
@@ -227,7 +227,7 @@ def inspect(
     typer.echo(json.dumps(summary, indent=2) if as_json else render(summary))
 
 
-@app.command()
+@app.command(short_help="Re-check every shard's size and checksum against the manifest.")
 def verify(
     url: str = typer.Argument(..., metavar="URL", help="Dataset URL or local path."),
     option: list[str] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help=OPTION_HELP),
