@@ -1,7 +1,7 @@
 """GuideLoom: tokenized training data in object storage, read back by an exactly resumable loader.
 
-``import guideloom`` loads neither torch nor ray: :class:`StatefulDataLoader` is imported from
-:mod:`guideloom.loading` on first use, and Ray ingestion lives in the separate ``guideloom.workers``
+``import guideloom`` loads neither torch nor ray: `StatefulDataLoader` is imported from
+`guideloom.loading` on first use, and Ray ingestion lives in the separate ``guideloom.workers``
 package.
 """
 

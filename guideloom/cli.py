@@ -15,14 +15,16 @@ from typing import Any
 import typer
 
 from guideloom.errors import GuideLoomError
+from guideloom.manifest import Manifest
 from guideloom.storage.checks import read_manifest, verify_shards
+from guideloom.storage.opening import opening_code
 
 app = typer.Typer(
     name="guideloom",
-    help="Tokenized training data in object storage: inspect, verify and ingest datasets.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 OPTION_HELP = (
@@ -58,58 +60,177 @@ def _human(n: float) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-@app.command()
-def inspect(
-    url: str = typer.Argument(..., help="Dataset URL or local path."),
-    option: list[str] = typer.Option(None, "--option", "-o", help=OPTION_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print the whole manifest as JSON."),
-    shards: int = typer.Option(10, help="How many shards to list (0: none, -1: all)."),
+def _count(n: int, word: str) -> str:
+    """``_count(1, "shard")`` -> ``"1 shard"``; ``_count(2_000, "shard")`` -> ``"2,000 shards"``."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
+def _version(value: bool) -> None:
+    if value:
+        from guideloom import __version__
+
+        typer.echo(f"guideloom {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
-    """Show a dataset's storage class, format, counts and shards."""
+    """Tokenized training data in object storage: inspect, verify and ingest datasets."""
+
+
+WIDTH = 80  # inspect's text output fits this many columns
+_INGEST = "ingest"  # the metadata key guideloom ingest writes (guideloom.workers.ingest.METADATA_KEY)
+
+
+def summarize(display_url: str, manifest: Manifest, shards: int = 10) -> dict[str, Any]:
+    """What ``inspect`` shows, as JSON values: counts, format, metadata and the first shards.
+
+    Reads the manifest's shard columns only: no per-shard objects are built, so the cost does
+    not grow with the number of shards beyond the columns themselves. ``shards``: how many
+    shards to list (-1: all). ``documents`` is the number of documents when it is known: the
+    records of a document dataset, or the count an ingestion recorded for a stream (ingestion
+    appends one stream record per batch of documents); otherwise None.
+    """
+    table = manifest.shard_table
+    n = len(table)
+    ingest = manifest.metadata.get(_INGEST) if isinstance(manifest.metadata.get(_INGEST), dict) else None
+    documents: int | None = None
+    if manifest.storage_class == "DocumentStorage":
+        documents = manifest.total_records
+    elif ingest is not None and isinstance(ingest.get("documents"), int):
+        documents = ingest["documents"]
+    listed = range(n if shards < 0 else min(shards, n))
+    columns = list(table.files.values())
+    return {
+        "url": display_url,
+        "storage_class": manifest.storage_class,
+        "format": manifest.format.model_dump(),
+        "documents": documents,
+        "records": manifest.total_records,
+        "tokens": manifest.total_tokens,
+        "spans": manifest.total_spans,
+        "bytes": manifest.total_bytes,
+        "parts": manifest.num_parts,
+        "shards": n,
+        "created_at": manifest.created_at,
+        "guideloom_version": manifest.guideloom_version,
+        "fingerprint": manifest.fingerprint,
+        "metadata": manifest.metadata,
+        "opening_code": opening_code(display_url, manifest, storage_options="://" in display_url),
+        "shard_list": [
+            {
+                "part": table.part[i],
+                "index": table.index[i],
+                "records": table.records[i],
+                "tokens": table.tokens[i],
+                "spans": table.spans[i],
+                "bytes": sum(c.size[i] for c in columns),
+                "data": table.path(i, "data"),
+            }
+            for i in listed
+        ],
+    }
+
+
+def _short(value: Any, room: int) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text if len(text) <= room else text[: max(room - 1, 1)] + "…"
+
+
+def _metadata_lines(metadata: dict[str, Any], indent: str = "  ") -> list[str]:
+    """One line per key (nested dicts indented, long lists counted), each within WIDTH columns."""
+    lines: list[str] = []
+    for key in sorted(metadata):
+        value = metadata[key]
+        if isinstance(value, dict) and value:
+            lines.append(f"{indent}{key}:")
+            lines += _metadata_lines(value, indent + "  ")
+            continue
+        if isinstance(value, list) and len(value) > 3:
+            value = f"[{_count(len(value), 'item')}; --json shows them]"
+        label = f"{indent}{key}: "
+        lines.append(label + _short(value, WIDTH - len(label)))
+    return lines
+
+
+def render(summary: dict[str, Any]) -> str:
+    """``inspect``'s text: the summary of `summarize`, within `WIDTH` columns."""
+    fmt = summary["format"]
+    rows = [
+        ("dataset", summary["url"]),
+        ("storage class", summary["storage_class"]),
+        ("format", f"{fmt['name']} ({fmt['module']})"),
+        ("  config", _short(fmt["config"], WIDTH - 15)),
+    ]
+    if summary["documents"] is not None:
+        rows.append(("documents", f"{summary['documents']:,}"))
+    if summary["storage_class"] != "DocumentStorage":
+        note = " (one per append; ingestion appends batches)" if summary["documents"] is not None else ""
+        rows.append(("records", f"{summary['records']:,}{note}"))
+        rows.append(("tokens", f"{summary['tokens']:,}"))
+    if summary["storage_class"] == "StreamWithMetaStorage":
+        rows.append(("spans", f"{summary['spans']:,}"))
+    rows += [
+        ("size", f"{summary['bytes']:,} bytes ({_human(summary['bytes'])})"),
+        ("layout", f"{_count(summary['shards'], 'shard')} in {_count(summary['parts'], 'part')}"),
+        ("created", f"{summary['created_at']}, guideloom {summary['guideloom_version']}"),
+        ("fingerprint", summary["fingerprint"]),
+    ]
+    lines = [f"{label:<15}{value}" for label, value in rows]
+    if summary["metadata"]:
+        lines += ["metadata", *_metadata_lines(summary["metadata"])]
+    lines += [
+        "",
+        "open it in Python:",
+        *("  " + line if line else "" for line in summary["opening_code"].split("\n")),
+    ]
+    listed = summary["shard_list"]
+    if listed:
+        lines += ["", " part  shard     records        tokens         bytes  data file"]
+        for s in listed:
+            lines.append(
+                f"{s['part']:5d}  {s['index']:5d}  {s['records']:10,d}  {s['tokens']:12,d}  "
+                f"{s['bytes']:12,d}  {s['data'].rsplit('/', 1)[-1]}"
+            )
+        more = summary["shards"] - len(listed)
+        if more:
+            lines.append(f"  ... {_count(more, 'more shard')} (--shards -1 lists all)")
+    return "\n".join(lines)
+
+
+@app.command(short_help="Summarize a dataset and print the Python lines that open it.")
+def inspect(
+    url: str = typer.Argument(..., metavar="URL", help="Dataset URL or local path."),
+    option: list[str] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help=OPTION_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object (for scripts)."),
+    manifest_json: bool = typer.Option(False, "--manifest", help="Print the whole manifest as JSON."),
+    shards: int = typer.Option(10, metavar="N", help="Shards to list (0: none, -1: all)."),
+) -> None:
+    """Show a dataset's storage class, format, counts, metadata and shards, and the Python
+    lines that open it.
+
+    Exits 0, or 2 when the dataset cannot be opened.
+    """
     try:
         location, manifest = read_manifest(url, parse_options(option))
     except GuideLoomError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
-    if as_json:
+    if manifest_json:
         typer.echo(manifest.model_dump_json(indent=2))
         return
-    fmt = manifest.format
-    lines = [
-        f"dataset        {location.display_url}",
-        f"storage class  {manifest.storage_class}",
-        f"format         {fmt.name} ({fmt.module}) {json.dumps(fmt.config)}",
-        f"records        {manifest.total_records:,}",
-    ]
-    if manifest.storage_class != "DocumentStorage":
-        lines.append(f"tokens         {manifest.total_tokens:,}")
-    if manifest.storage_class == "StreamWithMetaStorage":
-        lines.append(f"spans          {manifest.total_spans:,}")
-    lines += [
-        f"bytes          {manifest.total_bytes:,} ({_human(manifest.total_bytes)})",
-        f"parts, shards  {manifest.num_parts}, {len(manifest.shards)}",
-        f"created        {manifest.created_at} by guideloom {manifest.guideloom_version}",
-        f"fingerprint    {manifest.fingerprint}",
-    ]
-    if manifest.metadata:
-        lines.append(f"metadata       {json.dumps(manifest.metadata, sort_keys=True)[:2000]}")
-    typer.echo("\n".join(lines))
-    listed = manifest.shards if shards < 0 else manifest.shards[:shards]
-    if listed:
-        typer.echo("\n  part  shard      records       tokens        bytes  data file")
-        for s in listed:
-            typer.echo(
-                f"  {s.part:4d}  {s.index:5d}  {s.records:11,d}  {s.tokens:11,d}  {s.size:11,d}  "
-                f"{s.files['data'].path}"
-            )
-        if len(listed) < len(manifest.shards):
-            typer.echo(f"  ... {len(manifest.shards) - len(listed)} more (--shards -1 lists all)")
+    summary = summarize(location.display_url, manifest, shards)
+    typer.echo(json.dumps(summary, indent=2) if as_json else render(summary))
 
 
-@app.command()
+@app.command(short_help="Re-check every shard's size and checksum against the manifest.")
 def verify(
-    url: str = typer.Argument(..., help="Dataset URL or local path."),
-    option: list[str] = typer.Option(None, "--option", "-o", help=OPTION_HELP),
+    url: str = typer.Argument(..., metavar="URL", help="Dataset URL or local path."),
+    option: list[str] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help=OPTION_HELP),
     size_only: bool = typer.Option(False, "--size-only", help="Check sizes only (no full read)."),
 ) -> None:
     """Re-check every shard file's size and checksum against the manifest.

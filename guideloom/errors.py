@@ -1,6 +1,6 @@
 """Errors raised by GuideLoom.
 
-Every error derives from :class:`GuideLoomError` and, where one fits, from the built-in
+Every error derives from `GuideLoomError` and, where one fits, from the built-in
 exception a caller would already catch, so ``except FileNotFoundError`` keeps working::
 
     GuideLoomError (Exception)
@@ -20,7 +20,7 @@ exception a caller would already catch, so ``except FileNotFoundError`` keeps wo
     └── IngestError (RuntimeError)                    bad input in a Ray ingestion job
 
 Messages say what failed, where (URL, shard, record, line) and how to fix it. They never contain
-credentials: URLs are passed through :func:`guideloom.io.redact_url` before they are shown.
+credentials: URLs are passed through `guideloom.io.redact_url` before they are shown.
 """
 
 from __future__ import annotations

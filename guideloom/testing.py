@@ -12,7 +12,7 @@ interrupts and restores it in every way a training job does, and compares batch 
   position on, every remaining sample exactly once, up to the documented remainder.
 
 ``make_loader(num_workers=..., rank=..., world_size=...)`` must return a new
-:class:`guideloom.StatefulDataLoader` over the same data with the same settings each time. Samples
+`guideloom.StatefulDataLoader` over the same data with the same settings each time. Samples
 are compared by content, so use data whose samples differ (e.g. token ids counting up). torch is
 imported only when the helper runs.
 """
@@ -134,7 +134,7 @@ def assert_exact_resume(
     ``worker_counts``: ``num_workers`` values; every ordered pair of neighbours is tried for
     saving and loading, and each must give the reference batches. ``world_sizes``: world sizes
     whose every rank is checked. ``elastic``: ``(saved_on, resumed_on)`` world-size changes.
-    ``sample_key(batch) -> list of per-sample keys`` defaults to :func:`batch_keys`.
+    ``sample_key(batch) -> list of per-sample keys`` defaults to `batch_keys`.
     """
     run = _Run(make_loader, sample_key or batch_keys)
     workers = list(dict.fromkeys(worker_counts)) or [0]

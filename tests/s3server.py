@@ -143,7 +143,9 @@ def start_rgw(workdir: Path) -> S3Endpoint:
         )
     seconds = time.monotonic() - started
     env = dict(
-        line.split("=", 1) for line in (workdir / "endpoint.env").read_text().splitlines() if "=" in line
+        line.removeprefix("export ").split("=", 1)
+        for line in (workdir / "endpoint.env").read_text().splitlines()
+        if "=" in line
     )
 
     def stop() -> None:

@@ -17,7 +17,7 @@ FormatSpec = dict[str, Any]
 
 
 class Format:
-    """Base of every format. Subclasses with parameters override :meth:`config`."""
+    """Base of every format. Subclasses with parameters override `config`."""
 
     def config(self) -> dict[str, Any]:
         """The parameters that change the bytes, as JSON values. Stored in the manifest."""

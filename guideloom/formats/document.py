@@ -1,7 +1,7 @@
 """Document formats: one record <-> one byte string.
 
 ``DocumentStorageFormat`` is the base class users subclass; three are shipped. Pickle runs
-arbitrary code when it decodes, so :class:`DocumentPickleFormat` is for data you wrote yourself
+arbitrary code when it decodes, so `DocumentPickleFormat` is for data you wrote yourself
 or otherwise trust. JSON and MessagePack decode only data.
 """
 
@@ -26,10 +26,10 @@ __all__ = [
 class DocumentStorageFormat(Format):
     """Base class for document formats.
 
-    Subclasses implement :meth:`encode` and :meth:`decode` so that
+    Subclasses implement `encode` and `decode` so that
     ``decode(encode(record))`` gives back an equal record. ``decode`` may receive a
     ``memoryview`` instead of ``bytes``; it stays valid after the call.
-    If the format has parameters that change the bytes, override :meth:`config` so the manifest
+    If the format has parameters that change the bytes, override `config` so the manifest
     records them.
     """
 

@@ -2,9 +2,9 @@
 
 The token array is *stream data*; the separately encoded annotations are *document data*. A
 span ``(start, stop, annotation)`` says that tokens ``[start, stop)`` share one stored
-annotation. Subclasses decide how annotations become bytes (:meth:`encode_meta`,
-:meth:`decode_meta`) and how a window and the spans overlapping it become one training sample
-(:meth:`align`).
+annotation. Subclasses decide how annotations become bytes (`encode_meta`,
+`decode_meta`) and how a window and the spans overlapping it become one training sample
+(`align`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ Span = tuple[int, int, Any]
 class StreamWithMetaStorageFormat(Format):
     """Base class for stream-with-metadata formats.
 
-    Pass the stream format (the token fields) to ``__init__``; implement :meth:`encode_meta` and
-    :meth:`decode_meta`; override :meth:`align` to shape samples. If your subclass has its own
-    parameters, override :meth:`config` and include ``super().config()``.
+    Pass the stream format (the token fields) to ``__init__``; implement `encode_meta` and
+    `decode_meta`; override `align` to shape samples. If your subclass has its own
+    parameters, override `config` and include ``super().config()``.
     """
 
     def __init__(self, stream_format: StreamNumpyFormat) -> None:

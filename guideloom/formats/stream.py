@@ -73,7 +73,7 @@ class StreamNumpyFormat(Format):
     def to_elements(self, record: Mapping[str, Any], where: str = "record") -> np.ndarray:
         """Check one record and return it as a 1-D structured array (one element per token).
 
-        Raises :class:`RecordError` naming ``where`` and the field for missing or extra fields,
+        Raises `RecordError` naming ``where`` and the field for missing or extra fields,
         ragged lengths, arrays that are not 1-D, and values that do not fit the dtype.
         """
         if not isinstance(record, Mapping):

@@ -3,7 +3,7 @@
 This is the only module that talks to fsspec. It adds what GuideLoom needs on top of it and
 nothing else: atomic whole-file writes, half-open byte ranges (only fsspec builds ``Range``
 headers), short-read detection, a few retries on transient network errors, translation of
-backend errors into :mod:`guideloom.errors` once, and fork safety: the filesystem object is
+backend errors into `guideloom.errors` once, and fork safety: the filesystem object is
 created lazily in each process, because an s3fs instance used in a parent process does not work
 in a forked DataLoader worker.
 """

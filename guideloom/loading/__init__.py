@@ -1,8 +1,8 @@
 """Feeding GuideLoom datasets to PyTorch: the only package that imports torch and torchdata.
 
-``StatefulDataLoader`` (in :mod:`guideloom.loading.loader`) is loaded lazily, so that the pure
-order arithmetic (:mod:`~guideloom.loading.order`, :mod:`~guideloom.loading.schedule`,
-:mod:`~guideloom.loading.state`) can be used and tested without torch.
+``StatefulDataLoader`` (in `guideloom.loading.loader`) is loaded lazily, so that the pure
+order arithmetic (`guideloom.loading.order`, `guideloom.loading.schedule`,
+`guideloom.loading.state`) can be used and tested without torch.
 """
 
 from __future__ import annotations

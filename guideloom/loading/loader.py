@@ -3,8 +3,8 @@
 How it works
 ------------
 The main process decides everything about the order. A batch sampler turns the epoch's
-:class:`~guideloom.loading.schedule.EpochSchedule` (which positions this rank takes at each step)
-and :class:`~guideloom.loading.order.EpochOrder` (position -> sample index, from ``seed`` and the
+`guideloom.loading.schedule.EpochSchedule` (which positions this rank takes at each step)
+and `guideloom.loading.order.EpochOrder` (position -> sample index, from ``seed`` and the
 epoch) into lists of sample indexes; the DataLoader hands each list to a worker, which fetches the
 whole batch with one batched read (``view.read_windows`` / ``view.__getitems__``: concurrent,
 coalesced range requests) and collates it. Workers never choose samples, so ``num_workers`` and
@@ -29,7 +29,7 @@ Resume semantics (the ``docs/training.md`` section)
 ---------------------------------------------------
 - ``state_dict()`` may be called at any time, also between epochs and before the first batch; it
   describes the position after the last batch the loop has received. It is a small dict of ints
-  and short strings (see :mod:`guideloom.loading.state`); save it next to the model's checkpoint.
+  and short strings (see `guideloom.loading.state`); save it next to the model's checkpoint.
 - ``load_state_dict(state)`` on a freshly built loader (same dataset content, ``sequence_length``,
   ``seed`` and shuffle settings) makes the next ``iter(loader)`` continue exactly: mid-epoch it
   yields the rest of that epoch; if the state was saved after the epoch's last batch it starts
@@ -45,7 +45,7 @@ Resume semantics (the ``docs/training.md`` section)
   last batch of ``remaining // world_size`` and at most ``world_size - 1`` samples are left out.
   Which samples are left out changes every epoch when shuffling.
 - A state from another dataset content, ``sequence_length``, seed, shuffle setting or layout, or a
-  corrupt or truncated one, raises :class:`~guideloom.errors.ResumeStateError`. The same dataset
+  corrupt or truncated one, raises `guideloom.errors.ResumeStateError`. The same dataset
   copied to another URL or bucket resumes (the check uses the manifest's content fingerprint).
 - Ranks must save at the same step (the usual case: all ranks run the same number of steps).
 
@@ -354,9 +354,9 @@ def _thread_groups(batches: Iterator[list[int]], size: int) -> Iterator[list[lis
 class StatefulDataLoader(_TorchdataLoader):
     """A torchdata ``StatefulDataLoader`` over a GuideLoom view, resumable exactly and in O(1).
 
-    Build it with :meth:`from_storage`. Batches: streams give a dict of tensors of shape
+    Build it with `from_storage`. Batches: streams give a dict of tensors of shape
     ``(batch, sequence_length)``; streams with metadata give the format's aligned samples
-    collated per field (see :mod:`guideloom.loading.collate`); documents give a list of records.
+    collated per field (see `guideloom.loading.collate`); documents give a list of records.
     ``collate_fn``, when given, receives the list of samples instead.
     """
 
@@ -530,7 +530,7 @@ class StatefulDataLoader(_TorchdataLoader):
         (default 4) runs of ``shuffle_run_size`` consecutive samples (default 8; it must divide
         the block size, and defaults to ``gcd(8, shuffle_block_size)``) are shuffled: with a
         ``batch_size`` that is a multiple of the run size, a remote batch costs one range request
-        per run instead of one per sample, for less mixing; see :mod:`guideloom.loading.order`). ``rank`` and
+        per run instead of one per sample, for less mixing; see `guideloom.loading.order`). ``rank`` and
         ``world_size`` default to torch.distributed's when it is initialized. ``read_ahead``
         (batches; default 3 for remote storage, 0 on local disk) lets each worker fetch its next
         batches together with the current one, in one round of concurrent range requests; it

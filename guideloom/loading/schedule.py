@@ -1,7 +1,7 @@
 """Which positions of an epoch each rank takes at each step (plain integer arithmetic).
 
 A *position* counts samples handed out in the current epoch over all ranks; the epoch's
-:class:`~guideloom.loading.order.EpochOrder` turns positions into sample indexes. An epoch that
+`guideloom.loading.order.EpochOrder` turns positions into sample indexes. An epoch that
 starts (or resumes) at position ``start`` with ``W`` ranks and batch size ``B``:
 
 - step ``s`` takes positions ``[start + s*W*B, start + (s+1)*W*B)``; rank ``r`` takes the

@@ -22,7 +22,7 @@
 
 ``position == num_samples`` means the epoch is complete: iterating again starts ``epoch + 1``.
 Everything above ``epoch`` must match the loader that loads the state, or loading raises
-:class:`~guideloom.errors.ResumeStateError`; the last three may change (elastic resume).
+`guideloom.errors.ResumeStateError`; the last three may change (elastic resume).
 
 A loader over a :class:`~guideloom.loading.mixture.Mixture` adds one key (absent otherwise)::
 
@@ -108,7 +108,7 @@ class LoaderState:
 
     @classmethod
     def from_dict(cls, state: Any) -> LoaderState:
-        """Parse a saved state; every problem is a :class:`ResumeStateError` saying what is wrong."""
+        """Parse a saved state; every problem is a `ResumeStateError` saying what is wrong."""
         if not isinstance(state, dict) or STATE_KEY not in state:
             keys = sorted(map(str, state)) if isinstance(state, dict) else type(state).__name__
             raise ResumeStateError(
@@ -148,11 +148,15 @@ class LoaderState:
         return result
 
     def check_compatible(self, current: LoaderState) -> None:
+<<<<<<< HEAD
         """Raise :class:`ResumeStateError` if this saved state does not belong to ``current``."""
         if self.mixture != current.mixture:
             from guideloom.loading.mixture import mixture_difference
 
             raise ResumeStateError(mixture_difference(self.mixture, current.mixture))
+=======
+        """Raise `ResumeStateError` if this saved state does not belong to ``current``."""
+>>>>>>> issue13
         for name, what in _MUST_MATCH:
             saved, now = getattr(self, name), getattr(current, name)
             if saved != now:

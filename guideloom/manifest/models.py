@@ -299,7 +299,7 @@ class Manifest(_Frozen):
 
     @cached_property
     def shards(self) -> tuple[ShardInfo, ...]:
-        """Every shard as a :class:`ShardInfo` (built on first use; views use the columns)."""
+        """Every shard as a `ShardInfo` (built on first use; views use the columns)."""
         return tuple(self.shard_table.shard(i) for i in range(len(self.shard_table)))
 
     @property

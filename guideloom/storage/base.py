@@ -44,8 +44,8 @@ __all__ = ["DocumentStorage", "Storage", "StreamStorage", "StreamWithMetaStorage
 
 
 class Storage:
-    """Base of the storage classes; use :class:`DocumentStorage`, :class:`StreamStorage` or
-    :class:`StreamWithMetaStorage`."""
+    """Base of the storage classes; use `DocumentStorage`, `StreamStorage` or
+    `StreamWithMetaStorage`."""
 
     storage_class: ClassVar[str]
     layout: ClassVar[str]
@@ -103,14 +103,22 @@ class Storage:
 
     @property
     def manifest(self) -> Manifest:
-        """The committed manifest (read once and cached; :meth:`refresh` re-reads it)."""
+        """The committed manifest (read once and cached; `refresh` re-reads it)."""
         manifest = self._manifest or self._load_manifest()
         if manifest is None:  # unreachable: _load_manifest raises when there is none
             raise DatasetNotFoundError(f"no dataset at {self.url}")
         return manifest
 
     def refresh(self) -> Manifest:
-        """Re-read the manifest, e.g. after another process committed."""
+        """Re-read the manifest, e.g. after another process committed.
+
+        Returns:
+            The manifest now committed at the URL.
+
+        Raises:
+            DatasetNotFoundError: No dataset is committed at the URL (any more).
+            SchemaMismatchError: The dataset now there has another storage class or format.
+        """
         self._manifest = None
         return self.manifest
 
@@ -137,9 +145,22 @@ class Storage:
         kept as it was.
         ``writer(part=k, overwrite=True)`` deletes only the old manifest, since other processes
         may be writing their parts. ``writer(part=k)`` writes part ``k`` and its completion record; call
-        :meth:`commit` once every part is done. ``shard_size`` is in bytes: a shard closes after
+        `commit` once every part is done. ``shard_size`` is in bytes: a shard closes after
         the record that reaches it. ``metadata`` is a JSON-able dict kept in the manifest
         (``writer()``) or in the part's completion record (``writer(part=k)``).
+
+        Args:
+            part: The part to write (a non-negative int), or None for the whole dataset.
+            overwrite: Replace a dataset already committed at the URL.
+            shard_size: Bytes per shard: a shard closes after the record that reaches it.
+            metadata: JSON-able values kept in the manifest or the part's completion record.
+
+        Returns:
+            A `Writer`: use it as a context manager and call `append(record)` inside.
+
+        Raises:
+            DatasetExistsError: A dataset is committed at the URL and `overwrite` is False.
+            ValueError: `part` is not a non-negative int.
         """
         committed = self.exists()
         if committed and not overwrite:
@@ -199,6 +220,16 @@ class Storage:
 
         ``verify`` is ``"none"`` (the record parses), ``"size"`` (every shard file has the
         recorded size) or ``"checksum"`` (and the recorded checksum; reads every byte).
+
+        Args:
+            part: The part number.
+            verify: `"none"`, `"size"` or `"checksum"`.
+
+        Returns:
+            True when the part may be committed as it is; False when it must be written again.
+
+        Raises:
+            ValueError: `verify` is not one of the three values.
         """
         try:
             record = self.read_part_record(part)
@@ -211,8 +242,20 @@ class Storage:
     def commit(self, num_parts: int, metadata: dict[str, Any] | None = None) -> Manifest:
         """Write the manifest of parts ``0 .. num_parts - 1`` in part order, atomically.
 
-        Refuses (:class:`IncompletePartsError`, naming them) if any part has no valid completion
+        Refuses (`IncompletePartsError`, naming them) if any part has no valid completion
         record or a shard file of another size than recorded. Nothing is written then.
+
+        Args:
+            num_parts: How many parts the dataset has (parts `0 .. num_parts - 1`).
+            metadata: JSON-able values stored in the manifest; None keeps part 0's metadata.
+
+        Returns:
+            The committed `Manifest`.
+
+        Raises:
+            IncompletePartsError: Some parts are missing or damaged (each is named).
+            SchemaMismatchError: A part was written with another storage class or format.
+            ValueError: `num_parts` is not a positive int.
         """
         if not isinstance(num_parts, int) or num_parts <= 0:
             raise ValueError(f"num_parts must be a positive int, got {num_parts!r}")
@@ -251,16 +294,28 @@ class Storage:
     # -- checking ---------------------------------------------------------------------------
 
     def check_shard(self, shard: ShardInfo, verify: str = "checksum") -> None:
-        """Raise :class:`ShardNotFoundError` / :class:`ShardCorruptError` if a file differs."""
+        """Raise `ShardNotFoundError` / `ShardCorruptError` if a file differs."""
         check_shard(self.location, shard, verify)
 
     def verify(self, checksums: bool = True) -> Iterator[tuple[ShardInfo, Exception | None]]:
-        """Check every shard of the manifest; yields ``(shard, error or None)``."""
+        """Check every shard of the manifest; yields ``(shard, error or None)``.
+
+        Args:
+            checksums: Read every byte and compare checksums; False compares sizes only (one
+                metadata request per file).
+
+        Yields:
+            `(shard, None)` for a shard that matches the manifest, `(shard, error)` with a
+            `ShardNotFoundError` or `ShardCorruptError` for one that does not.
+
+        Raises:
+            DatasetNotFoundError: No dataset is committed at the URL.
+        """
         return verify_shards(self.location, self.manifest, checksums)
 
 
 class DocumentStorage(Storage):
-    """Documents: one record per sample, each encoded by a :class:`DocumentStorageFormat`."""
+    """Documents: one record per sample, each encoded by a `DocumentStorageFormat`."""
 
     storage_class = "DocumentStorage"
     layout = "documents"
@@ -276,7 +331,7 @@ class StreamStorage(Storage):
 
 
 class StreamWithMetaStorage(Storage):
-    """A stream plus annotations mapped to token spans (a :class:`StreamWithMetaStorageFormat`)."""
+    """A stream plus annotations mapped to token spans (a `StreamWithMetaStorageFormat`)."""
 
     storage_class = "StreamWithMetaStorage"
     layout = "stream_with_meta"

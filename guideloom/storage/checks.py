@@ -23,7 +23,7 @@ _CHUNK = 8 * 2**20  # bytes per request when checksumming a file
 
 
 def load_manifest(location: Location) -> Manifest:
-    """Read and validate the manifest at ``location``; :class:`DatasetNotFoundError` if none."""
+    """Read and validate the manifest at ``location``; `DatasetNotFoundError` if none."""
     try:
         data = location.read(layout.manifest_path())
     except FileNotFoundError:
@@ -43,7 +43,7 @@ def read_manifest(
 
 
 def check_shard(location: Location, shard: ShardInfo, verify: str = "checksum") -> None:
-    """Raise :class:`ShardNotFoundError` / :class:`ShardCorruptError` if a file of the shard differs.
+    """Raise `ShardNotFoundError` / `ShardCorruptError` if a file of the shard differs.
 
     ``verify``: ``"none"``, ``"size"`` (one metadata request per file) or ``"checksum"`` (reads
     every byte).

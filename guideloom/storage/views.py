@@ -229,7 +229,22 @@ class _Windows(_View):
         return {name: np.ascontiguousarray(elements[name]) for name in fields}
 
     def read_windows(self, indexes: Sequence[int]) -> dict[str, np.ndarray]:
-        """Windows ``indexes`` as ``{field: array of shape (len(indexes), sequence_length)}``."""
+        """Windows ``indexes`` as ``{field: array of shape (len(indexes), sequence_length)}``.
+
+        One batch is one round of merged, concurrent range requests on remote storage (positioned
+        reads on local disk).
+
+        Args:
+            indexes: Window numbers, each in `0 .. len(self) - 1` (negative numbers count from the
+                end), in any order; repeats allowed.
+
+        Returns:
+            One array per stream field, row `j` holding window `indexes[j]`.
+
+        Raises:
+            IndexError: An index is out of range.
+            ShardNotFoundError: A shard file is missing.
+        """
         if self._access.local:
             return self._split(self._read_local(self._indexes(indexes)))
         plans = self._plan(indexes)

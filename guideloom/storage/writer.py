@@ -257,7 +257,7 @@ _FILE_KINDS = {
 
 
 def _encoded(encode: Any, value: Any, where: str, method: str) -> bytes | bytearray | memoryview:
-    """``encode(value)``, with any failure or non-bytes result reported as a :class:`RecordError`."""
+    """``encode(value)``, with any failure or non-bytes result reported as a `RecordError`."""
     try:
         data = encode(value)
     except RecordError:

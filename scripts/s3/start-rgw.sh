@@ -2,7 +2,9 @@
 # Start a throwaway single-node Ceph cluster plus radosgw (Ceph's S3 gateway) on 127.0.0.1.
 #
 #   scripts/s3/start-rgw.sh DIR      # DIR: an empty or missing directory; everything lives there
-#   . DIR/endpoint.env               # GUIDELOOM_TEST_S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
+#   . DIR/endpoint.env               # exports AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+#                                    # AWS_DEFAULT_REGION (read by botocore, so by s3fs and GuideLoom)
+#                                    # and GUIDELOOM_TEST_S3_ENDPOINT (the test suite's switch)
 #   scripts/s3/stop-rgw.sh DIR
 #
 # One monitor, one memstore OSD (data lives in RAM and dies with the OSD), cephx off, the beast
@@ -153,9 +155,12 @@ radosgw-admin -c "$CONF" -n client.rgw.test --admin-socket "$DIR/run/radosgw-adm
     --display-name="GuideLoom tests" --access-key="$ACCESS_KEY" --secret="$SECRET_KEY" \
     >"$DIR/log/user-create.out" 2>&1
 
+# `export` so that a sourced file reaches the programs the shell starts (Python, Ray workers).
 cat > "$DIR/endpoint.env" <<ENV
-GUIDELOOM_TEST_S3_ENDPOINT=http://127.0.0.1:$RGW_PORT
-AWS_ACCESS_KEY_ID=$ACCESS_KEY
-AWS_SECRET_ACCESS_KEY=$SECRET_KEY
+export AWS_ENDPOINT_URL=http://127.0.0.1:$RGW_PORT
+export AWS_ACCESS_KEY_ID=$ACCESS_KEY
+export AWS_SECRET_ACCESS_KEY=$SECRET_KEY
+export AWS_DEFAULT_REGION=\${AWS_DEFAULT_REGION:-us-east-1}
+export GUIDELOOM_TEST_S3_ENDPOINT=http://127.0.0.1:$RGW_PORT
 ENV
 echo "start-rgw: radosgw ready at http://127.0.0.1:$RGW_PORT in $((SECONDS - STARTED_AT)) s (dir $DIR)"

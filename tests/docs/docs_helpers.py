@@ -27,6 +27,7 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO), env.get("PYTHONPATH", "")] if p)
     env.setdefault("RAY_AUTH_MODE", "disabled")
+    env.setdefault("NO_MKDOCS_2_WARNING", "1")  # Material's banner about MkDocs 2, on every build
     env.update(extra)
     return env
 

@@ -4,8 +4,11 @@ Mark a block with an HTML comment on the line right above its fence:
 
     <!-- runnable -->              run it; the runnable blocks of one page run in order, as one
                                    script, in a fresh temporary directory
-    <!-- runnable: s3 -->          the same, against the test session's S3 endpoint, with
-                                   S3_ENDPOINT_URL, S3_BUCKET (a fresh bucket) and AWS_* set
+    <!-- runnable: s3 -->          the same, against the test session's S3 endpoint, with the
+                                   AWS SDK's AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
+                                   AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION set (as
+                                   docs/local-s3.md tells users to) and GUIDELOOM_BUCKET
+                                   naming a fresh, existing bucket
     <!-- not-runnable: REASON -->  shown only (needs a cluster, real credentials, ...)
 
 A block whose body is a snippet include (`--8<-- "examples/x.py"`) is the script itself, which
@@ -142,6 +145,27 @@ def test_runnable_s3_blocks(
         page,
         page_blocks,
         tmp_path,
-        S3_ENDPOINT_URL=s3_endpoint.url,  # type: ignore[attr-defined]
-        S3_BUCKET=s3_bucket,
+        AWS_ENDPOINT_URL=s3_endpoint.url,  # type: ignore[attr-defined]
+        AWS_ACCESS_KEY_ID=s3_endpoint.key,  # type: ignore[attr-defined]
+        AWS_SECRET_ACCESS_KEY=s3_endpoint.secret,  # type: ignore[attr-defined]
+        AWS_DEFAULT_REGION="us-east-1",
+        GUIDELOOM_BUCKET=s3_bucket,
     )
+
+
+# Pages another engineer owns, still to be converted; everything else must re-run cleanly.
+_FIXED_PATHS_ALLOWED = {"errors.md", "ingestion-with-ray.md"}
+
+
+def test_runnable_blocks_write_no_fixed_local_path() -> None:
+    # A fixed relative path ("data/x") makes the second run of a page in the same folder fail with
+    # DatasetExistsError: pages write under a temporary folder (or overwrite) instead.
+    fixed = re.compile(r"Storage\(\s*[\"'](?![a-z0-9]+://)")
+    offenders = [
+        f"docs/{b.page.relative_to(DOCS)}:{b.line}"
+        for b in ALL
+        if b.marker == "runnable"
+        and str(b.page.relative_to(DOCS)) not in _FIXED_PATHS_ALLOWED
+        and fixed.search(b.code)
+    ]
+    assert not offenders, f"runnable blocks writing a fixed local path: {offenders}"

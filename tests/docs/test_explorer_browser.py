@@ -297,3 +297,65 @@ def test_screenshot_is_not_blank(page_factory: Any, tmp_path: Path) -> None:
         "b => getComputedStyle(b).backgroundColor"
     )
     assert colour == "rgb(255, 211, 61)"
+
+
+# -- the whole site at a desktop and a phone width -------------------------------------------------
+
+SCREENSHOT_PAGES = {"home": "index.html", "explorer": PAGE, "reference": "reference/api.html"}
+MOST_USED = ["writer", "commit", "part_complete", "verify", "delete", "refresh", "read_windows"]
+
+
+@pytest.mark.parametrize("width", [1280, 360])
+def test_site_screenshots_and_reference(browser: Any, site_url: str, width: int, tmp_path: Path) -> None:
+    """Screenshots of the home page, the explorer and the API reference (kept under
+    GUIDELOOM_SCREENSHOTS when set, else in the test's temporary folder), taken offline."""
+    import os
+
+    out = Path(os.environ.get("GUIDELOOM_SCREENSHOTS", tmp_path))
+    out.mkdir(parents=True, exist_ok=True)
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        page = context.new_page()
+        external: list[str] = []
+        errors: list[str] = []
+
+        def block_network(route: Any) -> None:
+            if route.request.url.startswith(site_url + "/"):
+                route.continue_()
+            else:
+                external.append(route.request.url)
+                route.abort()
+
+        page.route("**/*", block_network)
+        page.on("pageerror", lambda err: errors.append(str(err)))
+        for name, path in SCREENSHOT_PAGES.items():
+            page.goto(f"{site_url}/{path}")
+            page.wait_for_load_state("load")
+            if name == "explorer":
+                page.wait_for_selector(f"{EXPLORER} .gl-token")
+                page.locator(EXPLORER).scroll_into_view_if_needed()
+            shot = out / f"{name}-{width}.png"
+            page.screenshot(path=str(shot))
+            assert shot.stat().st_size > 5_000, f"{shot} is (nearly) empty"
+            # Nothing wider than the viewport: no sideways scrolling of the page itself.
+            scroll = page.evaluate("document.documentElement.scrollWidth")
+            assert scroll <= width + 1, f"{path} is {scroll} px wide at {width} px"
+            if name == "home" and width == 1280:
+                tabs = page.locator(".md-tabs__item")
+                assert tabs.count() > 3
+                boxes = [b for b in (t.bounding_box() for t in tabs.all()) if b]
+                assert len({round(b["y"]) for b in boxes}) == 1, "the navigation tabs wrap"
+                assert max(b["x"] + b["width"] for b in boxes) <= width, "a navigation tab is cut off"
+                assert page.locator(".md-search__input").count() == 1  # search
+                assert page.locator("[data-md-color-scheme]").count() >= 1  # dark mode toggle
+            if name == "reference":
+                for method in MOST_USED:
+                    cls = "StreamDataset" if method == "read_windows" else "StreamStorage"
+                    entry = page.locator(f'[id="guideloom.{cls}.{method}"]')
+                    assert entry.count() == 1, f"{cls}.{method} is not on the reference page"
+                    assert method in entry.inner_text()
+        page.goto(f"{site_url}/quick-start.html")
+        page.wait_for_selector(".md-code__button", state="attached", timeout=10_000)  # copy buttons
+        assert external == [] and errors == []
+    finally:
+        context.close()

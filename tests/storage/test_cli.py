@@ -33,10 +33,92 @@ def test_inspect_needs_no_format_class(dataset):
     assert out.returncode == 0, out.stderr
     assert "StreamWithMetaStorage" in out.stdout and "ConceptsFormat" in out.stdout
     assert "records        20" in out.stdout and "tokens         200" in out.stdout
-    assert "spans          20" in out.stdout and '"tokenizer": "bytes"' in out.stdout
+    assert "spans          20" in out.stdout and "  tokenizer: bytes" in out.stdout
     assert dataset.manifest.fingerprint in out.stdout
-    as_json = json.loads(run_cli("inspect", "--json", dataset.location.url).stdout)
-    assert as_json["total_tokens"] == 200
+    summary = json.loads(run_cli("inspect", "--json", dataset.location.url).stdout)
+    assert summary["tokens"] == 200 and summary["shards"] == len(dataset.manifest.shards)
+    assert summary["shard_list"][0]["data"] == dataset.manifest.shards[0].files["data"].path
+    manifest = json.loads(run_cli("inspect", "--manifest", dataset.location.url).stdout)
+    assert manifest["total_tokens"] == 200
+
+
+def _ingested_like(tmp_path, storage_cls, fmt, records, documents):
+    """A dataset whose metadata is what `guideloom ingest` records (documents, inputs, options)."""
+    storage = storage_cls(str(tmp_path / "ingested"), fmt)
+    inputs = [{"url": f"/corpus/file-{i:03d}.jsonl", "size": 1000 + i} for i in range(40)]
+    metadata = {"ingest": {"documents": documents, "inputs": inputs, "options": {"note": "n" * 300}}}
+    with storage.writer(shard_size=4096, metadata=metadata) as w:
+        for r in records:
+            w.append(r)
+    return storage
+
+
+def test_inspect_reads_well_at_80_columns_and_counts_documents(tmp_path):
+    fmt = StreamNumpyFormat({"tokens": np.uint16, "doc_index": np.uint64})
+    records = [{"tokens": np.arange(50), "doc_index": np.full(50, i)} for i in range(3)]
+    storage = _ingested_like(tmp_path, StreamStorage, fmt, records, documents=2471)
+    out = run_cli("inspect", storage.location.url)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    # Only the dataset's own URL (long here: pytest's temporary folder) may run past 80 columns.
+    too_long = [line for line in lines if len(line.replace(storage.location.url, "URL")) > 80]
+    assert not too_long, too_long
+    assert "documents      2,471" in lines
+    assert "records        3 (one per append; ingestion appends batches)" in lines
+    assert "layout         1 shard in 1 part" in lines  # singular, not "1 shards / 1 parts"
+    assert "    inputs: [40 items; --json shows them]" in lines
+
+
+def test_inspect_prints_code_that_opens_the_dataset(tmp_path):
+    fmt = StreamNumpyFormat({"tokens": np.uint32, "doc_index": np.uint64})
+    records = [{"tokens": np.arange(50) + 70_000, "doc_index": np.full(50, i)} for i in range(3)]
+    storage = _ingested_like(tmp_path, StreamStorage, fmt, records, documents=3)
+    code = json.loads(run_cli("inspect", "--json", storage.location.url).stdout)["opening_code"]
+    namespace: dict[str, object] = {}
+    exec(code, namespace)  # the printed lines, run as a user would paste them
+    assert namespace["storage"].format == fmt  # type: ignore[attr-defined]
+    assert len(namespace["dataset"]) == 0  # type: ignore[arg-type]  # 150 tokens: no 2048-token window
+    windows = namespace["StreamDataset"](namespace["storage"], sequence_length=16)  # type: ignore[operator]
+    assert windows[0]["tokens"][:3].tolist() == [70_000, 70_001, 70_002]
+    text = run_cli("inspect", storage.location.url).stdout
+    assert all(f"  {line}" in text for line in code.splitlines() if line)
+
+
+def test_opening_code_for_documents_and_spans(tmp_path, dataset):
+    from guideloom import DocumentJsonFormat, DocumentStorage
+    from guideloom.storage.opening import opening_code
+
+    docs = _ingested_like(tmp_path, DocumentStorage, DocumentJsonFormat(), [{"tokens": [1, 2]}] * 4, 4)
+    namespace: dict[str, object] = {}
+    exec(opening_code(docs.location.url, docs.manifest), namespace)
+    assert namespace["dataset"][3] == {"tokens": [1, 2]}  # type: ignore[index]
+    summary = json.loads(run_cli("inspect", "--json", docs.location.url).stdout)
+    assert summary["documents"] == 4 and summary["records"] == 4
+    # A user's format class: the import names the module the manifest records.
+    code = opening_code(dataset.location.url, dataset.manifest)
+    assert "from storage_helpers import ConceptsFormat" in code
+    assert 'ConceptsFormat(StreamNumpyFormat({"tokens": np.uint16}))' in code
+
+
+def test_help_and_version_at_80_columns():
+    import os
+
+    env = {**os.environ, "COLUMNS": "80"}
+    for args in (["--help"], ["inspect", "--help"], ["verify", "--help"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "guideloom.cli", *args], capture_output=True, text=True, env=env
+        )
+        assert out.returncode == 0, out.stderr
+        assert all(len(line) <= 80 for line in out.stdout.splitlines()), out.stdout
+        assert "<bool>" not in out.stdout and "{url}" not in out.stdout and "…" not in out.stdout
+    inspect_help = subprocess.run(
+        [sys.executable, "-m", "guideloom.cli", "inspect", "--help"], capture_output=True, text=True, env=env
+    ).stdout
+    assert "client_kwargs.endpoint_url=http://127.0.0.1:9000" in inspect_help.replace("\n", "")
+    version = run_cli("--version")
+    from guideloom import __version__
+
+    assert version.returncode == 0 and version.stdout.strip() == f"guideloom {__version__}"
 
 
 def test_verify_ok_then_names_each_bad_shard(dataset):

@@ -1,0 +1,71 @@
+"""The Python lines that open a committed dataset, written from its manifest alone.
+
+The schema of a dataset is never inferred from file contents: a reader names the storage class
+and the format. These lines spell out the ones the manifest records, so a user can paste them
+instead of guessing (``uint16`` or ``uint32`` tokens, an extra ``doc_index`` field, ...).
+``guideloom inspect`` prints them, and so can an ingestion summary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from guideloom.manifest import Manifest
+
+__all__ = ["opening_code"]
+
+_VIEWS = {
+    "DocumentStorage": "DocumentDataset(storage)",
+    "StreamStorage": "StreamDataset(storage, sequence_length=2048)",
+    "StreamWithMetaStorage": "StreamWithMetaDataset(storage, sequence_length=2048)",
+}
+_SHIPPED = {
+    "guideloom.formats.document": ("DocumentJsonFormat", "DocumentMsgpackFormat", "DocumentPickleFormat"),
+    "guideloom.formats.stream": ("StreamNumpyFormat",),
+}
+
+
+def _stream_format(config: dict[str, Any]) -> str:
+    fields = ", ".join(f'"{name}": np.{np.dtype(dtype).name}' for name, dtype in config["fields"])
+    return f"StreamNumpyFormat({{{fields}}})"
+
+
+def _format_expr(manifest: Manifest) -> tuple[str, list[str]]:
+    """The expression that builds the recorded format, and the import lines it needs."""
+    spec = manifest.format
+    config = spec.config
+    if spec.name in _SHIPPED.get(spec.module, ()):
+        if spec.name == "StreamNumpyFormat":
+            return _stream_format(config), ["import numpy as np", "from guideloom import StreamNumpyFormat"]
+        args = ", ".join(f"{k}={v!r}" for k, v in config.items() if not (k == "protocol" and v == 5))
+        return f"{spec.name}({args})", [f"from guideloom import {spec.name}"]
+    # A user's format class: import it from where it was defined; its constructor is the user's.
+    imports = [f"from {spec.module} import {spec.name}"] if spec.module != "__main__" else []
+    if manifest.storage_class == "StreamWithMetaStorage" and set(config) == {"stream"}:
+        imports = ["import numpy as np", "from guideloom import StreamNumpyFormat", *imports]
+        return f"{spec.name}({_stream_format(config['stream'])})", imports
+    args = ", ".join(f"{k}={v!r}" for k, v in config.items())
+    return f"{spec.name}({args})  # the manifest records config {config!r}", imports
+
+
+def opening_code(url: str, manifest: Manifest, *, storage_options: bool = False) -> str:
+    """Python lines that open the dataset at ``url`` with the storage class and format it records.
+
+    ``url`` is printed as given (pass a redacted one). ``storage_options=True`` adds a
+    ``storage_options={...}`` placeholder for remote datasets. The view line uses a placeholder
+    ``sequence_length`` of 2048 tokens for streams: any window size reads the same data.
+    """
+    fmt, imports = _format_expr(manifest)
+    cls = manifest.storage_class
+    view = _VIEWS[cls].split("(", 1)[0]
+    names = sorted({cls, view} | {line.split(" import ")[1] for line in imports if "from guideloom " in line})
+    lines = [line for line in imports if not line.startswith("from guideloom ")]
+    lines.insert(1 if lines[:1] == ["import numpy as np"] else 0, f"from guideloom import {', '.join(names)}")
+    options = ", storage_options={...}" if storage_options else ""
+    storage = f"storage = {cls}({url!r}, {fmt}{options})"
+    if len(storage) > 76:  # keep the lines readable in an 80-column terminal
+        storage = f"fmt = {fmt}\nstorage = {cls}({url!r}, fmt{options})"
+    lines += ["", storage, f"dataset = {_VIEWS[cls]}"]
+    return "\n".join(lines)
