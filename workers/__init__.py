@@ -4,7 +4,7 @@ The repository keeps this package in the top-level folder ``workers/`` (the laye
 design); it is installed as ``guideloom.workers`` (``[tool.setuptools.package-dir]`` in
 ``pyproject.toml``), so no generic top-level ``workers`` package reaches site-packages.
 
-The only package of the project that imports Ray, and only in :mod:`guideloom.workers.ingest`
+The only package of the project that imports Ray, and only in `guideloom.workers.ingest`
 (the driver),
 so that ``import guideloom.workers`` and ``guideloom.workers.cli`` stay light. It talks to
 storage only through

@@ -1,8 +1,8 @@
 # ruff: noqa: B008  (typer declares options as argument defaults)
-"""``guideloom ingest``: the typer command, registered on GuideLoom's CLI by :func:`register`.
+"""``guideloom ingest``: the typer command, registered on GuideLoom's CLI by `register`.
 
-A thin layer over the Python API, :func:`guideloom.workers.ingest_dataset`. Importing this
-module does not import Ray: the driver (:mod:`guideloom.workers.ingest`) is imported when the
+A thin layer over the Python API, `guideloom.workers.ingest_dataset`. Importing this
+module does not import Ray: the driver (`guideloom.workers.ingest`) is imported when the
 command runs, and without the ``ray`` extra the command says how to install it. Flags override
 the values of a ``--config job.yaml`` job file; a flag that is not given leaves the job file's
 value (or the default) alone.

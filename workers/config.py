@@ -1,7 +1,7 @@
 """The ingestion job description: one frozen pydantic model, from CLI flags or a YAML job file.
 
 Every option that changes the bytes written is part of the job's *identity* (see
-:meth:`IngestConfig.identity`): a re-run with the same identity resumes, another identity is a
+`IngestConfig.identity`): a re-run with the same identity resumes, another identity is a
 different dataset. Options that only say where or how fast to run (Ray address, worker count,
 progress style, credentials) are not.
 """
@@ -133,7 +133,7 @@ def _suggestion(name: str) -> str:
 
 
 def validate_config(data: dict[str, Any], *, source: str = "options") -> IngestConfig:
-    """Build an :class:`IngestConfig`, turning pydantic's errors into one readable IngestError.
+    """Build an `IngestConfig`, turning pydantic's errors into one readable IngestError.
 
     An unknown key names the closest known one (``text_feild`` -> did you mean ``text_field``).
     """

@@ -7,7 +7,7 @@ exactly onto ``storage.writer(part=k)``; Ray Data would re-block the records by 
 scheduling, so part contents (and so shard bytes) would depend on the cluster and the run.
 
 The driver holds only the plan and per-part counts: memory does not grow with the input. Each
-task receives only its own part's description (:class:`~guideloom.workers.part.PartSpec`), so a
+task receives only its own part's description (`guideloom.workers.part.PartSpec`), so a
 task's argument does not grow with the number of input files either.
 
 Where it runs (one rule): on the cluster named by ``ray_address`` or ``RAY_ADDRESS`` (set by ``ray
@@ -435,7 +435,7 @@ def run_ingest(config: IngestConfig | dict[str, Any] | str | Path) -> Any:
 
     Re-running an interrupted job redoes only the parts without a valid completion record; re-
     running a committed job returns its manifest without doing anything. An interruption
-    (KeyboardInterrupt) cancels the parts in flight and raises :class:`IngestCancelled`.
+    (KeyboardInterrupt) cancels the parts in flight and raises `IngestCancelled`.
     """
     return _ingest(_coerce(config))[0]
 
@@ -512,7 +512,7 @@ def _ingest_unsafe(config: IngestConfig) -> tuple[Any, Any, bool]:
 
 @dataclass(frozen=True)
 class IngestResult:
-    """What :func:`ingest_dataset` committed (or found already committed).
+    """What `ingest_dataset` committed (or found already committed).
 
     Counts come from the manifest's ``ingest`` metadata; ``bad_records`` maps each input (URL
     without credentials) to ``{reason: count}`` of the records skipped under ``on_bad_record:
@@ -546,12 +546,12 @@ def ingest_dataset(
 ) -> IngestResult:
     """Ingest ``inputs`` into a dataset at ``output`` on Ray; return what was committed.
 
-    Options are the job file's keys (:class:`~guideloom.workers.config.IngestConfig`), e.g.
+    Options are the job file's keys (`guideloom.workers.config.IngestConfig`), e.g.
     ``tokenizer="hf:tokenizer.json"``, ``part_size=32 * 2**20`` (bytes), ``on_bad_record="skip"``.
     ``config`` is an IngestConfig or a YAML job file; ``inputs``, ``output`` and ``options``
     override its values, as flags override a job file on the command line. ``progress`` defaults
     to ``"none"`` here (``"plain"`` prints log lines to stderr). Raises ``IngestError`` (and
-    subclasses) on bad options or input, :class:`IngestCancelled` when interrupted.
+    subclasses) on bad options or input, `IngestCancelled` when interrupted.
     """
     overrides: dict[str, Any] = dict(options)
     if inputs is not None:

@@ -1,6 +1,6 @@
 """One part, end to end: read its segments, tokenize, write through ``storage.writer(part=k)``.
 
-Plain Python with no Ray in it: a Ray task calls :func:`write_part`, and so can a test or any
+Plain Python with no Ray in it: a Ray task calls `write_part`, and so can a test or any
 other engine. The output depends only on the plan, the part number and the identity options, so
 a retry (or a re-run) rewrites the same shard bytes under the same names.
 

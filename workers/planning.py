@@ -2,7 +2,7 @@
 
 Files are taken in sorted URL order. A splittable file (plain JSONL, plain text read per line)
 larger than ``part_size`` is cut into byte ranges of ``part_size`` (records are assigned to ranges
-by :mod:`guideloom.workers.sources`' ownership rule); a Parquet file is cut at row-group boundaries; any
+by `guideloom.workers.sources`' ownership rule); a Parquet file is cut at row-group boundaries; any
 other file (compressed, or a text file that is one document) is one unsplittable segment. The
 segments are then packed, in order, into parts of about ``part_size`` input bytes each, so many
 small files share a part and one big file still feeds every worker.

@@ -9,7 +9,7 @@ A segment that starts mid-file therefore skips to just after the next newline at
 ``start - 1``, and reads lines while a line's first byte is before ``end``. Adjacent segments
 then read every line exactly once, whatever the split points.
 
-Reading yields :class:`Doc` for a document and :class:`Bad` for a record that cannot be one; the
+Reading yields `Doc` for a document and `Bad` for a record that cannot be one; the
 caller decides (``--on-bad-record``) what a Bad means.
 """
 
@@ -86,7 +86,7 @@ class Bad:
     """A record that is not a document: ``reason`` is a short key counted per file.
 
     ``line`` is 1-based when known; a segment that starts mid-file knows only ``offset``, the
-    byte offset of the line's start, which :func:`line_number` turns into a line when needed.
+    byte offset of the line's start, which `line_number` turns into a line when needed.
     """
 
     reason: str

@@ -2,7 +2,7 @@
 
 An input URL can carry secrets: userinfo (``https://user:password@host/...``) or a signed query
 string (S3 presigned ``X-Amz-Signature``, Azure SAS ``sig=``, GCS ``X-Goog-Signature``, a
-``token=``). :func:`redact_url` removes both; the driver applies it to every URL before it enters
+``token=``). `redact_url` removes both; the driver applies it to every URL before it enters
 the manifest metadata, a log line or an error message. Reading still uses the full URL.
 """
 

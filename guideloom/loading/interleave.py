@@ -1,7 +1,7 @@
 """Which source each position of a mixture draws from: a stride schedule in closed form (NumPy only).
 
 A mixture of ``S`` sources with weights ``w_i`` (proportions of samples, summing to 1) hands out
-positions ``p = 0, 1, 2, ...``. :class:`Interleave` says, for any ``p``, which source position
+positions ``p = 0, 1, 2, ...``. `Interleave` says, for any ``p``, which source position
 ``p`` draws from and how many draws that source had before it, at a cost of ``O(S)`` integer
 operations and without any per-sample table: there is nothing to replay on resume.
 
@@ -20,7 +20,7 @@ Deviation. After any prefix of ``p`` positions, source ``i`` has had ``n_i(p)`` 
 For up to 4 sources the tree has depth at most 2 and the bound is below 1: every prefix is
 within one sample of its weight, for every source. For more sources the tree is the one (of a
 least-depth tree, a Huffman tree and a weight-balanced split) with the smallest bound, which
-:attr:`Interleave.max_deviation` reports; it stays below 1 for most weightings, and is always
+`Interleave.max_deviation` reports; it stays below 1 for most weightings, and is always
 below ``(depth + 1) / 2``.
 
 Why not random sampling by weight: drawing each position's source at random gives prefix
@@ -146,7 +146,7 @@ def _bounds(root: _Node) -> dict[int, float]:
 class Interleave:
     """The closed-form schedule of a mixture: ``sources(p0, p1)`` and ``counts(p)``.
 
-    ``weights`` are positive integers (see :func:`integer_weights`); the schedule depends on
+    ``weights`` are positive integers (see `integer_weights`); the schedule depends on
     them alone (not on a seed: it is the same deterministic stride pattern every epoch).
     """
 

@@ -13,10 +13,10 @@ coalesced range requests) and collates it. Workers never choose samples, so ``nu
 Who fetches: with ``num_workers=0`` the training loop's own thread; with worker processes
 (``parallel_method="process"``, the default) torchdata's workers, each batch pickled back through
 a pipe; with ``parallel_method="thread"`` a pool of threads in this process
-(:mod:`guideloom.loading.threads`), which hands batches over by reference. All three run the
+(`guideloom.loading.threads`), which hands batches over by reference. All three run the
 same batch path: sampler -> groups of ``read_ahead + 1`` consecutive batches -> one read per
 group (``_BatchSource.read_group``) -> collate -> pin -> (one batch ahead) copy to ``device``
-(:mod:`guideloom.loading.placement`). A second kind of batch source only has to provide
+(`guideloom.loading.placement`). A second kind of batch source only has to provide
 ``read_group`` to use it.
 
 The state is ``(epoch, position)``: ``position`` counts the samples handed out in the epoch over
@@ -165,8 +165,8 @@ class _Pass:
     """One pass as the training loop sees it: the batches of any worker kind, counted on delivery.
 
     ``batches`` is torchdata's iterator (``num_workers=0`` or processes) or a
-    :class:`~guideloom.loading.threads.ThreadBatches`, optionally behind the device stage
-    (:class:`~guideloom.loading.placement.Placed`). Only what the loop has received counts,
+    `guideloom.loading.threads.ThreadBatches`, optionally behind the device stage
+    (`guideloom.loading.placement.Placed`). Only what the loop has received counts,
     never what was prefetched or already copied to the device.
     """
 
@@ -539,14 +539,14 @@ class StatefulDataLoader(_TorchdataLoader):
         ``parallel_method``: ``"process"`` (default: torchdata's worker processes; every batch
         is pickled through a pipe) or ``"thread"``: ``num_workers`` threads of the training
         process fetch and collate batches, handed over without a copy (see
-        :mod:`guideloom.loading.threads`); ``prefetch_factor`` (default 2) batches, or groups of
+        `guideloom.loading.threads`); ``prefetch_factor`` (default 2) batches, or groups of
         ``read_ahead + 1`` batches, per thread are in flight. Both give the same batches in the
         same order as ``num_workers=0``, and states move freely between them.
 
         ``pin_memory=True`` puts batches in pinned host memory (skipped, silently, without an
         accelerator); ``device`` (e.g. ``"cuda"``) copies every batch's tensors there with
         ``non_blocking=True``, one batch ahead of the training loop (see
-        :mod:`guideloom.loading.placement`). Other keyword arguments (``prefetch_factor``,
+        `guideloom.loading.placement`). Other keyword arguments (``prefetch_factor``,
         ``persistent_workers``, ``multiprocessing_context``, ``timeout``, ``worker_init_fn``, ...)
         go to torchdata.
         """

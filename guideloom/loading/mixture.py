@@ -1,6 +1,6 @@
 """Weighted mixtures of several datasets, with the loader's exact, O(1), elastic resume (no torch).
 
-A :class:`Mixture` names several storages (or views) of one layout, each with a weight::
+A `Mixture` names several storages (or views) of one layout, each with a weight::
 
     mix = Mixture({"web": (web, 0.6), "code": (code, 0.3), "books": (books, 0.1)})
     loader = StatefulDataLoader.from_storage(mix, sequence_length=2048, batch_size=8, shuffle=True)
@@ -10,13 +10,13 @@ How a mixture epoch is ordered
 The mixture has its own positions ``p = 0 .. L-1`` per epoch, handed out by the loader exactly
 like a single dataset's (the same batch sampler, ranks, workers and state). Position ``p``:
 
-1. :class:`~guideloom.loading.interleave.Interleave` gives its source ``i`` and the draw index
+1. `guideloom.loading.interleave.Interleave` gives its source ``i`` and the draw index
    ``k`` (source ``i``'s ``k``-th draw of this mixture epoch) in closed form, O(#sources);
 2. source ``i``'s running draw number is ``g = start_i + epoch * D_i + k``, where ``D_i`` is the
    draws per mixture epoch and ``start_i`` the draws before this mixture began (0, or a
    curriculum switch, see ``after``);
 3. the source's own order turns it into a sample: source epoch ``g // N_i``, position
-   ``g % N_i`` of that epoch's :class:`~guideloom.loading.order.EpochOrder` (the loader's shuffle
+   ``g % N_i`` of that epoch's `guideloom.loading.order.EpochOrder` (the loader's shuffle
    mode, keyed by ``(seed, source number)``).
 
 So every source follows its own epoch order, nothing repeats inside a source epoch, and a source
@@ -63,7 +63,7 @@ class MixturePlan:
     """The arithmetic of a mixture, from counts alone: what ``guideloom mix`` prints.
 
     ``sizes``: samples (windows or documents) per source; ``weights``: positive integers (see
-    :func:`~guideloom.loading.interleave.integer_weights`); ``starts``: draws of each source
+    `guideloom.loading.interleave.integer_weights`); ``starts``: draws of each source
     before this mixture began (a curriculum switch), 0 otherwise.
     """
 
@@ -149,7 +149,7 @@ def _letter(k: int) -> str:
 class MixtureOrder:
     """One mixture epoch's order: ``order(positions) -> indexes into the MixtureDataset``.
 
-    The drop-in counterpart of :class:`~guideloom.loading.order.EpochOrder` for the loader's
+    The drop-in counterpart of `guideloom.loading.order.EpochOrder` for the loader's
     batch sampler: any positions, O(#sources) per range of consecutive positions.
     """
 
@@ -214,7 +214,7 @@ class MixtureOrder:
         return src, draw + base[src]
 
     def __call__(self, positions: np.ndarray | Sequence[int] | range) -> np.ndarray:
-        """Indexes into the :class:`MixtureDataset` (source offset + sample index) at ``positions``."""
+        """Indexes into the `MixtureDataset` (source offset + sample index) at ``positions``."""
         src, g = self.locate(np.asarray(positions, dtype=np.int64))
         out = np.empty(src.size, dtype=np.int64)
         for i in np.unique(src).tolist():
@@ -244,7 +244,7 @@ class Mixture:
             proportions of *samples* (windows or documents); they need not sum to 1.
         stopping_strategy: ``"all_exhausted"`` (default; smaller sources are repeated, each
             repeat in a new order, until every source is used up) or ``"first_exhausted"``
-            (the epoch ends when the first source is used up). See :mod:`guideloom.loading.mixture`.
+            (the epoch ends when the first source is used up). See `guideloom.loading.mixture`.
         after: a loader state saved from a mixture of the same sources (same order), for a
             curriculum: this mixture, with new weights, starts each source where that state
             left it, so no sample already delivered in a source's current epoch is delivered
@@ -415,8 +415,8 @@ class Mixture:
 
 
 class MixtureDataset:
-    """The sources of a :class:`Mixture` as one indexed view: index ``offset_i + j`` is sample
-    ``j`` of source ``i``. The loader orders it with :class:`MixtureOrder`; a batch is read
+    """The sources of a `Mixture` as one indexed view: index ``offset_i + j`` is sample
+    ``j`` of source ``i``. The loader orders it with `MixtureOrder`; a batch is read
     with one batched read per source (``read_windows`` / ``__getitems__``), reassembled in order.
     """
 
@@ -444,7 +444,7 @@ class MixtureDataset:
         return int(self._starts[-1])
 
     def check_state(self, saved: dict[str, Any] | None) -> None:
-        """Raise :class:`ResumeStateError` naming the source if ``saved`` is another mixture's."""
+        """Raise `ResumeStateError` naming the source if ``saved`` is another mixture's."""
         if saved != self.identity:
             raise ResumeStateError(mixture_difference(saved, self.identity, self.mixture.names))
 

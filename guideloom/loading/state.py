@@ -24,7 +24,7 @@
 Everything above ``epoch`` must match the loader that loads the state, or loading raises
 `guideloom.errors.ResumeStateError`; the last three may change (elastic resume).
 
-A loader over a :class:`~guideloom.loading.mixture.Mixture` adds one key (absent otherwise)::
+A loader over a `guideloom.loading.mixture.Mixture` adds one key (absent otherwise)::
 
         "mixture": {"stopping_strategy": "all_exhausted",
                     "sources": [[48828, 3, 0], ...],      # per source: samples, weight, start draw
@@ -148,15 +148,11 @@ class LoaderState:
         return result
 
     def check_compatible(self, current: LoaderState) -> None:
-<<<<<<< HEAD
-        """Raise :class:`ResumeStateError` if this saved state does not belong to ``current``."""
+        """Raise `ResumeStateError` if this saved state does not belong to ``current``."""
         if self.mixture != current.mixture:
             from guideloom.loading.mixture import mixture_difference
 
             raise ResumeStateError(mixture_difference(self.mixture, current.mixture))
-=======
-        """Raise `ResumeStateError` if this saved state does not belong to ``current``."""
->>>>>>> issue13
         for name, what in _MUST_MATCH:
             saved, now = getattr(self, name), getattr(current, name)
             if saved != now:

@@ -18,7 +18,7 @@ view state is shared between threads.
 
 Lifetime: the pool belongs to one pass over the loader. It is shut down when the pass ends,
 when a read fails (the error is re-raised in the training loop, with its own type and message),
-when :meth:`ThreadBatches.close` is called, and when the pass's iterator is dropped, for example
+when `ThreadBatches.close` is called, and when the pass's iterator is dropped, for example
 after ``break``: threads finish the read in progress and exit, and queued reads are cancelled.
 """
 
