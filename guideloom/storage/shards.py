@@ -158,6 +158,7 @@ class ShardAccess:
         itemsize: int,
         counts: np.ndarray,
         guesses: np.ndarray,
+        prefetch: Sequence[tuple[int, int]] | None = None,
     ) -> np.ndarray:
         """``np.searchsorted`` in a sorted column of an index file, reading only pages it probes.
 
@@ -167,11 +168,13 @@ class ShardAccess:
         item to probe first (an interpolation, say). Each round probes one page per unresolved
         query, all fetched together; later rounds interpolate between what the earlier ones saw,
         alternating with bisection, so a query takes a few rounds at most (one where the guess
-        lands on the right page).
+        is within half a page of the answer). ``prefetch``: ``(shard, page)`` pairs read in the
+        first round too (the pages a caller will gather next).
         """
         n = len(keys)
         lo = np.zeros(n, np.int64)  # the answer is in [lo, hi]
-        hi = np.asarray(counts, dtype=np.int64).copy()
+        hi_all = np.asarray(counts, dtype=np.int64)
+        hi = hi_all.copy()
         v_lo = np.zeros(n, np.float64)  # the column's value just below lo (0 when lo == 0)
         v_hi = np.full(n, np.inf)  # the column's value at hi (inf when hi == count)
         probe = np.clip(np.asarray(guesses, dtype=np.int64), 0, np.maximum(hi - 1, 0))
@@ -184,9 +187,23 @@ class ShardAccess:
             if not len(active):
                 return lo
             rounds += 1
-            page = probe[active] // per
-            blobs = self.pages(file, np.asarray(shards)[active].tolist(), page.tolist(), itemsize)
-            for q, p, blob in zip(active.tolist(), page.tolist(), blobs):
+            # Probe two neighbouring pages around each probe: an answer near a page edge is
+            # then settled in the same round instead of the next one.
+            count = hi_all[active]
+            last_page = np.maximum(count - 1, 0) // per
+            first_page = np.minimum(np.maximum(probe[active] - per // 2, 0) // per, np.maximum(last_page - 1, 0))
+            two = first_page < last_page
+            shard_l = np.asarray(shards)[active].tolist()
+            keys_shards = shard_l + [sh for sh, t in zip(shard_l, two.tolist()) if t]
+            keys_pages = first_page.tolist() + (first_page[two] + 1).tolist()
+            if rounds == 1 and prefetch is not None:
+                keys_shards += [sh for sh, _ in prefetch]
+                keys_pages += [pg for _, pg in prefetch]
+            blobs = self.pages(file, keys_shards, keys_pages, itemsize)
+            second = iter(blobs[len(active) :])
+            for q, p, both, blob in zip(active.tolist(), first_page.tolist(), two.tolist(), blobs):
+                if both:
+                    blob = blob + next(second)
                 col = np.frombuffer(blob, "<u8").reshape(-1, width)[:, words[q]]
                 r0 = p * per
                 r1 = r0 + len(col)
@@ -199,7 +216,7 @@ class ShardAccess:
                     lo[q] = hi[q] = r0 + j
                     continue
                 a, b = int(lo[q]), int(hi[q])
-                if rounds % 2 or not np.isfinite(v_hi[q]) or v_hi[q] <= v_lo[q]:
+                if rounds % 2 == 0 or not np.isfinite(v_hi[q]) or v_hi[q] <= v_lo[q]:
                     probe[q] = (a + b) // 2
                 else:
                     frac = (keys_l[q] - v_lo[q]) / (v_hi[q] - v_lo[q])

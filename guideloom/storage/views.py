@@ -324,6 +324,17 @@ class StreamWithMetaDataset(_Windows):
         stop = np.fromiter((p[2] for p in pieces), np.int64, n)
         counts = self._span_counts[shard]
         density = counts / np.maximum(self._shard_tokens[shard], 1)
+        guess_lo = (start * density).astype(np.int64)
+        guess_hi = (stop * density).astype(np.int64)
+        # The pages between the two guesses hold the spans gathered next: read them in the
+        # search's first round (at most a few per piece, so a bad guess costs little).
+        per = max(1, self._access.page_bytes // layout.SPAN_DTYPE.itemsize)
+        prefetch = [
+            (s, p)
+            for s, a, b, c in zip(shard.tolist(), guess_lo.tolist(), guess_hi.tolist(), counts.tolist())
+            if c
+            for p in range(min(a, c - 1) // per + 1, min(b, c - 1, a + 8 * per) // per)
+        ]
         bounds = self._access.search(
             "spans",
             np.concatenate([shard, shard]),
@@ -332,7 +343,8 @@ class StreamWithMetaDataset(_Windows):
             sides=["right"] * n + ["left"] * n,
             itemsize=layout.SPAN_DTYPE.itemsize,
             counts=np.concatenate([counts, counts]),
-            guesses=np.concatenate([start * density, stop * density]).astype(np.int64),
+            guesses=np.concatenate([guess_lo, guess_hi]),
+            prefetch=prefetch,
         )
         return bounds[:n], bounds[n:]
 
