@@ -29,8 +29,8 @@ from benchmarks.harness import Config, Row, machine_description, print_table, wr
 
 __all__ = ["ROWS", "main", "run"]
 
-ROWS = ("local", "documents", "s3", "meta", "resume", "memory", "ingest", "open", "write")
-S3_ROWS = ("s3", "memory")
+ROWS = ("local", "documents", "s3", "meta", "resume", "memory", "ingest", "open", "write", "scale")
+S3_ROWS = ("s3", "memory", "scale")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -83,7 +83,7 @@ def run(
     cfg: Config, rows: list[str], s3_endpoint: Any = None, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
     """Run ``rows``; returns the JSON payload (rows, failures, machine, config)."""
-    from benchmarks import ingestion, local, memory, opening, remote, resume, writing
+    from benchmarks import ingestion, local, memory, opening, remote, resume, scale, writing
     from benchmarks.s3env import running_endpoint
 
     results: list[Row] = []
@@ -109,6 +109,7 @@ def run(
             "ingest": lambda: ingestion.ingest_rows(cfg),
             "open": lambda: opening.open_rows(cfg),
             "write": lambda: writing.write_rows(cfg),
+            "scale": lambda: scale.scale_rows(cfg, s3_endpoint),
         }
         for name in ROWS:
             if name not in rows:

@@ -125,10 +125,20 @@ def expand_inputs(patterns: list[str], input_format: str, storage_options: dict[
 
     from fsspec.core import url_to_fs
 
+    from fsspec.core import split_protocol
+
     resolved = []
+    filesystems: dict[str, Any] = {}  # one filesystem per protocol, not one per input
     for pattern in patterns:
+        protocol = split_protocol(pattern)[0] or "file"
         try:
-            resolved.append((pattern, *url_to_fs(pattern, **storage_options)))
+            if "::" not in pattern and protocol in filesystems:
+                fs = filesystems[protocol]
+                resolved.append((pattern, fs, fs._strip_protocol(pattern)))
+                continue
+            fs, path = url_to_fs(pattern, **storage_options)
+            filesystems[protocol] = fs
+            resolved.append((pattern, fs, path))
         except (PermissionError, FileNotFoundError, OSError) as err:
             raise _listing_error(pattern, err) from err
     with ThreadPoolExecutor(max_workers=max(1, min(_LISTING_THREADS, len(resolved)))) as pool:
