@@ -94,7 +94,9 @@ def synthetic_documents(root: Path, n: int) -> str:
         step = 1 << 22
         for a in range(0, n + 1, step):
             np.arange(a, min(n + 1, a + step), dtype="<u8").tofile(f)
-    _patch_manifest(root, n, 0, 0, {"data": layout.HEADER_SIZE + n, "index": layout.HEADER_SIZE + 8 * (n + 1)})
+    _patch_manifest(
+        root, n, 0, 0, {"data": layout.HEADER_SIZE + n, "index": layout.HEADER_SIZE + 8 * (n + 1)}
+    )
     return str(root)
 
 
@@ -149,8 +151,13 @@ def _status_kib(field: str) -> int:
 
 def _child() -> None:
     request = json.loads(sys.stdin.read())
-    from guideloom import DocumentDataset, DocumentMsgpackFormat, DocumentStorage
-    from guideloom import StreamWithMetaDataset, StreamWithMetaStorage
+    from guideloom import (
+        DocumentDataset,
+        DocumentMsgpackFormat,
+        DocumentStorage,
+        StreamWithMetaDataset,
+        StreamWithMetaStorage,
+    )
 
     t0 = time.perf_counter()
     if request["kind"] == "documents":
@@ -245,7 +252,9 @@ def _planning_row(sizes: tuple[int, ...], s3_endpoint: Any) -> Row:
             assert len(expand_inputs(urls, "auto", {**options, "skip_instance_cache": True})) == n
             per_file_ms.append(1000 * (time.perf_counter() - t0) / n)
             t0 = time.perf_counter()
-            got = expand_inputs([f"s3://{bucket}/plan{n}/*.jsonl"], "auto", {**options, "skip_instance_cache": True})
+            got = expand_inputs(
+                [f"s3://{bucket}/plan{n}/*.jsonl"], "auto", {**options, "skip_instance_cache": True}
+            )
             assert len(got) == n
             glob_ms.append(1000 * (time.perf_counter() - t0) / n)
     totals = [ms * n for ms, n in zip(per_file_ms, sizes)]

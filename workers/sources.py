@@ -123,9 +123,7 @@ def expand_inputs(patterns: list[str], input_format: str, storage_options: dict[
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from fsspec.core import url_to_fs
-
-    from fsspec.core import split_protocol
+    from fsspec.core import split_protocol, url_to_fs
 
     resolved = []
     filesystems: dict[str, Any] = {}  # one filesystem per protocol, not one per input

@@ -73,7 +73,9 @@ class PageCache:
         self._pages.clear()
         self._bytes = 0
 
-    def get(self, keys: Sequence[Hashable], fetch: Callable[[list[Hashable]], Sequence[bytes]]) -> list[bytes]:
+    def get(
+        self, keys: Sequence[Hashable], fetch: Callable[[list[Hashable]], Sequence[bytes]]
+    ) -> list[bytes]:
         """The page of each key, in key order; the missing ones come from one ``fetch`` call.
 
         ``fetch`` receives the distinct missing keys and returns their bytes in that order.

@@ -145,7 +145,7 @@ class ShardAccess:
         ``[p * per, (p + 1) * per)`` with ``per = page_bytes // itemsize``; the last page of a
         file is shorter), through the cache; the missing pages are read in one round."""
         keys = [(file, s, p) for s, p in zip(shards, pages)]
-        return self.cache.get(keys, lambda missing: self._read_pages(missing, itemsize))
+        return self.cache.get(keys, lambda missing: self._read_pages(missing, itemsize))  # type: ignore[arg-type]
 
     def search(
         self,
@@ -191,7 +191,9 @@ class ShardAccess:
             # then settled in the same round instead of the next one.
             count = hi_all[active]
             last_page = np.maximum(count - 1, 0) // per
-            first_page = np.minimum(np.maximum(probe[active] - per // 2, 0) // per, np.maximum(last_page - 1, 0))
+            first_page = np.minimum(
+                np.maximum(probe[active] - per // 2, 0) // per, np.maximum(last_page - 1, 0)
+            )
             two = first_page < last_page
             shard_l = np.asarray(shards)[active].tolist()
             keys_shards = shard_l + [sh for sh, t in zip(shard_l, two.tolist()) if t]

@@ -194,7 +194,9 @@ def test_a_meta_window_fetches_a_few_span_pages_not_the_span_table(s3_bucket, s3
             )
     spans_size = storage.manifest.shards[0].files["spans"].size
     assert spans_size > 2_000_000
-    ds = StreamWithMetaDataset(StreamWithMetaStorage(url, fmt, storage_options=counting_s3.storage_options), 256)
+    ds = StreamWithMetaDataset(
+        StreamWithMetaStorage(url, fmt, storage_options=counting_s3.storage_options), 256
+    )
     counting_s3.reset()
     sample = ds[500]  # records 2000-2003: 64 spans
     assert sample["spans"][0] == (0, 2, ["2000.0"]) and len(sample["spans"]) == 64
