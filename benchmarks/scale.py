@@ -249,12 +249,10 @@ def _planning_row(sizes: tuple[int, ...], s3_endpoint: Any) -> Row:
             fs.pipe({f"{bucket}/plan{n}/f{i:06d}.jsonl": b'{"text": "x"}\n' for i in range(n)})
             urls = [f"s3://{bucket}/plan{n}/f{i:06d}.jsonl" for i in range(n)]
             t0 = time.perf_counter()
-            assert len(expand_inputs(urls, "auto", {**options, "skip_instance_cache": True})) == n
+            assert len(expand_inputs(urls, "auto", options)) == n
             per_file_ms.append(1000 * (time.perf_counter() - t0) / n)
             t0 = time.perf_counter()
-            got = expand_inputs(
-                [f"s3://{bucket}/plan{n}/*.jsonl"], "auto", {**options, "skip_instance_cache": True}
-            )
+            got = expand_inputs([f"s3://{bucket}/plan{n}/*.jsonl"], "auto", options)
             assert len(got) == n
             glob_ms.append(1000 * (time.perf_counter() - t0) / n)
     totals = [ms * n for ms, n in zip(per_file_ms, sizes)]
