@@ -42,8 +42,9 @@ ROWS = (
     "open",
     "write",
     "mix",
+    "scale",
 )
-S3_ROWS = ("s3", "s3-threads", "memory")
+S3_ROWS = ("s3", "s3-threads", "memory", "scale")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -96,7 +97,7 @@ def run(
     cfg: Config, rows: list[str], s3_endpoint: Any = None, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
     """Run ``rows``; returns the JSON payload (rows, failures, machine, config)."""
-    from benchmarks import ingestion, local, memory, mixing, opening, remote, resume, writing
+    from benchmarks import ingestion, local, memory, mixing, opening, remote, resume, scale, writing
     from benchmarks.s3env import running_endpoint
 
     results: list[Row] = []
@@ -125,6 +126,7 @@ def run(
             "open": lambda: opening.open_rows(cfg),
             "write": lambda: writing.write_rows(cfg),
             "mix": lambda: mixing.mix_rows(cfg),
+            "scale": lambda: scale.scale_rows(cfg, s3_endpoint),
         }
         for name in ROWS:
             if name not in rows:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.client
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -62,6 +63,11 @@ class CountingProxy:
         self.requests: Counter[str] = Counter()
         self.bytes_out = 0
         self.log: list[ProxiedRequest] = []
+        # Requests being served now, the most at once since the last reset, and an optional
+        # pause before forwarding each one (seconds), which makes serial clients visible.
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.delay_s = 0.0
         # s3fs options that point at this proxy; set by whoever knows the credentials.
         self.storage_options: dict[str, Any] = {}
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
@@ -91,12 +97,22 @@ class CountingProxy:
             self.requests = Counter()
             self.bytes_out = 0
             self.log = []
+            self.max_in_flight = self.in_flight
 
     def _record(self, entry: ProxiedRequest) -> None:
         with self._lock:
             self.requests[entry.method] += 1
             self.bytes_out += entry.bytes
             self.log.append(entry)
+
+    def _enter(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
 
     def __enter__(self) -> CountingProxy:
         return self.start()
@@ -114,6 +130,15 @@ def _make_handler(proxy: CountingProxy) -> type[BaseHTTPRequestHandler]:
             pass  # the counters are the log; stderr noise would hide test output
 
         def _forward(self) -> None:
+            proxy._enter()
+            try:
+                if proxy.delay_s:
+                    time.sleep(proxy.delay_s)
+                self._forward_counted()
+            finally:
+                proxy._leave()
+
+        def _forward_counted(self) -> None:
             body = self._read_body()
             headers = [(k, v) for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP]
             if body is not None and not any(k.lower() == "content-length" for k, _ in headers):

@@ -45,6 +45,10 @@ class Plan:
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 
+_FOOTER_THREADS = 16  # Parquet footers read at once while planning
+_FOOTER_BLOCK = 256 * 1024  # bytes per read while parsing a footer
+
+
 def _splittable(f: InputFile, text_per_line: bool) -> bool:
     return f.compression is None and (f.kind == "jsonl" or (f.kind == "text" and text_per_line))
 
@@ -56,7 +60,8 @@ def _row_group_segments(
     from fsspec.core import url_to_fs
 
     fs, path = url_to_fs(f.url, **storage_options)
-    with fs.open(path, "rb") as raw:
+    # Small blocks: the footer is read with a few ranged requests, not a 50 MiB read-ahead.
+    with fs.open(path, "rb", block_size=_FOOTER_BLOCK) as raw:
         meta = pq.ParquetFile(raw).metadata
     out: list[tuple[Segment, int]] = []
     start, acc = 0, 0
@@ -77,7 +82,20 @@ def plan_parts(
     text_per_line: bool,
     storage_options: dict[str, Any] | None = None,
 ) -> Plan:
-    """Cut the (sorted) files into segments and pack them into parts of about ``part_size``."""
+    """Cut the (sorted) files into segments and pack them into parts of about ``part_size``.
+
+    Parquet footers (row-group sizes) are read concurrently, ``_FOOTER_THREADS`` at a time.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    parquet = [i for i, f in enumerate(files) if f.kind == "parquet"]
+    row_groups: dict[int, list[tuple[Segment, int]]] = {}
+    if parquet:
+        with ThreadPoolExecutor(max_workers=min(_FOOTER_THREADS, len(parquet))) as pool:
+            segments = pool.map(
+                lambda i: _row_group_segments(i, files[i], part_size, storage_options or {}), parquet
+            )
+            row_groups = dict(zip(parquet, segments))
     weighted: list[tuple[Segment, int]] = []
     for i, f in enumerate(files):
         if _splittable(f, text_per_line) and f.size > part_size:
@@ -85,7 +103,7 @@ def plan_parts(
                 end = min(start + part_size, f.size)
                 weighted.append((Segment(i, start, end), end - start))
         elif f.kind == "parquet":
-            weighted.extend(_row_group_segments(i, f, part_size, storage_options or {}))
+            weighted.extend(row_groups[i])
         else:
             weighted.append((Segment(i, 0, f.size, whole=True), f.size))
 

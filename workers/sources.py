@@ -112,43 +112,78 @@ def _kind_and_compression(url: str, input_format: str) -> tuple[Kind, str | None
     )
 
 
+_LISTING_THREADS = 16  # concurrent metadata requests while planning (explicit file lists)
+
+
 def expand_inputs(patterns: list[str], input_format: str, storage_options: dict[str, Any]) -> list[InputFile]:
     """Every input file, sorted by URL: globs expanded, directories listed recursively.
 
-    Raises IngestError naming the pattern when a glob matches nothing, a path does not exist or
-    the storage refuses the listing (missing bucket, no permission).
+    A glob or a directory costs its listing requests only (sizes come from the listing, never
+    one request per file); explicit file paths are looked up concurrently, at most
+    ``_LISTING_THREADS`` at a time. Raises IngestError naming the pattern when a glob matches
+    nothing, a path does not exist or the storage refuses the listing (missing bucket, no
+    permission).
     """
-    from fsspec.core import url_to_fs
+    from concurrent.futures import ThreadPoolExecutor
 
-    found: dict[str, InputFile] = {}
+    from fsspec.core import split_protocol, url_to_fs
+
+    resolved = []
+    filesystems: dict[str, Any] = {}  # one filesystem per protocol, not one per input
     for pattern in patterns:
+        protocol = split_protocol(pattern)[0] or "file"
         try:
+            if "::" not in pattern and protocol in filesystems:
+                fs = filesystems[protocol]
+                resolved.append((pattern, fs, fs._strip_protocol(pattern)))
+                continue
             fs, path = url_to_fs(pattern, **storage_options)
-            if any(c in path for c in "*?["):
-                paths = [p for p in fs.glob(path) if not fs.isdir(p)]
-                if not paths:
-                    raise IngestError(f"input glob {pattern} matches no file: check the pattern")
-            elif fs.isdir(path):
-                paths = fs.find(path)
-                if not paths:
-                    raise IngestError(f"input directory {pattern} holds no file")
-            elif fs.exists(path):
-                paths = [path]
-            else:
-                raise IngestError(f"input {pattern} does not exist: check the path or URL")
-            for p in paths:
-                info = fs.info(p)
-                url = p if _is_local(fs) else fs.unstrip_protocol(p)
-                kind, comp = _kind_and_compression(url, input_format)
-                found[url] = InputFile(url, int(info["size"]), kind, comp)
-        except IngestError:
-            raise
+            filesystems[protocol] = fs
+            resolved.append((pattern, fs, path))
         except (PermissionError, FileNotFoundError, OSError) as err:
-            raise IngestError(
-                f"cannot list input {pattern}: {type(err).__name__}: {err}; check that the "
-                "bucket exists and that the credentials may read it"
-            ) from err
+            raise _listing_error(pattern, err) from err
+    with ThreadPoolExecutor(max_workers=max(1, min(_LISTING_THREADS, len(resolved)))) as pool:
+        listings = list(pool.map(lambda r: _expand_one(*r), resolved))
+    found: dict[str, InputFile] = {}
+    for (_, fs, _), entries in zip(resolved, listings):
+        for p, size in entries:
+            url = p if _is_local(fs) else fs.unstrip_protocol(p)
+            kind, comp = _kind_and_compression(url, input_format)
+            found[url] = InputFile(url, size, kind, comp)
     return [found[u] for u in sorted(found)]
+
+
+def _expand_one(pattern: str, fs: Any, path: str) -> list[tuple[str, int]]:
+    """``(path, size)`` of every file ``pattern`` names, from listings or one info request."""
+    try:
+        if any(c in path for c in "*?["):
+            matches = fs.glob(path, detail=True)
+            entries = [(p, int(i["size"])) for p, i in matches.items() if i.get("type") != "directory"]
+            if not entries:
+                raise IngestError(f"input glob {pattern} matches no file: check the pattern")
+            return entries
+        try:
+            info = fs.info(path)
+        except FileNotFoundError:
+            raise IngestError(f"input {pattern} does not exist: check the path or URL") from None
+        if info.get("type") == "directory":
+            found = fs.find(path, detail=True)
+            entries = [(p, int(i["size"])) for p, i in found.items() if i.get("type") != "directory"]
+            if not entries:
+                raise IngestError(f"input directory {pattern} holds no file")
+            return entries
+        return [(path, int(info["size"]))]
+    except IngestError:
+        raise
+    except (PermissionError, FileNotFoundError, OSError) as err:
+        raise _listing_error(pattern, err) from err
+
+
+def _listing_error(pattern: str, err: BaseException) -> IngestError:
+    return IngestError(
+        f"cannot list input {pattern}: {type(err).__name__}: {err}; check that the "
+        "bucket exists and that the credentials may read it"
+    )
 
 
 def _is_local(fs: Any) -> bool:

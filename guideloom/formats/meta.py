@@ -59,6 +59,19 @@ class StreamWithMetaStorageFormat(Format):
         """
         return {**window, "spans": spans}
 
+    def align_batch(self, windows: dict[str, np.ndarray], spans: list[list[Span]]) -> list[Any]:
+        """Build the samples of a whole batch; readers call this, once per batch.
+
+        ``windows`` maps each stream field to an array of shape ``(batch, sequence_length)``;
+        ``spans[row]`` are row ``row``'s spans, as :meth:`align` takes them. The default calls
+        :meth:`align` once per row, so a subclass that only overrides :meth:`align` keeps working;
+        override this instead to shape a batch with whole-array operations.
+        """
+        return [
+            self.align({name: values[row] for name, values in windows.items()}, row_spans)
+            for row, row_spans in enumerate(spans)
+        ]
+
 
 def check_spans(spans: Sequence[Any], length: int, where: str) -> list[Span]:
     """Validate record-relative spans: ints, ``0 <= start < stop <= length``, sorted, disjoint."""

@@ -6,9 +6,14 @@ straight into the caller's output). Nothing is memory-mapped: mapped pages of a 
 resident in the reading process (Linux maps up to 16 neighbouring cached pages on each fault),
 so a reader's RSS would grow with the dataset, while positioned reads cost about half a
 microsecond more per read and keep it flat. On any other filesystem the requests of one batch
-are merged where adjacent and fetched together with concurrent range requests. Small per-shard
-index files are fetched whole, once, and cached. Every file is checked against the manifest's
-size before its bytes are used.
+are merged where adjacent and fetched together with concurrent range requests. Every file is
+checked against the manifest's size before its bytes are used.
+
+Index files (document offsets, span tables) are never read whole: :meth:`ShardAccess.gather`
+and :meth:`ShardAccess.search` read fixed-size pages of them through a :class:`PageCache`
+bounded in bytes (``cache_bytes``, default 4 MiB per process), so a reader's memory does not
+grow with the number of records or spans, and a batch costs at most one round of requests for
+the pages it lacks (a search may take a few rounds where the data is far from uniform).
 """
 
 from __future__ import annotations
@@ -24,11 +29,12 @@ from guideloom.errors import ShardCorruptError, ShardNotFoundError
 from guideloom.io import Location
 from guideloom.manifest import Manifest
 from guideloom.storage import layout
+from guideloom.storage.pagecache import DEFAULT_PAGE_BYTES, PageCache, cache_bytes_from_env
 
 __all__ = ["ItemRequest", "ShardAccess"]
 
 _MAX_OPEN_FILES = 128  # local file descriptors kept open
-_MAX_CACHED_INDEXES = 256  # per-shard index files kept in memory
+_SHARD_BITS = 40  # a (shard, page) pair packed into one int64: page < 2**40
 
 
 class ItemRequest(NamedTuple):
@@ -42,16 +48,29 @@ class ItemRequest(NamedTuple):
 class ShardAccess:
     """Byte access to the files of one dataset's shards. Picklable; safe to fork."""
 
-    def __init__(self, location: Location, manifest: Manifest) -> None:
+    def __init__(
+        self,
+        location: Location,
+        manifest: Manifest,
+        *,
+        cache_bytes: int | None = None,
+        page_bytes: int = DEFAULT_PAGE_BYTES,
+    ) -> None:
+        """``cache_bytes``: bound of the index page cache in bytes (None: ``$GUIDELOOM_INDEX_CACHE_BYTES``
+        or 4 MiB); ``page_bytes``: size of one index page in bytes."""
+        if isinstance(page_bytes, bool) or not isinstance(page_bytes, int) or page_bytes < 64:
+            raise ValueError(f"page_bytes must be a number of bytes >= 64, got {page_bytes!r}")
         self.location = location
         self.table = manifest.shard_table
+        self.page_bytes = page_bytes
+        self.cache = PageCache(cache_bytes_from_env() if cache_bytes is None else cache_bytes)
         self._fds: OrderedDict[tuple[int, str], int] = OrderedDict()
-        self._whole: OrderedDict[tuple[int, str], np.ndarray] = OrderedDict()
         self._pid = os.getpid()
 
     def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()
-        state["_fds"], state["_whole"] = OrderedDict(), OrderedDict()
+        state["_fds"] = OrderedDict()
+        state["cache"] = PageCache(self.cache.capacity)
         return state
 
     def __del__(self) -> None:
@@ -97,28 +116,113 @@ class ShardAccess:
             a = layout.HEADER_SIZE + start
             self._short(shard, self._path(shard, file), a, a + len(out), got)
 
-    def whole(self, shards: Sequence[int], file: str) -> list[np.ndarray]:
-        """The item section (after the header) of one small file per shard, cached."""
-        missing = sorted({s for s in shards if (s, file) not in self._whole})
-        if missing:
-            if self.local:
-                blobs = [os.pread(self.fd(s, file), self._size(s, file), 0) for s in missing]
-            else:
-                blobs = self._fetch(
-                    [self._path(s, file) for s in missing],
-                    [0] * len(missing),
-                    [self._size(s, file) for s in missing],
-                    missing,
-                )
-            for s, blob in zip(missing, blobs):
-                self._whole[(s, file)] = np.frombuffer(blob, dtype=np.uint8)[layout.HEADER_SIZE :]
-        out = []
-        for s in shards:
-            self._whole.move_to_end((s, file))
-            out.append(self._whole[(s, file)])
-        while len(self._whole) > _MAX_CACHED_INDEXES:
-            self._whole.popitem(last=False)
+    def gather(self, file: str, shards: np.ndarray, rows: np.ndarray, itemsize: int) -> np.ndarray:
+        """Item ``rows[k]`` of file ``file`` of shard ``shards[k]``, for every ``k``, as one
+        ``(len(rows), itemsize)`` ``uint8`` array; rows must exist. The pages that hold them come
+        from the page cache, the missing ones in one round of reads."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.empty((len(rows), itemsize), np.uint8)
+        if not len(rows):
+            return out
+        per = max(1, self.page_bytes // itemsize)
+        page = rows // per
+        packed = np.asarray(shards, dtype=np.int64) << _SHARD_BITS | page
+        unique, inverse = np.unique(packed, return_inverse=True)
+        shard_of = (unique >> _SHARD_BITS).tolist()
+        page_of = (unique & ((1 << _SHARD_BITS) - 1)).tolist()
+        blobs = self.pages(file, shard_of, page_of, itemsize)
+        if len(blobs) == 1:
+            items = np.frombuffer(blobs[0], np.uint8).reshape(-1, itemsize)
+            out[:] = items[rows - page_of[0] * per]
+            return out
+        items = np.frombuffer(b"".join(blobs), np.uint8).reshape(-1, itemsize)
+        base = np.cumsum([0] + [len(b) // itemsize for b in blobs[:-1]])
+        out[:] = items[base[inverse] + rows - page * per]
         return out
+
+    def pages(self, file: str, shards: Sequence[int], pages: Sequence[int], itemsize: int) -> list[bytes]:
+        """Page ``pages[k]`` of file ``file`` of shard ``shards[k]`` (items
+        ``[p * per, (p + 1) * per)`` with ``per = page_bytes // itemsize``; the last page of a
+        file is shorter), through the cache; the missing pages are read in one round."""
+        keys = [(file, s, p) for s, p in zip(shards, pages)]
+        return self.cache.get(keys, lambda missing: self._read_pages(missing, itemsize))  # type: ignore[arg-type]
+
+    def search(
+        self,
+        file: str,
+        shards: np.ndarray,
+        keys: np.ndarray,
+        *,
+        words: Sequence[int],
+        sides: Sequence[str],
+        itemsize: int,
+        counts: np.ndarray,
+        guesses: np.ndarray,
+        prefetch: Sequence[tuple[int, int]] | None = None,
+    ) -> np.ndarray:
+        """``np.searchsorted`` in a sorted column of an index file, reading only pages it probes.
+
+        For each query ``k``: where ``keys[k]`` would be inserted (``sides[k]``, "left" or
+        "right") into the little-endian ``uint64`` at word ``words[k]`` of every item of file
+        ``file`` of shard ``shards[k]``, a file of ``counts[k]`` items sorted by that word. ``guesses[k]`` is the
+        item to probe first (an interpolation, say). Each round probes one page per unresolved
+        query, all fetched together; later rounds interpolate between what the earlier ones saw,
+        alternating with bisection, so a query takes a few rounds at most (one where the guess
+        is within half a page of the answer). ``prefetch``: ``(shard, page)`` pairs read in the
+        first round too (the pages a caller will gather next).
+        """
+        n = len(keys)
+        lo = np.zeros(n, np.int64)  # the answer is in [lo, hi]
+        hi_all = np.asarray(counts, dtype=np.int64)
+        hi = hi_all.copy()
+        v_lo = np.zeros(n, np.float64)  # the column's value just below lo (0 when lo == 0)
+        v_hi = np.full(n, np.inf)  # the column's value at hi (inf when hi == count)
+        probe = np.clip(np.asarray(guesses, dtype=np.int64), 0, np.maximum(hi - 1, 0))
+        per = max(1, self.page_bytes // itemsize)
+        width = itemsize // 8
+        keys_l = [int(k) for k in keys]
+        rounds = 0
+        while True:
+            active = np.flatnonzero(lo < hi)
+            if not len(active):
+                return lo
+            rounds += 1
+            # Probe two neighbouring pages around each probe: an answer near a page edge is
+            # then settled in the same round instead of the next one.
+            count = hi_all[active]
+            last_page = np.maximum(count - 1, 0) // per
+            first_page = np.minimum(
+                np.maximum(probe[active] - per // 2, 0) // per, np.maximum(last_page - 1, 0)
+            )
+            two = first_page < last_page
+            shard_l = np.asarray(shards)[active].tolist()
+            keys_shards = shard_l + [sh for sh, t in zip(shard_l, two.tolist()) if t]
+            keys_pages = first_page.tolist() + (first_page[two] + 1).tolist()
+            if rounds == 1 and prefetch is not None:
+                keys_shards += [sh for sh, _ in prefetch]
+                keys_pages += [pg for _, pg in prefetch]
+            blobs = self.pages(file, keys_shards, keys_pages, itemsize)
+            second = iter(blobs[len(active) :])
+            for q, p, both, blob in zip(active.tolist(), first_page.tolist(), two.tolist(), blobs):
+                if both:
+                    blob = blob + next(second)
+                col = np.frombuffer(blob, "<u8").reshape(-1, width)[:, words[q]]
+                r0 = p * per
+                r1 = r0 + len(col)
+                j = int(col.searchsorted(keys_l[q], side=sides[q]))  # type: ignore[call-overload]
+                if j == 0 and r0 > lo[q]:
+                    hi[q], v_hi[q] = r0, float(col[0])
+                elif j == len(col) and r1 < hi[q]:
+                    lo[q], v_lo[q] = r1, float(col[-1])
+                else:
+                    lo[q] = hi[q] = r0 + j
+                    continue
+                a, b = int(lo[q]), int(hi[q])
+                if rounds % 2 == 0 or not np.isfinite(v_hi[q]) or v_hi[q] <= v_lo[q]:
+                    probe[q] = (a + b) // 2
+                else:
+                    frac = (keys_l[q] - v_lo[q]) / (v_hi[q] - v_lo[q])
+                    probe[q] = min(b - 1, max(a, a + int(frac * (b - a))))
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -127,6 +231,23 @@ class ShardAccess:
 
     def _size(self, shard: int, file: str) -> int:
         return self.table.files[file].size[shard]
+
+    def _read_pages(self, keys: list[tuple[str, int, int]], itemsize: int) -> list[bytes]:
+        per_bytes = max(1, self.page_bytes // itemsize) * itemsize
+        starts, ends = [], []
+        for file, s, p in keys:
+            a = layout.HEADER_SIZE + p * per_bytes
+            starts.append(a)
+            ends.append(min(a + per_bytes, self._size(s, file)))
+        if self.local:
+            out = []
+            for (file, s, _), a, b in zip(keys, starts, ends):
+                data = os.pread(self.fd(s, file), b - a, a)
+                if len(data) != b - a:
+                    self._short(s, self._path(s, file), a, b, len(data))
+                out.append(data)
+            return out
+        return self._fetch([self._path(s, f) for f, s, _ in keys], starts, ends, [s for _, s, _ in keys])
 
     def _fetch(self, rels: list[str], starts: list[int], ends: list[int], shards: list[int]) -> list[bytes]:
         try:

@@ -21,8 +21,10 @@ from typing import Any
 import numpy as np
 
 from guideloom.formats import StreamNumpyFormat, StreamWithMetaStorageFormat
+from guideloom.formats.meta import Span
 from guideloom.storage import layout
 from guideloom.storage.base import DocumentStorage, Storage, StreamStorage, StreamWithMetaStorage
+from guideloom.storage.pagecache import PageCache
 from guideloom.storage.shards import ItemRequest, ShardAccess
 
 __all__ = ["DocumentDataset", "StreamDataset", "StreamWithMetaDataset"]
@@ -31,11 +33,11 @@ __all__ = ["DocumentDataset", "StreamDataset", "StreamWithMetaDataset"]
 class _View:
     storage_type: type[Storage]
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: Storage, *, index_cache_bytes: int | None = None) -> None:
         self._check_storage(storage)
         self.storage = storage
         self.manifest = storage.manifest
-        self._access = ShardAccess(storage.location, self.manifest)
+        self._access = ShardAccess(storage.location, self.manifest, cache_bytes=index_cache_bytes)
         self._len = 0
 
     @classmethod
@@ -95,12 +97,17 @@ class _View:
 
 
 class DocumentDataset(_View):
-    """One sample per document, decoded by the storage's format."""
+    """One sample per document, decoded by the storage's format.
+
+    Document offsets are read by pages of the shard's index, kept in an LRU bounded by
+    ``index_cache_bytes`` (default ``$GUIDELOOM_INDEX_CACHE_BYTES`` or 4 MiB per process): a
+    batch costs one round of requests for the index pages it lacks plus one for the documents.
+    """
 
     storage_type = DocumentStorage
 
-    def __init__(self, storage: DocumentStorage) -> None:
-        super().__init__(storage)
+    def __init__(self, storage: DocumentStorage, *, index_cache_bytes: int | None = None) -> None:
+        super().__init__(storage, index_cache_bytes=index_cache_bytes)
         counts = np.array(self.manifest.shard_table.records, dtype=np.int64)
         self._starts = np.concatenate([[0], np.cumsum(counts)])[:-1] if len(counts) else counts
         self._len = int(counts.sum())
@@ -111,14 +118,15 @@ class DocumentDataset(_View):
             return []
         shard_of = np.searchsorted(self._starts, idx, side="right") - 1
         local = idx - self._starts[shard_of]
-        unique = np.unique(shard_of).tolist()
-        begin = np.empty(len(idx), np.int64)
-        end = np.empty(len(idx), np.int64)
-        for s, table in zip(unique, self._access.whole(unique, "index")):
-            offsets = table.view(layout.OFFSET_DTYPE)
-            rows = shard_of == s
-            begin[rows] = offsets[local[rows]]
-            end[rows] = offsets[local[rows] + 1]
+        n_idx = len(idx)
+        # Offsets i and i + 1 of each document, from the index pages that hold them.
+        entries = self._access.gather(
+            "index",
+            np.concatenate([shard_of, shard_of]),
+            np.concatenate([local, local + 1]),
+            layout.OFFSET_DTYPE.itemsize,
+        ).view(layout.OFFSET_DTYPE)[:, 0]
+        begin, end = entries[:n_idx].astype(np.int64), entries[n_idx:].astype(np.int64)
         decode = self.storage.format.decode  # type: ignore[attr-defined]
         access = self._access
         if access.local:  # one positioned read per run of consecutive documents
@@ -309,23 +317,51 @@ class StreamWithMetaDataset(_Windows):
 
     storage_type = StreamWithMetaStorage
 
-    def __init__(self, storage: StreamWithMetaStorage, sequence_length: int) -> None:
+    def __init__(
+        self, storage: StreamWithMetaStorage, sequence_length: int, *, index_cache_bytes: int | None = None
+    ) -> None:
         self._check_storage(storage)
         fmt: StreamWithMetaStorageFormat = storage.format  # type: ignore[assignment]
         super().__init__(storage, sequence_length, fmt.stream_format)
         self.meta_format = fmt
-        self._spans: dict[int, np.ndarray] = {}
+        if index_cache_bytes is not None:
+            self._access.cache = PageCache(index_cache_bytes)
+        self._span_counts = np.array(self.manifest.shard_table.spans, dtype=np.int64)
 
-    def _span_columns(self, shards: list[int]) -> dict[int, np.ndarray]:
-        """Each shard's span table as a contiguous ``(4, spans)`` array: start, stop,
-        meta_start, meta_stop (searchsorted on a strided structured field would copy it)."""
-        missing = [s for s in shards if s not in self._spans]
-        for s, raw in zip(missing, self._access.whole(missing, "spans")):
-            self._spans[s] = np.ascontiguousarray(raw.view("<u8").reshape(-1, 4).T)
-        found = {s: self._spans[s] for s in shards}
-        while len(self._spans) > 256:
-            self._spans.pop(next(iter(self._spans)))
-        return found
+    def _span_rows(self, pieces: list[tuple[int, int, int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        """For each piece ``(shard, start, stop, offset)``: the rows ``[lo, hi)`` of its shard's
+        span table whose spans overlap tokens ``[start, stop)``. Two searches per piece (first
+        span ending after ``start``, first span starting at or after ``stop``), probing the span
+        table's pages first where a uniform spread of spans over the shard's tokens puts them."""
+        n = len(pieces)
+        shard = np.fromiter((p[0] for p in pieces), np.int64, n)
+        start = np.fromiter((p[1] for p in pieces), np.int64, n)
+        stop = np.fromiter((p[2] for p in pieces), np.int64, n)
+        counts = self._span_counts[shard]
+        density = counts / np.maximum(self._shard_tokens[shard], 1)
+        guess_lo = (start * density).astype(np.int64)
+        guess_hi = (stop * density).astype(np.int64)
+        # The pages between the two guesses hold the spans gathered next: read them in the
+        # search's first round (at most a few per piece, so a bad guess costs little).
+        per = max(1, self._access.page_bytes // layout.SPAN_DTYPE.itemsize)
+        prefetch = [
+            (s, p)
+            for s, a, b, c in zip(shard.tolist(), guess_lo.tolist(), guess_hi.tolist(), counts.tolist())
+            if c
+            for p in range(min(a, c - 1) // per + 1, min(b, c - 1, a + 8 * per) // per)
+        ]
+        bounds = self._access.search(
+            "spans",
+            np.concatenate([shard, shard]),
+            np.concatenate([start, stop]),
+            words=[1] * n + [0] * n,  # stop column (word 1), then start column (word 0)
+            sides=["right"] * n + ["left"] * n,
+            itemsize=layout.SPAN_DTYPE.itemsize,
+            counts=np.concatenate([counts, counts]),
+            guesses=np.concatenate([guess_lo, guess_hi]),
+            prefetch=prefetch,
+        )
+        return bounds[:n], bounds[n:]
 
     def __getitems__(self, indexes: Sequence[int]) -> list[Any]:
         plans = self._plan(indexes)
@@ -333,28 +369,22 @@ class StreamWithMetaDataset(_Windows):
         requests = [] if local else self._token_requests(plans)
         n_token_requests = len(requests)
         pieces = [piece for plan in plans for piece in plan]
-        # Which spans overlap each piece: one searchsorted per shard for the whole batch.
-        span_counts = self.manifest.shard_table.spans
-        tables = self._span_columns(sorted({p[0] for p in pieces if span_counts[p[0]]}))
-        lo = [0] * len(pieces)
-        hi = [0] * len(pieces)
-        for shard, table in tables.items():
-            rows = [k for k, p in enumerate(pieces) if p[0] == shard]
-            starts = np.fromiter((pieces[k][1] for k in rows), np.uint64, len(rows))
-            stops = np.fromiter((pieces[k][2] for k in rows), np.uint64, len(rows))
-            for k, first, last in zip(
-                rows,
-                table[1].searchsorted(starts, side="right").tolist(),
-                table[0].searchsorted(stops, side="left").tolist(),
-            ):
-                lo[k], hi[k] = first, last
-        # For each piece: its overlapping spans and the one byte range holding their annotations.
+        lo, hi = self._span_rows(pieces) if pieces else (np.empty(0, np.int64), np.empty(0, np.int64))
+        lengths = hi - lo
+        shard = np.fromiter((p[0] for p in pieces), np.int64, len(pieces))
+        # Every overlapping span of the batch: one gather (its pages were read by the search).
+        total = int(lengths.sum())
+        first = np.cumsum(lengths) - lengths
+        rows = np.arange(total, dtype=np.int64) - np.repeat(first - lo, lengths)
+        table = self._access.gather(
+            "spans", np.repeat(shard, lengths), rows, layout.SPAN_DTYPE.itemsize
+        ).view("<u8")
         hits: list[tuple[list[list[int]], int]] = []
-        for k, (shard, _, _, _) in enumerate(pieces):
-            if hi[k] > lo[k]:
-                hit = tables[shard][:, lo[k] : hi[k]].T.tolist()
+        for k, (s, _, _, _) in enumerate(pieces):
+            if lengths[k] > 0:
+                hit = table[first[k] : first[k] + lengths[k]].tolist()
                 hits.append((hit, len(requests)))
-                requests.append(ItemRequest(shard, "meta", hit[0][2], hit[-1][3], 1))
+                requests.append(ItemRequest(s, "meta", hit[0][2], hit[-1][3], 1))
             else:
                 hits.append(([], -1))
         blobs = self._access.read(requests)
@@ -362,21 +392,22 @@ class StreamWithMetaDataset(_Windows):
             windows = self._split(self._read_local(self._indexes(indexes)))
         else:
             windows = self._split(self._elements(plans, blobs[:n_token_requests]))
-        fmt = self.meta_format
-        samples = []
+        decode = self.meta_format.decode_meta
+        batch_spans: list[list[Span]] = []
         k = 0
-        for row, plan in enumerate(plans):
-            spans: list[tuple[int, int, Any]] = []
+        for plan in plans:
+            spans: list[Span] = []
             for _, a, b, off in plan:
                 hit, req = hits[k]
                 k += 1
                 if req < 0:
                     continue
-                blob = blobs[req]
+                view = blobs[req].data
                 base = hit[0][2]
-                for start, stop, m0, m1 in hit:
-                    annotation = fmt.decode_meta(blob[m0 - base : m1 - base].data)
-                    spans.append((max(start, a) - a + off, min(stop, b) - a + off, annotation))
-            window = {name: arr[row] for name, arr in windows.items()}
-            samples.append(fmt.align(window, spans))
-        return samples
+                shift = off - a
+                spans.extend(
+                    (max(s0, a) + shift, min(s1, b) + shift, decode(view[m0 - base : m1 - base]))
+                    for s0, s1, m0, m1 in hit
+                )
+            batch_spans.append(spans)
+        return self.meta_format.align_batch(windows, batch_spans)

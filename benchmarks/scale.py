@@ -1,0 +1,288 @@
+"""Row ``scale``: how reading and planning costs grow with the dataset, at three sizes spanning
+two orders of magnitude or more, with the growth exponent ``log(cost_L / cost_S) / log(n_L / n_S)``
+(0: flat, 1: linear).
+
+- ``documents``: peak RSS of a fresh process that opens a one-shard document dataset of ``n``
+  documents and reads 200 random batches of 8, and the index bytes it read per batch. The shards
+  are synthetic: a real offset index of ``n + 1`` entries (``8 n`` bytes on disk) and a sparse
+  data file of one-byte documents, under a manifest patched from a real one-record dataset.
+- ``spans``: the same for a stream with metadata of ``n`` spans (a real ``32 n``-byte span
+  table; sparse tokens and annotations), 200 random batches of 8 windows of 2048 tokens.
+- ``planning``: seconds per input file for ``expand_inputs`` over an explicit list of ``n``
+  files on the S3 server (only when the run has one).
+
+Each reading runs in a child (``python -m benchmarks.scale``), so peak RSS is its own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.corpus import stream_format
+from benchmarks.harness import Config, Row, stats
+from guideloom import StreamWithMetaStorageFormat
+
+__all__ = ["exponent", "scale_rows"]
+
+DOC_SIZES = (100_000, 3_000_000, 100_000_000)
+SPAN_SIZES = (100_000, 1_000_000, 10_000_000)
+PLAN_SIZES = (30, 300, 3000)
+QUICK_DOC_SIZES = (1_000, 10_000, 100_000)
+QUICK_SPAN_SIZES = (1_000, 10_000, 100_000)
+QUICK_PLAN_SIZES = (4, 40, 400)
+BATCHES = 200
+SEQUENCE_LENGTH = 2048
+TOKENS_PER_SPAN = 4  # spans [4i, 4i + 2): a span every 4 tokens
+
+
+def exponent(sizes: list[float], costs: list[float]) -> float:
+    """Growth exponent between the smallest and the largest size."""
+    if costs[0] <= 0 or costs[-1] <= 0:
+        return float("nan")
+    return math.log(costs[-1] / costs[0]) / math.log(sizes[-1] / sizes[0])
+
+
+def _fill(path: Path, header: bytes, body: np.ndarray | None, body_bytes: int) -> None:
+    """``header`` then either ``body`` or ``body_bytes`` of zeros (a hole: sparse on disk)."""
+    with open(path, "r+b" if path.exists() else "wb") as f:
+        f.truncate(0)
+        f.write(header)
+        if body is not None:
+            body.tofile(f)
+        else:
+            f.truncate(len(header) + body_bytes)
+
+
+def _patch_manifest(root: Path, records: int, tokens: int, spans: int, sizes: dict[str, int]) -> None:
+    path = root / "manifest.json"
+    doc = json.loads(path.read_text())
+    table = doc["shard_table"]
+    table["records"], table["tokens"], table["spans"] = [records], [tokens], [spans]
+    for name, size in sizes.items():
+        table["files"][name]["size"] = [size]
+    doc.update(
+        total_records=records,
+        total_tokens=tokens,
+        total_spans=spans,
+        total_bytes=sum(sizes.values()),
+    )
+    path.write_text(json.dumps(doc))
+
+
+def synthetic_documents(root: Path, n: int) -> str:
+    """A one-shard document dataset of ``n`` one-byte documents (msgpack ``0``)."""
+    from guideloom import DocumentMsgpackFormat, DocumentStorage
+    from guideloom.storage import layout
+
+    storage = DocumentStorage(root, DocumentMsgpackFormat())
+    with storage.writer(overwrite=True) as w:
+        w.append(0)
+    table = storage.manifest.shard_table
+    data, index = root / table.path(0, "data"), root / table.path(0, "index")
+    _fill(data, layout.ShardHeader("docs", 1, n).pack(), None, n)
+    with open(index, "wb") as f:
+        f.write(layout.ShardHeader("docs.idx", 8, n + 1).pack())
+        step = 1 << 22
+        for a in range(0, n + 1, step):
+            np.arange(a, min(n + 1, a + step), dtype="<u8").tofile(f)
+    _patch_manifest(
+        root, n, 0, 0, {"data": layout.HEADER_SIZE + n, "index": layout.HEADER_SIZE + 8 * (n + 1)}
+    )
+    return str(root)
+
+
+def synthetic_spans(root: Path, n: int) -> str:
+    """A one-shard stream with metadata: ``n`` spans, a span every 4 tokens, 1-byte annotations."""
+    from guideloom import StreamWithMetaStorage
+    from guideloom.storage import layout
+
+    fmt = ByteMetaFormat()
+    storage = StreamWithMetaStorage(root, fmt)
+    with storage.writer(overwrite=True) as w:
+        w.append({"tokens": np.zeros(4, np.uint16)}, spans=[(0, 2, 0)])
+    table = storage.manifest.shard_table
+    tokens = n * TOKENS_PER_SPAN
+    isz = stream_format().itemsize
+    _fill(root / table.path(0, "data"), layout.ShardHeader("tokens", isz, tokens).pack(), None, tokens * isz)
+    _fill(root / table.path(0, "meta"), layout.ShardHeader("meta", 1, n).pack(), None, n)
+    with open(root / table.path(0, "spans"), "wb") as f:
+        f.write(layout.ShardHeader("spans", 32, n).pack())
+        step = 1 << 20
+        for a in range(0, n, step):
+            i = np.arange(a, min(n, a + step), dtype="<u8")
+            np.stack([i * TOKENS_PER_SPAN, i * TOKENS_PER_SPAN + 2, i, i + 1], axis=1).tofile(f)
+    sizes = {
+        "data": layout.HEADER_SIZE + tokens * isz,
+        "meta": layout.HEADER_SIZE + n,
+        "spans": layout.HEADER_SIZE + 32 * n,
+    }
+    _patch_manifest(root, 1, tokens, n, sizes)
+    return str(root)
+
+
+class ByteMetaFormat(StreamWithMetaStorageFormat):
+    """Annotation = one byte (an int 0-255); tokens are the benchmark's uint16 stream."""
+
+    def __init__(self) -> None:
+        super().__init__(stream_format())
+
+    def encode_meta(self, annotation: Any) -> bytes:
+        return bytes([int(annotation)])
+
+    def decode_meta(self, data: bytes | memoryview) -> Any:
+        return data[0]
+
+
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def _child() -> None:
+    request = json.loads(sys.stdin.read())
+    from guideloom import (
+        DocumentDataset,
+        DocumentMsgpackFormat,
+        DocumentStorage,
+        StreamWithMetaDataset,
+        StreamWithMetaStorage,
+    )
+
+    t0 = time.perf_counter()
+    if request["kind"] == "documents":
+        ds: Any = DocumentDataset(DocumentStorage(request["url"], DocumentMsgpackFormat()))
+    else:
+        ds = StreamWithMetaDataset(StreamWithMetaStorage(request["url"], ByteMetaFormat()), SEQUENCE_LENGTH)
+    open_s = time.perf_counter() - t0
+    rng = np.random.default_rng(0)
+    t0 = time.perf_counter()
+    for _ in range(request["batches"]):
+        got = ds.__getitems__(rng.integers(0, len(ds), 8).tolist())
+        assert len(got) == 8
+    read_s = time.perf_counter() - t0
+    access = ds._access
+    cache = getattr(access, "cache", None)  # absent before paged index reads
+    index_bytes = cache.misses * access.page_bytes if cache is not None else None
+    print(
+        json.dumps(
+            {
+                "peak_rss_kib": _status_kib("VmHWM"),
+                "rss_anon_kib": _status_kib("RssAnon"),
+                "open_s": open_s,
+                "batch_ms": 1000 * read_s / request["batches"],
+                "index_bytes_per_batch": None if index_bytes is None else index_bytes / request["batches"],
+                "cache_bytes": None if cache is None else cache.nbytes,
+            }
+        )
+    )
+
+
+def _measure(kind: str, url: str, batches: int) -> dict[str, Any]:
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), root]))}
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.scale"],
+        input=json.dumps({"kind": kind, "url": url, "batches": batches}),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"the scale child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _reading_row(kind: str, sizes: tuple[int, ...], cfg: Config) -> Row:
+    make = synthetic_documents if kind == "documents" else synthetic_spans
+    reports = []
+    for n in sizes:
+        url = make(cfg.workdir / f"scale-{kind}-{n}", n)
+        reports.append(_measure(kind, url, BATCHES))
+        for path in Path(url).rglob("shard-*"):
+            path.unlink()  # free the disk before the next size
+    rss = [r["peak_rss_kib"] / 1024 for r in reports]
+    extra: dict[str, Any] = {"sizes": list(sizes), "peak_rss_mib": rss}
+    extra["rss_exponent"] = exponent(list(sizes), rss)
+    extra["batch_ms"] = [r["batch_ms"] for r in reports]
+    extra["batch_ms_exponent"] = exponent(list(sizes), extra["batch_ms"])
+    extra["open_s"] = [r["open_s"] for r in reports]
+    extra["index_bytes_per_batch"] = [r["index_bytes_per_batch"] for r in reports]
+    extra["cache_bytes"] = [r["cache_bytes"] for r in reports]
+    unit = "documents" if kind == "documents" else "spans"
+    return Row(
+        "scale",
+        f"{kind}: peak RSS at {sizes[-1]:.0e} {unit} vs {sizes[0]:.0e}",
+        "MiB peak RSS",
+        stats([rss[-1]]),
+        stats([rss[0]]),
+        f"{sizes[0]:.0e} {unit}",
+        higher_is_better=False,
+        target=1.1,
+        extra=extra,
+    )
+
+
+def _planning_row(sizes: tuple[int, ...], s3_endpoint: Any) -> Row:
+    import fsspec
+
+    from benchmarks.s3env import fresh_bucket, running_endpoint
+    from guideloom.workers.sources import expand_inputs
+
+    per_file_ms = []
+    glob_ms = []
+    with running_endpoint(s3_endpoint) as (ep, _note), fresh_bucket(ep.storage_options()) as bucket:
+        options = ep.storage_options()
+        fs = fsspec.filesystem("s3", **options)
+        for n in sizes:
+            fs.pipe({f"{bucket}/plan{n}/f{i:06d}.jsonl": b'{"text": "x"}\n' for i in range(n)})
+            urls = [f"s3://{bucket}/plan{n}/f{i:06d}.jsonl" for i in range(n)]
+            t0 = time.perf_counter()
+            assert len(expand_inputs(urls, "auto", options)) == n
+            per_file_ms.append(1000 * (time.perf_counter() - t0) / n)
+            t0 = time.perf_counter()
+            got = expand_inputs([f"s3://{bucket}/plan{n}/*.jsonl"], "auto", options)
+            assert len(got) == n
+            glob_ms.append(1000 * (time.perf_counter() - t0) / n)
+    totals = [ms * n for ms, n in zip(per_file_ms, sizes)]
+    return Row(
+        "scale",
+        f"planning: ms per explicit input file at {sizes[-1]} files vs {sizes[0]} (S3)",
+        "ms per file",
+        stats([per_file_ms[-1]]),
+        stats([per_file_ms[0]]),
+        f"{sizes[0]} files",
+        higher_is_better=False,
+        extra={
+            "sizes": list(sizes),
+            "explicit_ms_per_file": per_file_ms,
+            "explicit_total_exponent": exponent(list(sizes), totals),
+            "glob_ms_per_file": glob_ms,
+            "glob_total_exponent": exponent(list(sizes), [m * n for m, n in zip(glob_ms, sizes)]),
+        },
+    )
+
+
+def scale_rows(cfg: Config, s3_endpoint: Any = None) -> list[Row]:
+    rows = [
+        _reading_row("documents", QUICK_DOC_SIZES if cfg.quick else DOC_SIZES, cfg),
+        _reading_row("spans", QUICK_SPAN_SIZES if cfg.quick else SPAN_SIZES, cfg),
+    ]
+    if s3_endpoint is not None:
+        rows.append(_planning_row(QUICK_PLAN_SIZES if cfg.quick else PLAN_SIZES, s3_endpoint))
+    return rows
+
+
+if __name__ == "__main__":
+    _child()
