@@ -17,6 +17,7 @@ On async filesystems (s3fs, HTTP, GCS) the deadline cancels the request in fligh
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 import uuid
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import fsspec
+import fsspec.asyn
 from fsspec.implementations.local import LocalFileSystem
 
 from guideloom.errors import (
@@ -50,6 +52,7 @@ _TRANSIENT_NAMES = {"ClientPayloadError", "ServerDisconnectedError", "ClientOSEr
 _UNREACHABLE = {"EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError", "ConnectionRefusedError"}
 _BACKEND_MODULES = ("aiohttp", "botocore", "aiobotocore", "s3fs", "fsspec", "urllib3", "requests", "gcsfs", "adlfs")
 _RETRIES = 3
+_MAX_CONCURRENT_RANGES = 64  # range requests in flight at once for one batch
 
 
 class _DeadlineExceeded(Exception):
@@ -72,8 +75,17 @@ def _is_backend_error(err: BaseException) -> bool:
 
 
 def _bucket_missing(err: BaseException) -> bool:
-    text = str(err)
-    return "NoSuchBucket" in text or "bucket does not exist" in text.lower()
+    """Whether the backend said the bucket is missing (some servers give no message: then only
+    the botocore error class in the chain tells)."""
+    seen: BaseException | None = err
+    for _ in range(5):
+        if seen is None:
+            return False
+        text = str(seen)
+        if type(seen).__name__ == "NoSuchBucket" or "NoSuchBucket" in text or "bucket does not exist" in text.lower():
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def redact_url(url: str) -> str:
@@ -215,7 +227,7 @@ class Location:
             if _bucket_missing(err):
                 raise BucketNotFoundError(
                     f"{action} {where}: the bucket does not exist at the endpoint {self.endpoint}; "
-                    "create it first, or check the bucket name and the endpoint_url"
+                    "create the bucket first, or check its name and the endpoint_url"
                 ) from err
             if action == "writing":
                 raise FileNotFoundError(
@@ -251,11 +263,13 @@ class Location:
                 "persists"
             ) from err
 
-    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    def _call(self, method: str, *args: Any, deadline: float | None = None, **kwargs: Any) -> Any:
         """``fs.<method>(*args, **kwargs)`` with retries on transient errors, all within the
-        deadline (passed to async filesystems as fsspec's ``timeout``, which cancels the request)."""
+        deadline (passed to async filesystems as fsspec's ``timeout``, which cancels the request).
+        ``deadline`` is a ``time.monotonic()`` instant; default: ``deadline_s`` from now."""
         fs = self.fs
-        deadline = time.monotonic() + self.deadline_s
+        if deadline is None:
+            deadline = time.monotonic() + self.deadline_s
         last: BaseException | None = None
         for attempt in range(1, _RETRIES + 1):
             remaining = deadline - time.monotonic()
@@ -301,21 +315,82 @@ class Location:
         paths = [self.path(r) for r, _, _ in merged.requests]
         req_starts = [s for _, s, _ in merged.requests]
         req_ends = [e for _, _, e in merged.requests]
-        files = list(dict.fromkeys(r for r, _, _ in merged.requests))
-        with self._translated("reading", files[0] if len(files) == 1 else f"{{{len(files)} files}}"):
-            try:
-                if self.is_local:
-                    blobs = [self._read_local(p, s, e) for p, s, e in zip(paths, req_starts, req_ends)]
-                else:
-                    blobs = self._call("cat_ranges", paths, req_starts, req_ends, on_error="raise")
-            except FileNotFoundError as err:
-                if len(files) > 1:  # say which file is missing, not just the first one asked for
-                    missing = next((r for r in files if not self.exists(r)), None)
-                    if missing is not None:
-                        raise FileNotFoundError(f"reading {self.describe(missing)}: not found") from err
-                raise
+        rel_of = [r for r, _, _ in merged.requests]
+        blobs: list[Any] = [None] * len(paths)
+        if self.is_local:
+            for i, (p, a, b) in enumerate(zip(paths, req_starts, req_ends)):
+                with self._translated("reading", rel_of[i]):
+                    blobs[i] = self._read_local(p, a, b)
+        else:
+            self._fetch_ranges(rel_of, paths, req_starts, req_ends, blobs)
         views = [memoryview(b) for b in blobs]
         return [bytes(views[i][a:b]) for i, a, b in merged.slices]
+
+    def _fetch_ranges(
+        self, rels: list[str], paths: list[str], starts: list[int], ends: list[int], out: list[Any]
+    ) -> None:
+        """Fill ``out`` with the ranges, fetched concurrently; ranges that fail transiently are
+        fetched again (all within one deadline), and a range that keeps failing raises an error
+        that names its own file."""
+        deadline = time.monotonic() + self.deadline_s
+        todo = list(range(len(paths)))
+        files = sorted(set(rels))
+        label = files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more files)"
+        for attempt in range(1, _RETRIES + 1):
+            with self._translated("reading", label):
+                got = self._ranges_once(
+                    [paths[i] for i in todo], [starts[i] for i in todo], [ends[i] for i in todo], deadline
+                )
+            failed = []
+            for i, blob in zip(todo, got):
+                if isinstance(blob, _DeadlineExceeded):
+                    blob.attempts = attempt
+                    with self._translated("reading", rels[i]):
+                        raise blob
+                if isinstance(blob, BaseException):
+                    failed.append((i, blob))
+                else:
+                    out[i] = blob
+            if not failed:
+                return
+            final = attempt == _RETRIES or not all(_is_transient(e) for _, e in failed)
+            if final or time.monotonic() >= deadline:
+                i, err = next(((i, e) for i, e in failed if not _is_transient(e)), failed[0])
+                with self._translated("reading", rels[i]):
+                    raise err
+            todo = [i for i, _ in failed]
+            time.sleep(min(0.2 * 2 ** (attempt - 1), max(0.0, deadline - time.monotonic())))
+
+    def _ranges_once(self, paths: list[str], starts: list[int], ends: list[int], deadline: float) -> list[Any]:
+        """One concurrent round of range requests; a failed range comes back as its exception.
+
+        On async filesystems each range has its own timeout (the time left to ``deadline``), so
+        a range that never completes is reported as itself (a ``_DeadlineExceeded``), and the
+        others still arrive."""
+        fs = self.fs
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return [_DeadlineExceeded(self.deadline_s, 0, None)] * len(paths)
+        if not getattr(fs, "async_impl", False):
+            result: list[Any] = self._call("cat_ranges", paths, starts, ends, on_error="return", deadline=deadline)
+            return result
+        limit = asyncio.Semaphore(_MAX_CONCURRENT_RANGES)
+
+        async def one(path: str, start: int, end: int) -> Any:
+            async with limit:
+                try:
+                    # Keyword arguments: s3fs's second positional argument is a version id.
+                    return await asyncio.wait_for(fs._cat_file(path, start=start, end=end), remaining)
+                except asyncio.TimeoutError:
+                    return _DeadlineExceeded(self.deadline_s, 1, None)
+                except Exception as err:  # returned, not raised: the caller names its file
+                    return err
+
+        async def gather() -> list[Any]:
+            return list(await asyncio.gather(*(one(p, a, b) for p, a, b in zip(paths, starts, ends))))
+
+        results: list[Any] = fsspec.asyn.sync(fs.loop, gather)
+        return results
 
     @staticmethod
     def _read_local(path: str, start: int, end: int) -> bytes:
