@@ -21,7 +21,7 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -49,8 +49,23 @@ DEADLINE_OPTION = "guideloom_deadline_s"  # a storage option GuideLoom takes out
 _TRANSIENT = (ConnectionError, TimeoutError)
 # Raised by aiohttp when a body ends early or the server drops the connection: worth a retry.
 _TRANSIENT_NAMES = {"ClientPayloadError", "ServerDisconnectedError", "ClientOSError", "ContentLengthError"}
-_UNREACHABLE = {"EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError", "ConnectionRefusedError"}
-_BACKEND_MODULES = ("aiohttp", "botocore", "aiobotocore", "s3fs", "fsspec", "urllib3", "requests", "gcsfs", "adlfs")
+_UNREACHABLE = {
+    "EndpointConnectionError",
+    "ConnectTimeoutError",
+    "ClientConnectorError",
+    "ConnectionRefusedError",
+}
+_BACKEND_MODULES = (
+    "aiohttp",
+    "botocore",
+    "aiobotocore",
+    "s3fs",
+    "fsspec",
+    "urllib3",
+    "requests",
+    "gcsfs",
+    "adlfs",
+)
 _RETRIES = 3
 _MAX_CONCURRENT_RANGES = 64  # range requests in flight at once for one batch
 
@@ -82,7 +97,11 @@ def _bucket_missing(err: BaseException) -> bool:
         if seen is None:
             return False
         text = str(seen)
-        if type(seen).__name__ == "NoSuchBucket" or "NoSuchBucket" in text or "bucket does not exist" in text.lower():
+        if (
+            type(seen).__name__ == "NoSuchBucket"
+            or "NoSuchBucket" in text
+            or "bucket does not exist" in text.lower()
+        ):
             return True
         seen = seen.__cause__ or seen.__context__
     return False
@@ -361,7 +380,9 @@ class Location:
             todo = [i for i, _ in failed]
             time.sleep(min(0.2 * 2 ** (attempt - 1), max(0.0, deadline - time.monotonic())))
 
-    def _ranges_once(self, paths: list[str], starts: list[int], ends: list[int], deadline: float) -> list[Any]:
+    def _ranges_once(
+        self, paths: list[str], starts: list[int], ends: list[int], deadline: float
+    ) -> list[Any]:
         """One concurrent round of range requests; a failed range comes back as its exception.
 
         On async filesystems each range has its own timeout (the time left to ``deadline``), so
@@ -372,7 +393,9 @@ class Location:
         if remaining <= 0:
             return [_DeadlineExceeded(self.deadline_s, 0, None)] * len(paths)
         if not getattr(fs, "async_impl", False):
-            result: list[Any] = self._call("cat_ranges", paths, starts, ends, on_error="return", deadline=deadline)
+            result: list[Any] = self._call(
+                "cat_ranges", paths, starts, ends, on_error="return", deadline=deadline
+            )
             return result
         limit = asyncio.Semaphore(_MAX_CONCURRENT_RANGES)
 

@@ -209,7 +209,7 @@ class ShardTable(_Frozen):
     def _sizes_fit_counts(self) -> None:
         """Files whose item size is fixed must be exactly header + count items long."""
         fixed = {"docs.idx": (self.records, 8, 1), "spans": (self.spans, 32, 0)}
-        for name, column in self.files.items():
+        for column in self.files.values():
             if column.kind not in fixed:
                 continue
             counts, itemsize, extra = fixed[column.kind]
@@ -226,7 +226,7 @@ class ShardTable(_Frozen):
     def check_item_sizes(self, kind: str, itemsize: int) -> None:
         """Raise ``ValueError`` naming the first shard whose ``kind`` file is not exactly
         header + recorded count x ``itemsize`` bytes (stream tokens: the count is ``tokens``)."""
-        for name, column in self.files.items():
+        for column in self.files.values():
             if column.kind != kind:
                 continue
             counts = np.asarray(self.tokens, dtype=object)
@@ -462,7 +462,9 @@ class ShardTableBuilder:
             head, _, tail = f.path.rpartition("/part-")
             expected = f"{shard.part:05d}/shard-{shard.index:05d}."
             if not tail.startswith(expected):
-                raise ValueError(f"{f.path!r} is not a shard file path of part {shard.part} shard {shard.index}")
+                raise ValueError(
+                    f"{f.path!r} is not a shard file path of part {shard.part} shard {shard.index}"
+                )
             kind = tail[len(expected) :]
             if self._kinds.setdefault(name, kind) != kind:
                 raise ValueError(f"file {name!r} has kind {self._kinds[name]!r} and {kind!r} in one dataset")

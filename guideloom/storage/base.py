@@ -275,7 +275,8 @@ class Storage:
     def read_part_record(self, part: int, *, run: str | None = None) -> PartRecord:
         """Part ``part``'s completion record in run ``run``; ``FileNotFoundError`` if it has none."""
         rel = layout.part_record_path(part, check_run(run))
-        record = parse_part_record(self.location.read(rel), self.location.describe(rel))
+        # start=0: a ranged GET needs no size request first (a record is never empty).
+        record = parse_part_record(self.location.read(rel, start=0), self.location.describe(rel))
         self._check_schema(record, self.location.describe(rel))
         if record.part != part:
             raise ManifestError(f"{self.location.describe(rel)} says it is part {record.part}")

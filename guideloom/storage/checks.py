@@ -14,7 +14,13 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from guideloom.errors import BucketNotFoundError, DatasetNotFoundError, ShardCorruptError, ShardNotFoundError
+from guideloom.errors import (
+    BucketNotFoundError,
+    DatasetNotFoundError,
+    ShardCorruptError,
+    ShardNotFoundError,
+    StorageAccessError,
+)
 from guideloom.io import Location
 from guideloom.manifest import Manifest, ShardInfo, parse_manifest
 from guideloom.storage import layout
@@ -28,7 +34,8 @@ DEFAULT_VERIFY_CONCURRENCY = 16  # shards checked at once by verify
 def load_manifest(location: Location) -> Manifest:
     """Read and validate the manifest at ``location``; :class:`DatasetNotFoundError` if none."""
     try:
-        data = location.read(layout.manifest_path())
+        # start=0: a ranged GET needs no HEAD first (a manifest is never empty).
+        data = location.read(layout.manifest_path(), start=0)
     except BucketNotFoundError as err:
         raise DatasetNotFoundError(f"no dataset at {location.display_url}: {err}") from None
     except FileNotFoundError:
@@ -67,36 +74,48 @@ def check_shard(
     last_offset: int | None = None
     for info in shard.files.values():
         where = location.describe(info.path)
-        try:
-            size = (size_of or location.size)(info.path)
-        except FileNotFoundError:
-            raise ShardNotFoundError(
-                f"{shard.name}: {where} is missing; restore it or rewrite the dataset"
-            ) from None
-        if size != info.size:
-            raise ShardCorruptError(
-                f"{shard.name}: {where} has {size} bytes but the manifest records {info.size}; "
-                "the file was truncated or replaced. Restore it or rewrite the dataset"
-            )
-        if verify == "checksum":
-            kind = info.path.rsplit("/", 1)[-1].split(".", 1)[1]
-            hasher = xxhash.xxh3_64()
-            offsets = _OffsetCheck(shard, where) if kind == "docs.idx" else None
-            for start in range(0, size, _CHUNK):
-                chunk = location.read(info.path, start=start, end=min(size, start + _CHUNK))
-                if start == 0:
-                    _check_header(chunk, kind, size, shard, where)
-                if offsets is not None:
-                    offsets.feed(chunk[layout.HEADER_SIZE :] if start == 0 else chunk)
-                hasher.update(chunk)
-            actual = layout.checksum(hasher)
-            if actual != info.checksum:
-                raise ShardCorruptError(
-                    f"{shard.name}: {where} has checksum {actual} but the manifest records "
-                    f"{info.checksum}; the file was altered. Restore it or rewrite the dataset"
-                )
+        if verify == "size":
+            _check_size(location, shard, info.path, info.size, size_of)
+            continue
+        # Checksums: no size request first. The reads ask for one byte past the recorded end, so
+        # a file that is shorter or longer than recorded shows in the bytes that come back.
+        kind = info.path.rsplit("/", 1)[-1].split(".", 1)[1]
+        hasher = xxhash.xxh3_64()
+        offsets = _OffsetCheck(shard, where) if kind == "docs.idx" else None
+        intact = True
+        for start in range(0, info.size, _CHUNK):
+            end = min(info.size, start + _CHUNK)
+            last = end == info.size
+            try:
+                chunk = location.read(info.path, start=start, end=end + 1 if last else end)
+            except FileNotFoundError:
+                raise ShardNotFoundError(
+                    f"{shard.name}: {where} is missing; restore it or rewrite the dataset"
+                ) from None
+            except StorageAccessError:
+                _check_size(location, shard, info.path, info.size, None)  # a range past its end?
+                raise
+            if len(chunk) != end - start:  # shorter: truncated; one byte more: it grew
+                intact = False
+                break
+            if start == 0:
+                _check_header(chunk, kind, info.size, shard, where)
             if offsets is not None:
-                last_offset = offsets.last
+                offsets.feed(chunk[layout.HEADER_SIZE :] if start == 0 else chunk)
+            hasher.update(chunk)
+        if not intact:
+            _check_size(location, shard, info.path, info.size, None)
+            raise ShardCorruptError(  # the size matched on a second look: it changed meanwhile
+                f"{shard.name}: {where} changed while it was being checked; check it again"
+            )
+        actual = layout.checksum(hasher)
+        if actual != info.checksum:
+            raise ShardCorruptError(
+                f"{shard.name}: {where} has checksum {actual} but the manifest records "
+                f"{info.checksum}; the file was altered. Restore it or rewrite the dataset"
+            )
+        if offsets is not None:
+            last_offset = offsets.last
     if last_offset is not None and "data" in shard.files:
         data_bytes = shard.files["data"].size - layout.HEADER_SIZE
         if last_offset != data_bytes:
@@ -104,6 +123,23 @@ def check_shard(
                 f"{shard.name}: its index ends at byte {last_offset} of the documents, but the "
                 f"documents file holds {data_bytes}; rewrite the dataset"
             )
+
+
+def _check_size(
+    location: Location, shard: ShardInfo, rel: str, expected: int, size_of: Callable[[str], int] | None
+) -> None:
+    where = location.describe(rel)
+    try:
+        size = (size_of or location.size)(rel)
+    except FileNotFoundError:
+        raise ShardNotFoundError(
+            f"{shard.name}: {where} is missing; restore it or rewrite the dataset"
+        ) from None
+    if size != expected:
+        raise ShardCorruptError(
+            f"{shard.name}: {where} has {size} bytes but the manifest records {expected}; "
+            "the file was truncated or replaced. Restore it or rewrite the dataset"
+        )
 
 
 class _OffsetCheck:

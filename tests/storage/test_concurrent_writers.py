@@ -140,7 +140,9 @@ def test_commit_refuses_a_record_whose_files_were_removed(where):
     storage = _storage(where)
     with storage.writer(part=0, shard_size=TOKENS * 2) as w:
         _fill(w, 1)
-    straggler = storage.writer(part=0, overwrite=True, shard_size=TOKENS * 2)  # an attempt still running when the commit happens
+    straggler = storage.writer(
+        part=0, overwrite=True, shard_size=TOKENS * 2
+    )  # an attempt still running when the commit happens
     _fill(straggler, 2)
     storage.commit(num_parts=1)  # publishes attempt 1 and removes the straggler's files
     straggler.close()  # its record now names files that are gone
@@ -270,7 +272,9 @@ def test_overwrite_while_reading_never_shows_a_mix(where, how):
                     _fill(w, value)
             else:
                 for k in range(2):
-                    with target.writer(part=k, overwrite=True, shard_size=TOKENS * 2, run=f"job-{value}") as w:
+                    with target.writer(
+                        part=k, overwrite=True, shard_size=TOKENS * 2, run=f"job-{value}"
+                    ) as w:
                         _fill(w, value)
                 target.commit(num_parts=2, run=f"job-{value}")
     finally:

@@ -1,8 +1,7 @@
 """S3 faults end in a named GuideLoom error in bounded time, or are retried through.
 
 Every test goes through the fault-injecting proxy (`tests/faultproxy.py`) in front of the real
-test S3 endpoint, with a 4 s I/O deadline (the `fault_s3` fixture), and is bounded by
-`pytest.mark.timeout`-free construction: each operation's deadline bounds it.
+test S3 endpoint, with an 8 s I/O deadline (the `fault_s3` fixture): that deadline bounds every test in time.
 """
 
 from __future__ import annotations
@@ -60,7 +59,9 @@ def test_transient_faults_are_retried_through(stored, fault_s3):
     ds = StreamDataset(_reader(url, fault_s3), WINDOW)
     for action in ("status", "reset", "truncate", "latency"):
         fault_s3.clear()
-        rule = fault_s3.add(Fault(action, _shard_path(manifest, 1), method="GET", status=503, times=1, delay=0.2))
+        rule = fault_s3.add(
+            Fault(action, _shard_path(manifest, 1), method="GET", status=503, times=1, delay=0.2)
+        )
         tokens = _read_all(ds)
         assert rule.fired == 1, action
         assert tokens.shape == (len(ds), WINDOW)
@@ -77,7 +78,7 @@ def test_a_shard_that_always_fails_names_the_shard(stored, fault_s3, action):
     started = time.monotonic()
     with pytest.raises(StorageAccessError) as info:
         _read_all(ds)
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 8 + 4
     assert bad in str(info.value)
     assert fault_s3.url in str(info.value)
 
@@ -91,7 +92,7 @@ def test_stalled_endpoint_ends_with_a_timeout_naming_endpoint_and_shard(stored, 
     with pytest.raises(StorageTimeoutError) as info:
         ds[0]
     elapsed = time.monotonic() - started
-    assert elapsed < 4 + 3, elapsed  # the 4 s deadline, plus the loop's 1 s polling and slack
+    assert elapsed < 8 + 4, elapsed  # the 8 s deadline, plus fsspec's 1 s polling and slack
     message = str(info.value)
     assert bad in message and fault_s3.url in message and "GUIDELOOM_IO_DEADLINE_S" in message
 
