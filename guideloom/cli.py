@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -240,7 +242,8 @@ def verify(
     try:
         location, manifest = read_manifest(url, parse_options(option))
         bad = 0
-        for _shard, err in verify_shards(location, manifest, checksums=not size_only):
+        progress = _verify_progress() if sys.stderr.isatty() else None
+        for _shard, err in verify_shards(location, manifest, checksums=not size_only, progress=progress):
             if err is not None:
                 bad += 1
                 typer.echo(f"BAD  {err}", err=True)
@@ -306,6 +309,21 @@ def mix(
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     typer.echo("\n".join(lines))
+
+
+def _verify_progress() -> Callable[[int, int], None]:
+    """A one-line ``checked i/n shards`` display on a terminal's stderr (at most 10 updates/s)."""
+    last = [0.0]
+
+    def show(done: int, total: int) -> None:
+        now = time.monotonic()
+        if done == total or now - last[0] >= 0.1:
+            last[0] = now
+            end = "\n" if done == total else ""
+            sys.stderr.write(f"\rchecked {done:,}/{total:,} shards{end}")
+            sys.stderr.flush()
+
+    return show
 
 
 def _register_ingest() -> None:

@@ -13,7 +13,9 @@ exception a caller would already catch, so ``except FileNotFoundError`` keeps wo
     ├── RecordError (ValueError)                      an appended record that the format refuses
     ├── SpanError (RecordError)                       spans that overlap, are unsorted or leave the record
     ├── IncompletePartsError (RuntimeError)           commit found parts without a completion record
-    ├── StorageAccessError (PermissionError)          credentials refused or bucket not reachable
+    ├── StorageAccessError (PermissionError)          credentials refused, endpoint unreachable or failing
+    │   └── StorageTimeoutError (TimeoutError)        no complete answer within the I/O deadline
+    ├── BucketNotFoundError (FileNotFoundError)       the bucket (or container) does not exist
     ├── UnknownProtocolError (ValueError)             a URL scheme that fsspec does not know
     ├── ResumeStateError (ValueError)                 a loader state that does not belong to this loader
     ├── MixtureError (ValueError)                     sources of a mixture that cannot be mixed (names the source)
@@ -26,6 +28,7 @@ credentials: URLs are passed through `guideloom.io.redact_url` before they are s
 from __future__ import annotations
 
 __all__ = [
+    "BucketNotFoundError",
     "DatasetExistsError",
     "DatasetNotFoundError",
     "GuideLoomError",
@@ -40,6 +43,7 @@ __all__ = [
     "ShardNotFoundError",
     "SpanError",
     "StorageAccessError",
+    "StorageTimeoutError",
     "UnknownProtocolError",
 ]
 
@@ -86,6 +90,15 @@ class IncompletePartsError(GuideLoomError, RuntimeError):
 
 class StorageAccessError(GuideLoomError, PermissionError):
     """The storage refused the request: wrong credentials, missing bucket, no permission."""
+
+
+class StorageTimeoutError(StorageAccessError, TimeoutError):
+    """A storage operation, retries included, did not finish within its deadline
+    (`guideloom.io.location.DEFAULT_DEADLINE_S`; a knob: ``GUIDELOOM_IO_DEADLINE_S``)."""
+
+
+class BucketNotFoundError(GuideLoomError, FileNotFoundError):
+    """The bucket a URL names does not exist at the endpoint."""
 
 
 class UnknownProtocolError(GuideLoomError, ValueError):

@@ -33,6 +33,7 @@ from typing import Any
 import ray
 
 from guideloom.errors import DatasetExistsError, GuideLoomError, IngestError, SchemaMismatchError
+from guideloom.storage.opening import opening_code
 from guideloom.workers.config import IngestConfig, load_job_file, validate_config
 from guideloom.workers.output import (
     check_writable,
@@ -40,7 +41,7 @@ from guideloom.workers.output import (
     remove_foreign_manifest,
     remove_sidecars,
 )
-from guideloom.workers.part import PartResult, PartSpec, part_spec, write_part
+from guideloom.workers.part import PartResult, PartSpec, part_spec, run_name, write_part
 from guideloom.workers.planning import Plan, plan_parts
 from guideloom.workers.progress import Progress, make_progress
 from guideloom.workers.sources import expand_inputs
@@ -229,7 +230,8 @@ def _existing(storage: Any, digest: str, config: IngestConfig) -> Any | None:
     if recorded == digest and not config.overwrite:
         return manifest
     if config.overwrite:
-        storage.delete()
+        # Nothing is deleted here: the old dataset stays readable until commit() replaces its
+        # manifest, and commit removes the old files after that.
         return None
     raise DatasetExistsError(
         f"{storage.url} already holds a dataset that this job did not write (other inputs, "
@@ -374,20 +376,9 @@ def _metadata(
 
 def open_code(manifest: Any, url: str, *, storage_options: bool = False) -> str:
     """The Python lines that open the dataset, from the storage class and format the manifest
-    records (the schema is never guessed from the files)."""
-    fmt = manifest.format
-    if fmt.name == "StreamNumpyFormat":
-        fields = ", ".join(f'"{name}": np.dtype("{dt}")' for name, dt in fmt.config["fields"])
-        fmt_code = f"StreamNumpyFormat({{{fields}}})"
-    else:
-        args = ", ".join(f"{k}={v!r}" for k, v in sorted(fmt.config.items()))
-        fmt_code = f"{fmt.name}({args})"
-    names = sorted({manifest.storage_class, fmt.name})
-    lines = ["import numpy as np"] if fmt.name == "StreamNumpyFormat" else []
-    lines.append(f"from guideloom import {', '.join(names)}")
-    extra = ", storage_options=...)  # the storage options of the ingestion" if storage_options else ")"
-    lines.append(f"storage = {manifest.storage_class}({url!r}, {fmt_code}{extra}")
-    return "\n".join(lines)
+    records (the schema is never guessed from the files); the same lines ``guideloom inspect``
+    prints (`guideloom.storage.opening.opening_code`)."""
+    return opening_code(url, manifest, storage_options=storage_options)
 
 
 def summary(manifest: Any, url: str | None = None, *, storage_options: bool = False) -> str:
@@ -501,7 +492,7 @@ def _ingest_unsafe(config: IngestConfig) -> tuple[Any, Any, bool]:
             f"inputs {', '.join(config.inputs)} hold no documents (every file empty, or every "
             "record empty or bad): nothing committed"
         )
-    manifest = storage.commit(num_parts=len(plan.parts), metadata=metadata)
+    manifest = storage.commit(num_parts=len(plan.parts), metadata=metadata, run=run_name(digest))
     remove_sidecars(config)
     progress.message(summary(manifest, storage.url, storage_options=bool(config.storage_options)))
     return manifest, storage, False

@@ -28,7 +28,7 @@ from guideloom.workers.sources import Bad, Doc, InputFile, Segment, line_number,
 from guideloom.workers.tokenizer import Tokenizer, load_tokenizer, token_dtype
 from guideloom.workers.urls import redact_url
 
-__all__ = ["write_part", "PartResult", "PartSpec", "part_spec", "REPORT_EVERY_S"]
+__all__ = ["write_part", "run_name", "PartResult", "PartSpec", "part_spec", "REPORT_EVERY_S"]
 
 BATCH_DOCS = 512
 BATCH_CHARS = 2**20
@@ -148,6 +148,12 @@ def _maybe_crash(hooks: dict[str, Any], part: int) -> None:
         os._exit(1)
 
 
+def run_name(digest: str) -> str:
+    """The storage run of a job: its plan digest (a re-run of the same job reuses finished parts,
+    another job's parts are never taken for its own; see ``Storage.writer(run=)``)."""
+    return digest[:64]
+
+
 def write_part(
     config: IngestConfig,
     spec: PartSpec,
@@ -157,7 +163,7 @@ def write_part(
 ) -> PartResult:
     """Write part ``spec.part`` unless a valid one (completion record + same plan digest) exists.
 
-    ``report``, when given, is called about every :data:`REPORT_EVERY_S` seconds while the part
+    ``report``, when given, is called about every `REPORT_EVERY_S` seconds while the part
     runs with ``{"part", "documents", "tokens", "input_bytes"}`` so far (``input_bytes`` is
     estimated from the text read, capped at the part's size, until the part ends).
     """
@@ -170,7 +176,12 @@ def write_part(
     )
     storage = open_storage(config, tokenizer)
     previous = read_sidecar(config, part)
-    if previous and previous.get("plan") == digest and storage.part_complete(part, verify="checksum"):
+    run = run_name(digest)
+    if (
+        previous
+        and previous.get("plan") == digest
+        and storage.part_complete(part, verify="checksum", run=run)
+    ):
         return {**previous["result"], "reused": True}
 
     bad: dict[str, Counter[str]] = {}
@@ -178,7 +189,9 @@ def write_part(
     doc_delay = float(hooks.get("doc_delay_s", 0))
     last_report = time.monotonic()
     text_bytes = 0
-    with storage.writer(part=part, shard_size=config.shard_size) as writer:
+    with storage.writer(
+        part=part, shard_size=config.shard_size, run=run, overwrite=config.overwrite
+    ) as writer:
         out = _PartWriter(config, tokenizer, writer, part)
         for seg in spec.segments:
             f = spec.files[seg.file]

@@ -63,8 +63,8 @@ class StreamWithMetaStorageFormat(Format):
         """Build the samples of a whole batch; readers call this, once per batch.
 
         ``windows`` maps each stream field to an array of shape ``(batch, sequence_length)``;
-        ``spans[row]`` are row ``row``'s spans, as :meth:`align` takes them. The default calls
-        :meth:`align` once per row, so a subclass that only overrides :meth:`align` keeps working;
+        ``spans[row]`` are row ``row``'s spans, as `align` takes them. The default calls
+        `align` once per row, so a subclass that only overrides `align` keeps working;
         override this instead to shape a batch with whole-array operations.
         """
         return [

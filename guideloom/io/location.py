@@ -2,34 +2,109 @@
 
 This is the only module that talks to fsspec. It adds what GuideLoom needs on top of it and
 nothing else: atomic whole-file writes, half-open byte ranges (only fsspec builds ``Range``
-headers), short-read detection, a few retries on transient network errors, translation of
-backend errors into `guideloom.errors` once, and fork safety: the filesystem object is
-created lazily in each process, because an s3fs instance used in a parent process does not work
-in a forked DataLoader worker.
+headers), short-read detection, a few retries on transient network errors under one total
+deadline per operation, translation of every backend error into `guideloom.errors` once,
+and fork safety: the filesystem object is created lazily in each process, because an s3fs
+instance used in a parent process does not work in a forked DataLoader worker.
+
+The deadline: every operation (one read, one batch of ranges, one write, one listing), retries
+included, ends within ``deadline_s`` seconds (default `DEFAULT_DEADLINE_S`; set it with
+the ``deadline_s`` argument, the storage option ``guideloom_deadline_s``, which is not passed
+on to fsspec, or the environment variable ``GUIDELOOM_IO_DEADLINE_S``). Past it the operation
+fails with `guideloom.errors.StorageTimeoutError` naming the endpoint and the file.
+On async filesystems (s3fs, HTTP, GCS) the deadline cancels the request in flight.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import fsspec
+import fsspec.asyn
 from fsspec.implementations.local import LocalFileSystem
 
-from guideloom.errors import GuideLoomError, StorageAccessError, UnknownProtocolError
+from guideloom.errors import (
+    BucketNotFoundError,
+    GuideLoomError,
+    StorageAccessError,
+    StorageTimeoutError,
+    UnknownProtocolError,
+)
 
-__all__ = ["Location", "redact_url"]
+__all__ = ["DEADLINE_ENV", "DEADLINE_OPTION", "DEFAULT_DEADLINE_S", "Location", "redact_url"]
 
 T = TypeVar("T")
 
+DEFAULT_DEADLINE_S = 120.0  # seconds one storage operation may take, retries included
+DEADLINE_ENV = "GUIDELOOM_IO_DEADLINE_S"
+DEADLINE_OPTION = "guideloom_deadline_s"  # a storage option GuideLoom takes out for itself
+
 _TRANSIENT = (ConnectionError, TimeoutError)
-_UNREACHABLE = {"EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError"}
+# Raised by aiohttp when a body ends early or the server drops the connection: worth a retry.
+_TRANSIENT_NAMES = {"ClientPayloadError", "ServerDisconnectedError", "ClientOSError", "ContentLengthError"}
+_UNREACHABLE = {
+    "EndpointConnectionError",
+    "ConnectTimeoutError",
+    "ClientConnectorError",
+    "ConnectionRefusedError",
+}
+_BACKEND_MODULES = (
+    "aiohttp",
+    "botocore",
+    "aiobotocore",
+    "s3fs",
+    "fsspec",
+    "urllib3",
+    "requests",
+    "gcsfs",
+    "adlfs",
+)
 _RETRIES = 3
+_MAX_CONCURRENT_RANGES = 64  # range requests in flight at once for one batch
+
+
+class _DeadlineExceeded(Exception):
+    """Internal: an operation ran out of its total time; ``last`` is the error seen before."""
+
+    def __init__(self, seconds: float, attempts: int, last: BaseException | None) -> None:
+        super().__init__(f"no answer within {seconds:g} s")
+        self.seconds, self.attempts, self.last = seconds, attempts, last
+
+
+def _is_transient(err: BaseException) -> bool:
+    if type(err).__name__ == "FSTimeoutError":
+        return False  # our own deadline, handled by the caller
+    return isinstance(err, _TRANSIENT) or type(err).__name__ in _TRANSIENT_NAMES
+
+
+def _is_backend_error(err: BaseException) -> bool:
+    module = type(err).__module__.split(".", 1)[0]
+    return isinstance(err, OSError) or module in _BACKEND_MODULES or type(err).__name__ == "TimeoutError"
+
+
+def _bucket_missing(err: BaseException) -> bool:
+    """Whether the backend said the bucket is missing (some servers give no message: then only
+    the botocore error class in the chain tells)."""
+    seen: BaseException | None = err
+    for _ in range(5):
+        if seen is None:
+            return False
+        text = str(seen)
+        if (
+            type(seen).__name__ == "NoSuchBucket"
+            or "NoSuchBucket" in text
+            or "bucket does not exist" in text.lower()
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def redact_url(url: str) -> str:
@@ -50,12 +125,28 @@ class Location:
     ``[start, end)`` and counted from the start of the file.
     """
 
-    def __init__(self, url: str | os.PathLike[str], storage_options: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        url: str | os.PathLike[str],
+        storage_options: dict[str, Any] | None = None,
+        *,
+        deadline_s: float | None = None,
+    ):
         self.url = os.fspath(url)
         if "://" not in self.url:
             self.url = os.path.abspath(self.url)
         self.display_url = redact_url(self.url).rstrip("/")
         self.storage_options = dict(storage_options or {})
+        option = self.storage_options.pop(DEADLINE_OPTION, None)
+        chosen = deadline_s if deadline_s is not None else option
+        if chosen is None:
+            chosen = os.environ.get(DEADLINE_ENV) or DEFAULT_DEADLINE_S
+        try:
+            self.deadline_s = float(chosen)
+        except (TypeError, ValueError):
+            raise ValueError(f"the storage deadline must be a number of seconds, got {chosen!r}") from None
+        if not self.deadline_s > 0:
+            raise ValueError(f"the storage deadline must be positive seconds, got {self.deadline_s}")
         self._fs: fsspec.AbstractFileSystem | None = None
         self._pid = -1
         self._root = ""
@@ -96,6 +187,36 @@ class Location:
         """``rel`` as a redacted URL, for messages."""
         return f"{self.display_url}/{rel}" if rel else self.display_url
 
+    @property
+    def endpoint(self) -> str:
+        """The endpoint this location's requests go to, as tried (redacted), for messages.
+
+        Taken from the live client where there is one (so it is right however it was given:
+        ``client_kwargs.endpoint_url``, a top-level ``endpoint_url``, ``FSSPEC_S3_ENDPOINT_URL``,
+        ``AWS_ENDPOINT_URL``), else from the options and environment as s3fs would read them.
+        """
+        fs = self._fs
+        client = getattr(fs, "_s3", None)
+        url = getattr(getattr(client, "meta", None), "endpoint_url", None)
+        if not url:
+            url = getattr(fs, "endpoint_url", None) or (getattr(fs, "client_kwargs", None) or {}).get(
+                "endpoint_url"
+            )
+        if not url:
+            opts = self.storage_options
+            url = (
+                opts.get("endpoint_url")
+                or (opts.get("client_kwargs") or {}).get("endpoint_url")
+                or os.environ.get("FSSPEC_S3_ENDPOINT_URL")
+                or os.environ.get("AWS_ENDPOINT_URL_S3")
+                or os.environ.get("AWS_ENDPOINT_URL")
+            )
+        if url:
+            return redact_url(str(url))
+        if self.url.startswith(("s3://", "s3a://")):
+            return "the AWS default endpoint (no endpoint_url given)"
+        return "(the default for this protocol)"
+
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_fs"], state["_pid"] = None, -1
@@ -113,7 +234,20 @@ class Location:
             yield
         except GuideLoomError:
             raise
+        except _DeadlineExceeded as err:
+            last = f"; last error: {type(err.last).__name__}: {_safe(err.last)}" if err.last else ""
+            raise StorageTimeoutError(
+                f"{action} {where}: no complete answer from the storage endpoint {self.endpoint} "
+                f"within {err.seconds:g} s ({err.attempts} attempt(s){last}). Check that the "
+                f"endpoint is up and reachable, or allow more time ({DEADLINE_ENV}, or the storage "
+                f"option {DEADLINE_OPTION})"
+            ) from err.last
         except FileNotFoundError as err:
+            if _bucket_missing(err):
+                raise BucketNotFoundError(
+                    f"{action} {where}: the bucket does not exist at the endpoint {self.endpoint}; "
+                    "create the bucket first, or check its name and the endpoint_url"
+                ) from err
             if action == "writing":
                 raise FileNotFoundError(
                     f"{action} {where}: the bucket or parent directory does not exist; create the "
@@ -128,30 +262,51 @@ class Location:
             ) from err
         except Exception as err:
             if type(err).__name__ in _UNREACHABLE:  # botocore / aiohttp: nothing answered
-                endpoint = self.storage_options.get("client_kwargs", {}).get("endpoint_url", "")
                 raise StorageAccessError(
-                    f"{action} {where}: could not connect to the storage endpoint "
-                    f"{redact_url(str(endpoint)) or '(the default for this protocol)'} "
-                    f"({type(err).__name__}). Check client_kwargs.endpoint_url in storage_options "
-                    "(or FSSPEC_S3_ENDPOINT_URL) and that the server is running"
+                    f"{action} {where}: could not connect to the storage endpoint {self.endpoint} "
+                    f"({type(err).__name__}). Check the endpoint_url (storage_options endpoint_url "
+                    "or client_kwargs.endpoint_url, FSSPEC_S3_ENDPOINT_URL, AWS_ENDPOINT_URL) and "
+                    "that the server is running"
                 ) from err
-            if not isinstance(err, OSError):
-                raise
-            if _looks_like_access_problem(err):
+            if not _is_backend_error(err):
+                raise  # a bug or a bad argument, not the storage: keep it as it is
+            if isinstance(err, OSError) and _looks_like_access_problem(err):
                 raise StorageAccessError(
                     f"{action} {where}: the storage refused the request ({_safe(err)}). Check the "
                     "credentials, the endpoint_url and the bucket name"
                 ) from err
-            raise
+            raise StorageAccessError(
+                f"{action} {where}: the storage endpoint {self.endpoint} failed "
+                f"({type(err).__name__}: {_safe(err)}) after retries. It may be overloaded or "
+                "the object damaged on the server; retry later, and run `guideloom verify` if it "
+                "persists"
+            ) from err
 
-    def _retry(self, fn: Callable[[], T]) -> T:
-        for attempt in range(_RETRIES):
+    def _call(self, method: str, *args: Any, deadline: float | None = None, **kwargs: Any) -> Any:
+        """``fs.<method>(*args, **kwargs)`` with retries on transient errors, all within the
+        deadline (passed to async filesystems as fsspec's ``timeout``, which cancels the request).
+        ``deadline`` is a ``time.monotonic()`` instant; default: ``deadline_s`` from now."""
+        fs = self.fs
+        if deadline is None:
+            deadline = time.monotonic() + self.deadline_s
+        last: BaseException | None = None
+        for attempt in range(1, _RETRIES + 1):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _DeadlineExceeded(self.deadline_s, attempt - 1, last)
             try:
-                return fn()
-            except _TRANSIENT:
-                if attempt == _RETRIES - 1:
+                if getattr(fs, "async_impl", False):
+                    return getattr(fs, method)(*args, timeout=remaining, **kwargs)
+                return getattr(fs, method)(*args, **kwargs)
+            except Exception as err:
+                if type(err).__name__ == "FSTimeoutError" or (
+                    isinstance(err, TimeoutError) and time.monotonic() >= deadline
+                ):
+                    raise _DeadlineExceeded(self.deadline_s, attempt, last) from None
+                if not _is_transient(err) or attempt == _RETRIES:
                     raise
-                time.sleep(0.2 * 2**attempt)
+                last = err
+                time.sleep(min(0.2 * 2 ** (attempt - 1), max(0.0, deadline - time.monotonic())))
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- reading ---------------------------------------------------------------------------------
@@ -160,7 +315,7 @@ class Location:
         """Bytes ``[start, end)`` of a file (the whole file when both are None)."""
         with self._translated("reading", rel):
             # Keyword arguments: s3fs's second positional argument is a version id.
-            data = self._retry(lambda: self.fs.cat_file(self.path(rel), start=start, end=end))
+            data = self._call("cat_file", self.path(rel), start=start, end=end)
         return bytes(data)
 
     def read_ranges(
@@ -179,13 +334,86 @@ class Location:
         paths = [self.path(r) for r, _, _ in merged.requests]
         req_starts = [s for _, s, _ in merged.requests]
         req_ends = [e for _, _, e in merged.requests]
-        with self._translated("reading", rels[0]):
-            if self.is_local:
-                blobs = [self._read_local(p, s, e) for p, s, e in zip(paths, req_starts, req_ends)]
-            else:
-                blobs = self._retry(lambda: self.fs.cat_ranges(paths, req_starts, req_ends, on_error="raise"))
+        rel_of = [r for r, _, _ in merged.requests]
+        blobs: list[Any] = [None] * len(paths)
+        if self.is_local:
+            for i, (p, a, b) in enumerate(zip(paths, req_starts, req_ends)):
+                with self._translated("reading", rel_of[i]):
+                    blobs[i] = self._read_local(p, a, b)
+        else:
+            self._fetch_ranges(rel_of, paths, req_starts, req_ends, blobs)
         views = [memoryview(b) for b in blobs]
         return [bytes(views[i][a:b]) for i, a, b in merged.slices]
+
+    def _fetch_ranges(
+        self, rels: list[str], paths: list[str], starts: list[int], ends: list[int], out: list[Any]
+    ) -> None:
+        """Fill ``out`` with the ranges, fetched concurrently; ranges that fail transiently are
+        fetched again (all within one deadline), and a range that keeps failing raises an error
+        that names its own file."""
+        deadline = time.monotonic() + self.deadline_s
+        todo = list(range(len(paths)))
+        files = sorted(set(rels))
+        label = files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more files)"
+        for attempt in range(1, _RETRIES + 1):
+            with self._translated("reading", label):
+                got = self._ranges_once(
+                    [paths[i] for i in todo], [starts[i] for i in todo], [ends[i] for i in todo], deadline
+                )
+            failed = []
+            for i, blob in zip(todo, got):
+                if isinstance(blob, _DeadlineExceeded):
+                    blob.attempts = attempt
+                    with self._translated("reading", rels[i]):
+                        raise blob
+                if isinstance(blob, BaseException):
+                    failed.append((i, blob))
+                else:
+                    out[i] = blob
+            if not failed:
+                return
+            final = attempt == _RETRIES or not all(_is_transient(e) for _, e in failed)
+            if final or time.monotonic() >= deadline:
+                i, err = next(((i, e) for i, e in failed if not _is_transient(e)), failed[0])
+                with self._translated("reading", rels[i]):
+                    raise err
+            todo = [i for i, _ in failed]
+            time.sleep(min(0.2 * 2 ** (attempt - 1), max(0.0, deadline - time.monotonic())))
+
+    def _ranges_once(
+        self, paths: list[str], starts: list[int], ends: list[int], deadline: float
+    ) -> list[Any]:
+        """One concurrent round of range requests; a failed range comes back as its exception.
+
+        On async filesystems each range has its own timeout (the time left to ``deadline``), so
+        a range that never completes is reported as itself (a ``_DeadlineExceeded``), and the
+        others still arrive."""
+        fs = self.fs
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return [_DeadlineExceeded(self.deadline_s, 0, None)] * len(paths)
+        if not getattr(fs, "async_impl", False):
+            result: list[Any] = self._call(
+                "cat_ranges", paths, starts, ends, on_error="return", deadline=deadline
+            )
+            return result
+        limit = asyncio.Semaphore(_MAX_CONCURRENT_RANGES)
+
+        async def one(path: str, start: int, end: int) -> Any:
+            async with limit:
+                try:
+                    # Keyword arguments: s3fs's second positional argument is a version id.
+                    return await asyncio.wait_for(fs._cat_file(path, start=start, end=end), remaining)
+                except asyncio.TimeoutError:
+                    return _DeadlineExceeded(self.deadline_s, 1, None)
+                except Exception as err:  # returned, not raised: the caller names its file
+                    return err
+
+        async def gather() -> list[Any]:
+            return list(await asyncio.gather(*(one(p, a, b) for p, a, b in zip(paths, starts, ends))))
+
+        results: list[Any] = fsspec.asyn.sync(fs.loop, gather)
+        return results
 
     @staticmethod
     def _read_local(path: str, start: int, end: int) -> bytes:
@@ -197,22 +425,39 @@ class Location:
     def exists(self, rel: str) -> bool:
         with self._translated("checking", rel):
             self.fs.invalidate_cache(self.path(rel))
-            return bool(self._retry(lambda: self.fs.exists(self.path(rel))))
+            return bool(self._call("exists", self.path(rel)))
 
     def size(self, rel: str) -> int:
         with self._translated("checking the size of", rel):
             self.fs.invalidate_cache(self.path(rel))
-            return int(self._retry(lambda: self.fs.size(self.path(rel))))
+            return int(self._call("size", self.path(rel)))
 
     def list(self, rel: str) -> list[str]:
         """Names (not paths) directly under ``rel``; empty if it does not exist."""
         with self._translated("listing", rel):
             try:
                 self.fs.invalidate_cache(self.path(rel))
-                entries = self.fs.ls(self.path(rel), detail=False)
+                entries = self._call("ls", self.path(rel), detail=False)
             except FileNotFoundError:
                 return []
         return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries)
+
+    def sizes_under(self, rel: str) -> dict[str, int]:
+        """Every file below ``rel`` (recursively), as relative path -> size in bytes; empty if
+        there is none. One listing (paginated by the backend), not one request per file."""
+        with self._translated("listing", rel):
+            path = self.path(rel)
+            self.fs.invalidate_cache(path)
+            try:
+                found = self._call("find", path, detail=True)
+            except FileNotFoundError:
+                return {}
+        base = len(self._root) + 1 if self._root else 0
+        out = {}
+        for full, info in found.items():
+            if info.get("type", "file") == "file":
+                out[full.rstrip("/")[base:]] = int(info.get("size") or 0)
+        return out
 
     def local_path(self, rel: str) -> str:
         """The OS path of a file on a local filesystem (for positioned reads)."""
@@ -246,13 +491,13 @@ class Location:
                     raise
             else:
                 data = parts[0] if len(parts) == 1 else b"".join(parts)
-                self._retry(lambda: self.fs.pipe_file(path, bytes(data)))
+                self._call("pipe_file", path, bytes(data))
 
     def delete(self, rel: str, recursive: bool = False) -> None:
         """Remove a file (or a tree with ``recursive``); missing is fine."""
         with self._translated("deleting", rel):
             try:
-                self.fs.rm(self.path(rel), recursive=recursive)
+                self._call("rm", self.path(rel), recursive=recursive)
             except FileNotFoundError:
                 pass
 

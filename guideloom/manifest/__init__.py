@@ -1,6 +1,7 @@
 """Pydantic models of what is persisted as JSON. No I/O."""
 
 from guideloom.manifest.models import (
+    INT64_MAX,
     MANIFEST_VERSION,
     FileColumn,
     FileInfo,
@@ -9,6 +10,7 @@ from guideloom.manifest.models import (
     PartRecord,
     ShardInfo,
     ShardTable,
+    ShardTableBuilder,
     StorageClassName,
     now_iso,
     parse_manifest,
@@ -16,6 +18,7 @@ from guideloom.manifest.models import (
 )
 
 __all__ = [
+    "INT64_MAX",
     "MANIFEST_VERSION",
     "FileColumn",
     "FileInfo",
@@ -24,6 +27,7 @@ __all__ = [
     "PartRecord",
     "ShardInfo",
     "ShardTable",
+    "ShardTableBuilder",
     "StorageClassName",
     "now_iso",
     "parse_manifest",

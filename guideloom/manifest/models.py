@@ -31,6 +31,7 @@ from pydantic import (
 from guideloom.errors import ManifestError
 
 __all__ = [
+    "INT64_MAX",
     "MANIFEST_VERSION",
     "FileInfo",
     "FileColumn",
@@ -39,12 +40,18 @@ __all__ = [
     "PartRecord",
     "ShardInfo",
     "ShardTable",
+    "ShardTableBuilder",
     "StorageClassName",
+    "check_relative_path",
     "parse_manifest",
     "parse_part_record",
 ]
 
 MANIFEST_VERSION = 1
+INT64_MAX = 2**63 - 1
+# Counts and sizes are int64 everywhere they are used (NumPy offsets, file positions): a larger
+# value cannot describe real data, so validation refuses it instead of overflowing later.
+Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
 StorageClassName = Literal["DocumentStorage", "StreamStorage", "StreamWithMetaStorage"]
 
 
@@ -56,14 +63,13 @@ class FileInfo(_Frozen):
     """One file of a shard: path relative to the dataset root, size in bytes, checksum."""
 
     path: str
-    size: int = Field(ge=0)
+    size: Count
     checksum: str  # "xxh3_64:<16 hex digits>" of the whole file
 
     @field_validator("path")
     @classmethod
     def _relative(cls, path: str) -> str:
-        if not path or path.startswith("/") or "://" in path or ".." in path.split("/"):
-            raise ValueError(f"file path {path!r} must be relative to the dataset root")
+        check_relative_path(path, "file path")
         return path
 
     @field_validator("checksum")
@@ -83,11 +89,11 @@ class ShardInfo(_Frozen):
     elements (0 for documents); ``spans`` counts annotated spans (streams with metadata).
     """
 
-    part: int = Field(ge=0)
-    index: int = Field(ge=0)
-    records: int = Field(ge=0)
-    tokens: int = Field(ge=0)
-    spans: int = Field(default=0, ge=0)
+    part: Count
+    index: Count
+    records: Count
+    tokens: Count
+    spans: Count = 0
     files: dict[str, FileInfo]
 
     @property
@@ -145,7 +151,7 @@ class FileColumn(_Frozen):
     """One file of every shard: its kind (the file name's extension), sizes and checksums."""
 
     kind: str
-    size: list[NonNegativeInt]
+    size: list[Count]
     checksum: list[Annotated[str, StringConstraints(pattern=_CHECKSUM)]]
 
 
@@ -157,11 +163,11 @@ class ShardTable(_Frozen):
     ``{prefix[prefix_id[i]]}/part-{part[i]:05d}/shard-{index[i]:05d}.{K}``.
     """
 
-    part: list[NonNegativeInt]
-    index: list[NonNegativeInt]
-    records: list[NonNegativeInt]
-    tokens: list[NonNegativeInt]
-    spans: list[NonNegativeInt]
+    part: list[Count]
+    index: list[Count]
+    records: list[Count]
+    tokens: list[Count]
+    spans: list[Count]
     prefix: list[str]
     prefix_id: list[NonNegativeInt]
     files: dict[str, FileColumn]
@@ -187,8 +193,7 @@ class ShardTable(_Frozen):
             if file_column.kind not in _KINDS:
                 raise ValueError(f"file column {name!r} has unknown kind {file_column.kind!r}")
         for prefix in self.prefix:
-            if not prefix or prefix.startswith("/") or "://" in prefix or ".." in prefix.split("/"):
-                raise ValueError(f"shard prefix {prefix!r} must be relative to the dataset root")
+            check_relative_path(prefix, "shard prefix")
         if n:
             if max(self.prefix_id) >= len(self.prefix):
                 raise ValueError("a shard's prefix_id points past the prefix list")
@@ -198,7 +203,42 @@ class ShardTable(_Frozen):
             key = np.asarray(self.part, dtype=np.int64) * 2**32 + np.asarray(self.index)
             if len(np.unique(np.stack([key, np.asarray(self.prefix_id)]), axis=1)[0]) != n:
                 raise ValueError("a shard is listed twice")
+            self._sizes_fit_counts()
         return self
+
+    def _sizes_fit_counts(self) -> None:
+        """Files whose item size is fixed must be exactly header + count items long."""
+        fixed = {"docs.idx": (self.records, 8, 1), "spans": (self.spans, 32, 0)}
+        for column in self.files.values():
+            if column.kind not in fixed:
+                continue
+            counts, itemsize, extra = fixed[column.kind]
+            expected = _HEADER_BYTES + (np.asarray(counts, dtype=object) + extra) * itemsize
+            bad = np.flatnonzero(np.asarray(column.size, dtype=object) != expected)
+            if len(bad):
+                i = int(bad[0])
+                raise ValueError(
+                    f"{self.shard_name(i)}: its {column.kind} file has {column.size[i]} bytes, but "
+                    f"{int(expected[i])} are needed for the counts the manifest records "
+                    f"(records={self.records[i]}, spans={self.spans[i]})"
+                )
+
+    def check_item_sizes(self, kind: str, itemsize: int) -> None:
+        """Raise ``ValueError`` naming the first shard whose ``kind`` file is not exactly
+        header + recorded count x ``itemsize`` bytes (stream tokens: the count is ``tokens``)."""
+        for column in self.files.values():
+            if column.kind != kind:
+                continue
+            counts = np.asarray(self.tokens, dtype=object)
+            expected = _HEADER_BYTES + counts * itemsize
+            bad = np.flatnonzero(np.asarray(column.size, dtype=object) != expected)
+            if len(bad):
+                i = int(bad[0])
+                raise ValueError(
+                    f"{self.shard_name(i)}: the manifest records {self.tokens[i]} tokens of "
+                    f"{itemsize} bytes, which need a {int(expected[i])}-byte {kind} file, but it "
+                    f"records {column.size[i]} bytes"
+                )
 
     @classmethod
     def from_shards(cls, shards: Sequence[ShardInfo]) -> ShardTable:
@@ -273,11 +313,11 @@ class Manifest(_Frozen):
     version: Literal[1] = 1
     storage_class: StorageClassName
     format: FormatSpecModel
-    num_parts: int = Field(ge=0)
-    total_records: int = Field(ge=0)
-    total_tokens: int = Field(ge=0)
-    total_spans: int = Field(ge=0)
-    total_bytes: int = Field(ge=0)
+    num_parts: Count
+    total_records: Count
+    total_tokens: Count
+    total_spans: Count
+    total_bytes: Count
     created_at: str
     guideloom_version: str
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -325,6 +365,32 @@ class Manifest(_Frozen):
         return xxhash.xxh3_64_hexdigest(json.dumps(content, sort_keys=True).encode())
 
     @classmethod
+    def from_table(
+        cls,
+        table: ShardTable,
+        *,
+        storage_class: str,
+        format: FormatSpecModel,
+        num_parts: int,
+        guideloom_version: str,
+        metadata: dict[str, Any],
+    ) -> Manifest:
+        """The manifest of a complete shard table (totals are summed from its columns)."""
+        return cls(
+            storage_class=storage_class,  # type: ignore[arg-type]
+            format=format,
+            shard_table=table,
+            num_parts=num_parts,
+            total_records=sum(table.records),
+            total_tokens=sum(table.tokens),
+            total_spans=sum(table.spans),
+            total_bytes=sum(sum(c.size) for c in table.files.values()),
+            created_at=now_iso(),
+            guideloom_version=guideloom_version,
+            metadata=metadata,
+        )
+
+    @classmethod
     def from_parts(
         cls, parts: Sequence[PartRecord], *, guideloom_version: str, metadata: dict[str, Any]
     ) -> Manifest:
@@ -346,6 +412,78 @@ class Manifest(_Frozen):
 
     def to_json(self) -> bytes:
         return self.model_dump_json().encode("utf-8")
+
+
+_HEADER_BYTES = 32  # guideloom.storage.layout.HEADER_SIZE (the manifest package does no I/O)
+
+
+def check_relative_path(path: str, what: str) -> None:
+    """``ValueError`` unless ``path`` is a plain relative path of named components."""
+    pieces = path.split("/")
+    if (
+        not path
+        or "://" in path
+        or "\\" in path
+        or any(p in ("", ".", "..") for p in pieces)
+        or any(ord(c) < 32 or ord(c) == 127 for c in path)
+    ):
+        raise ValueError(
+            f"{what} {path!r} must be relative to the dataset root: a path of named components "
+            "(no leading or doubled '/', no '.' or '..', no backslash or control characters)"
+        )
+
+
+class ShardTableBuilder:
+    """Collects parts' shards into the columns of a `ShardTable`.
+
+    ``add_part`` copies a record's numbers into flat lists and keeps nothing else, so a commit
+    of many parts holds the table's columns, not one model object per shard.
+    """
+
+    def __init__(self) -> None:
+        self.num_parts = 0
+        self._cols: dict[str, list[int]] = {k: [] for k in ("part", "index", "records", "tokens", "spans")}
+        self._prefixes: dict[str, int] = {}
+        self._prefix_id: list[int] = []
+        self._kinds: dict[str, str] = {}
+        self._sizes: dict[str, list[int]] = {}
+        self._checksums: dict[str, list[str]] = {}
+
+    def add_part(self, record: PartRecord) -> None:
+        for shard in record.shards:
+            self._add_shard(shard)
+        self.num_parts += 1
+
+    def _add_shard(self, shard: ShardInfo) -> None:
+        head = ""
+        if self._cols["part"] and list(shard.files) != list(self._kinds):
+            raise ValueError(f"{shard.name} has files {list(shard.files)}, others have {list(self._kinds)}")
+        for name, f in shard.files.items():
+            head, _, tail = f.path.rpartition("/part-")
+            expected = f"{shard.part:05d}/shard-{shard.index:05d}."
+            if not tail.startswith(expected):
+                raise ValueError(
+                    f"{f.path!r} is not a shard file path of part {shard.part} shard {shard.index}"
+                )
+            kind = tail[len(expected) :]
+            if self._kinds.setdefault(name, kind) != kind:
+                raise ValueError(f"file {name!r} has kind {self._kinds[name]!r} and {kind!r} in one dataset")
+            self._sizes.setdefault(name, []).append(f.size)
+            self._checksums.setdefault(name, []).append(f.checksum)
+        self._prefix_id.append(self._prefixes.setdefault(head, len(self._prefixes)))
+        for key in self._cols:
+            self._cols[key].append(getattr(shard, key))
+
+    def build(self) -> ShardTable:
+        return ShardTable(
+            **self._cols,
+            prefix=list(self._prefixes),
+            prefix_id=self._prefix_id,
+            files={
+                name: FileColumn(kind=kind, size=self._sizes[name], checksum=self._checksums[name])
+                for name, kind in self._kinds.items()
+            },
+        )
 
 
 def now_iso() -> str:

@@ -8,14 +8,16 @@ inferred from file contents: the caller names it, and the manifest confirms it.
 from __future__ import annotations
 
 import os
+import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
 from guideloom.errors import (
     DatasetExistsError,
     DatasetNotFoundError,
+    GuideLoomError,
     IncompletePartsError,
     ManifestError,
     SchemaMismatchError,
@@ -31,16 +33,47 @@ from guideloom.formats import (
 )
 from guideloom.io import Location
 from guideloom.manifest import (
+    FormatSpecModel,
     Manifest,
     PartRecord,
     ShardInfo,
+    ShardTableBuilder,
     parse_part_record,
 )
 from guideloom.storage import layout
-from guideloom.storage.checks import check_shard, load_manifest, verify_shards
+from guideloom.storage.checks import (
+    DEFAULT_VERIFY_CONCURRENCY,
+    check_shard,
+    load_manifest,
+    verify_shards,
+)
 from guideloom.storage.writer import DEFAULT_SHARD_SIZE, Writer
 
-__all__ = ["DocumentStorage", "Storage", "StreamStorage", "StreamWithMetaStorage"]
+__all__ = ["DocumentStorage", "Storage", "StreamStorage", "StreamWithMetaStorage", "check_run"]
+
+_COMMIT_THREADS = 32  # part records read at once by commit
+_COMMIT_CHUNK = 1024  # parts in flight at once (bounds the records held in memory)
+_RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
+def check_run(run: str | None) -> str:
+    """``run`` as a valid run name (``None`` is the default run); ``ValueError`` otherwise."""
+    if run is None:
+        return layout.DEFAULT_RUN
+    if not isinstance(run, str) or not _RUN.fullmatch(run):
+        raise ValueError(
+            f"run must be 1-64 letters, digits, '-' or '_' (starting with a letter or digit), "
+            f"got {run!r}; derive it from the job, e.g. a hash of its inputs and options"
+        )
+    return run
+
+
+def _run_of(prefix: str) -> str | None:
+    """The run a shard prefix ``shards/r-<run>/a-<attempt>`` belongs to (None for others)."""
+    pieces = prefix.split("/")
+    if len(pieces) == 3 and pieces[1].startswith("r-"):
+        return pieces[1][2:]
+    return None
 
 
 class Storage:
@@ -83,9 +116,28 @@ class Storage:
             if missing_ok:
                 return None
             raise
-        self._check_schema(manifest, self.location.describe(layout.manifest_path()))
+        where = self.location.describe(layout.manifest_path())
+        self._check_schema(manifest, where)
+        self._check_counts(manifest, where)
         self._manifest = manifest
         return manifest
+
+    def _check_counts(self, manifest: Manifest, where: str) -> None:
+        """The cheap check at open: token files are exactly as long as their counts need.
+
+        (Index and span files are checked by the manifest itself; headers and content by
+        `verify`.)
+        """
+        fmt = self.format
+        stream = fmt.stream_format if isinstance(fmt, StreamWithMetaStorageFormat) else fmt
+        if isinstance(stream, StreamNumpyFormat):
+            try:
+                manifest.shard_table.check_item_sizes("tokens", stream.itemsize)
+            except ValueError as err:
+                raise ManifestError(
+                    f"{where} contradicts itself: {err}. The manifest was altered or damaged: "
+                    "restore it or rewrite the dataset"
+                ) from None
 
     def _check_schema(self, recorded: Manifest | PartRecord, where: str) -> None:
         if recorded.storage_class != self.storage_class:
@@ -135,25 +187,39 @@ class Storage:
         overwrite: bool = False,
         shard_size: int = DEFAULT_SHARD_SIZE,
         metadata: dict[str, Any] | None = None,
+        run: str | None = None,
     ) -> Writer:
         """A writer for the whole dataset, or for part ``part`` of a parallel write.
 
-        ``writer()`` writes part 0 and commits the manifest when its ``with`` block exits
-        cleanly. It refuses a location that already holds a dataset unless ``overwrite=True``;
-        then the old dataset stays readable until the new manifest replaces it (one atomic
-        write), and its files are removed after that. If the block raises, the old dataset is
-        kept as it was.
-        ``writer(part=k, overwrite=True)`` deletes only the old manifest, since other processes
-        may be writing their parts. ``writer(part=k)`` writes part ``k`` and its completion record; call
-        `commit` once every part is done. ``shard_size`` is in bytes: a shard closes after
-        the record that reaches it. ``metadata`` is a JSON-able dict kept in the manifest
-        (``writer()``) or in the part's completion record (``writer(part=k)``).
+        ``writer()`` writes a dataset of one part and commits its manifest when the ``with``
+        block exits cleanly. It refuses a location that already holds a dataset unless
+        ``overwrite=True``; then the old dataset stays readable until the new manifest replaces
+        it (one atomic write), and its files are removed after that. If the block raises,
+        nothing is committed and the old dataset is kept as it was. Two single writers racing
+        on one location: the manifest written last wins, and it always has its shards.
+
+        ``writer(part=k)`` writes part ``k`` of run ``run`` and, on a clean exit, its completion
+        record; call `commit` with the same ``run`` once every part is done. ``run`` names
+        one parallel job (letters, digits, ``-``, ``_``; at most 64): pass the same value for a
+        re-run of the same job, so finished parts are found and reused, and a new value for a
+        different job, so none of another job's parts can be taken for its own. The default
+        (``None``) is one fixed run. Each attempt writes under a prefix of its own, so an
+        attempt racing another attempt of the same part, or an overwrite of a committed dataset,
+        never touches a file that a completion record or the live manifest names; the old
+        dataset stays readable until `commit` replaces its manifest.
+        ``overwrite=True`` allows writing parts where a dataset is committed.
+
+        ``shard_size`` is in bytes: a shard closes after the record that reaches it.
+        ``metadata`` is a JSON-able dict kept in the manifest (``writer()``) or in the part's
+        completion record (``writer(part=k)``).
 
         Args:
             part: The part to write (a non-negative int), or None for the whole dataset.
-            overwrite: Replace a dataset already committed at the URL.
+            overwrite: Replace a dataset already committed at the URL (parts: allow writing
+                parts where a dataset is committed; `commit` replaces it).
             shard_size: Bytes per shard: a shard closes after the record that reaches it.
             metadata: JSON-able values kept in the manifest or the part's completion record.
+            run: The parallel job a part belongs to (see above); None is one fixed run.
 
         Returns:
             A `Writer`: use it as a context manager and call `append(record)` inside.
@@ -162,24 +228,29 @@ class Storage:
             DatasetExistsError: A dataset is committed at the URL and `overwrite` is False.
             ValueError: `part` is not a non-negative int.
         """
-        committed = self.exists()
-        if committed and not overwrite:
+        if self.exists() and not overwrite:
             raise DatasetExistsError(
                 f"a dataset is already committed at {self.url}; pass overwrite=True to replace it, "
                 "call storage.delete() first, or choose another URL"
             )
+        attempt = uuid.uuid4().hex[:12]
         if part is None:
-            # A run of its own: the dataset it replaces stays readable until the new manifest
-            # is written, and is removed only then.
-            prefix = layout.generation_prefix(uuid.uuid4().hex[:12])
+            if run is not None:
+                raise ValueError("run= names a parallel job: pass it with writer(part=k), commit(run=...)")
+            prefix = layout.generation_prefix(attempt)
             return Writer(self, 0, shard_size=shard_size, metadata=metadata, commit=True, shard_prefix=prefix)
-        if not isinstance(part, int) or part < 0:
+        if isinstance(part, bool) or not isinstance(part, int) or part < 0:
             raise ValueError(f"part must be a non-negative int, got {part!r}")
-        if committed:
-            # Only hide the old dataset: other processes may already be writing their parts.
-            self.location.delete(layout.manifest_path())
-            self._manifest = None
-        return Writer(self, part, shard_size=shard_size, metadata=metadata, commit=False)
+        run = check_run(run)
+        return Writer(
+            self,
+            part,
+            shard_size=shard_size,
+            metadata=metadata,
+            commit=False,
+            shard_prefix=layout.attempt_prefix(run, attempt),
+            record_path=layout.part_record_path(part, run),
+        )
 
     def delete(self) -> None:
         """Delete the dataset: the manifest first (readers stop seeing it), then parts and shards."""
@@ -189,34 +260,53 @@ class Storage:
         self.location.delete(layout.SHARDS_DIR, recursive=True)
 
     def remove_unreferenced(self) -> None:
-        """Remove shard directories and part records that the manifest does not use."""
-        manifest = self.manifest
-        table = manifest.shard_table
-        used_dirs = {table.path(i, "data").rsplit("/", 1)[0] for i in range(len(table))}
-        used_tops = {d.split("/")[1] for d in used_dirs}
-        for top in self.location.list(layout.SHARDS_DIR):
-            if top not in used_tops:
-                self.location.delete(f"{layout.SHARDS_DIR}/{top}", recursive=True)
-            elif top.startswith("w-"):
-                for name in self.location.list(f"{layout.SHARDS_DIR}/{top}"):
-                    if f"{layout.SHARDS_DIR}/{top}/{name}" not in used_dirs:
-                        self.location.delete(f"{layout.SHARDS_DIR}/{top}/{name}", recursive=True)
-        keep = {layout.part_record_path(k).rsplit("/", 1)[-1] for k in range(manifest.num_parts)}
-        for name in self.location.list(layout.PARTS_DIR):
-            if name not in keep:
-                self.location.delete(f"{layout.PARTS_DIR}/{name}")
+        """Remove shard folders and part records that the committed manifest does not use.
 
-    def read_part_record(self, part: int) -> PartRecord:
-        """Part ``part``'s completion record; ``FileNotFoundError`` if it has none."""
-        rel = layout.part_record_path(part)
-        record = parse_part_record(self.location.read(rel), self.location.describe(rel))
+        Only call it while no writer is running on this location: it also removes the files of
+        writers that have not finished yet (a running writer's later commit then fails, naming
+        the missing files, instead of publishing anything wrong). ``writer()`` and ``commit``
+        already remove what the manifest they replace used.
+        """
+        manifest = self.manifest
+        used = set(manifest.shard_table.prefix)
+        self._remove_outside(layout.SHARDS_DIR, used)
+        runs = {_run_of(p) for p in used} - {None}
+        for name in self.location.list(layout.PARTS_DIR):
+            rel = f"{layout.PARTS_DIR}/{name}"
+            run = name[2:] if name.startswith("r-") else layout.DEFAULT_RUN
+            if run not in runs:
+                self.location.delete(rel, recursive=name.startswith("r-"))
+            elif name.startswith("r-"):
+                keep = {layout.part_record_path(k, run) for k in range(manifest.num_parts)}
+                for record in self.location.list(rel):
+                    if f"{rel}/{record}" not in keep:
+                        self.location.delete(f"{rel}/{record}")
+            elif rel not in {layout.part_record_path(k) for k in range(manifest.num_parts)}:
+                self.location.delete(rel)
+
+    def _remove_outside(self, rel: str, used: set[str]) -> None:
+        """Delete everything under ``rel`` that is neither a used prefix nor above one."""
+        for name in self.location.list(rel):
+            path = f"{rel}/{name}"
+            if path in used:
+                continue
+            if any(u.startswith(path + "/") for u in used):
+                self._remove_outside(path, used)
+            else:
+                self.location.delete(path, recursive=True)
+
+    def read_part_record(self, part: int, *, run: str | None = None) -> PartRecord:
+        """Part ``part``'s completion record in run ``run``; ``FileNotFoundError`` if it has none."""
+        rel = layout.part_record_path(part, check_run(run))
+        # start=0: a ranged GET needs no size request first (a record is never empty).
+        record = parse_part_record(self.location.read(rel, start=0), self.location.describe(rel))
         self._check_schema(record, self.location.describe(rel))
         if record.part != part:
             raise ManifestError(f"{self.location.describe(rel)} says it is part {record.part}")
         return record
 
-    def part_complete(self, part: int, verify: str = "size") -> bool:
-        """Whether part ``part`` has a valid completion record whose shard files match it.
+    def part_complete(self, part: int, verify: str = "size", *, run: str | None = None) -> bool:
+        """Whether part ``part`` of run ``run`` has a valid completion record whose files match it.
 
         ``verify`` is ``"none"`` (the record parses), ``"size"`` (every shard file has the
         recorded size) or ``"checksum"`` (and the recorded checksum; reads every byte).
@@ -232,22 +322,40 @@ class Storage:
             ValueError: `verify` is not one of the three values.
         """
         try:
-            record = self.read_part_record(part)
+            record = self.read_part_record(part, run=run)
             for shard in record.shards:
                 self.check_shard(shard, verify)
         except (FileNotFoundError, ManifestError, ShardCorruptError):
             return False
         return True
 
-    def commit(self, num_parts: int, metadata: dict[str, Any] | None = None) -> Manifest:
-        """Write the manifest of parts ``0 .. num_parts - 1`` in part order, atomically.
+    def commit(
+        self,
+        num_parts: int,
+        metadata: dict[str, Any] | None = None,
+        *,
+        run: str | None = None,
+        cleanup: bool = True,
+    ) -> Manifest:
+        """Write the manifest of parts ``0 .. num_parts - 1`` of run ``run`` in part order, atomically.
 
+        Each part contributes exactly the files its completion record names, with the checksums
+        recorded there; those files are never rewritten, so a manifest never mixes two attempts.
         Refuses (`IncompletePartsError`, naming them) if any part has no valid completion
-        record or a shard file of another size than recorded. Nothing is written then.
+        record or a shard file missing or of another size than recorded; nothing is written then.
+        Until the new manifest is written, a dataset committed here before stays readable.
+
+        With ``cleanup`` (the default), after writing it removes the shard files of the manifest
+        it replaced and of this run's attempts that lost (a writer of this run still running
+        then finds its files gone, and its part fails a later commit clearly). Part records are
+        read concurrently, shard sizes come from one listing of the run's files, and memory
+        grows with the shard table only.
 
         Args:
             num_parts: How many parts the dataset has (parts `0 .. num_parts - 1`).
             metadata: JSON-able values stored in the manifest; None keeps part 0's metadata.
+            run: The run whose parts to commit (the value the part writers were given).
+            cleanup: Remove the replaced manifest's files and this run's losing attempts.
 
         Returns:
             The committed `Manifest`.
@@ -257,36 +365,99 @@ class Storage:
             SchemaMismatchError: A part was written with another storage class or format.
             ValueError: `num_parts` is not a positive int.
         """
-        if not isinstance(num_parts, int) or num_parts <= 0:
+        if isinstance(num_parts, bool) or not isinstance(num_parts, int) or num_parts <= 0:
             raise ValueError(f"num_parts must be a positive int, got {num_parts!r}")
-        with ThreadPoolExecutor(max_workers=min(16, num_parts)) as pool:
-            results = list(pool.map(self._try_part, range(num_parts)))
-        bad = [(k, why) for k, (rec, why) in enumerate(results) if rec is None]
+        run = check_run(run)
+        listed = self.location.sizes_under(layout.run_prefix(run))
+        builder = ShardTableBuilder()
+        bad: list[tuple[int, str]] = []
+        with ThreadPoolExecutor(max_workers=min(_COMMIT_THREADS, num_parts)) as pool:
+            for start in range(0, num_parts, _COMMIT_CHUNK):  # bounded: records are dropped as added
+                parts = range(start, min(num_parts, start + _COMMIT_CHUNK))
+                for k, (record, why) in zip(parts, pool.map(lambda k: self._try_part(k, run, listed), parts)):
+                    if record is None:
+                        bad.append((k, why))
+                    elif not bad:
+                        builder.add_part(record)
         if bad:
-            listed = "; ".join(f"part {k}: {why}" for k, why in bad[:20])
+            listing = "; ".join(f"part {k}: {why}" for k, why in bad[:20])
             more = f" (and {len(bad) - 20} more)" if len(bad) > 20 else ""
             raise IncompletePartsError(
                 f"cannot commit {self.url}: {len(bad)} of {num_parts} parts have no valid "
-                f"completion record: {listed}{more}. Re-run the writers of those parts, then commit"
+                f"completion record: {listing}{more}. Re-run the writers of those parts, then commit"
             )
-        records = [rec for rec, _ in results if rec is not None]
+        attempts = {rel.split("/")[:3][-1] for rel in listed}
+        return self._publish(builder, metadata, cleanup=cleanup, run=run, attempts=attempts)
+
+    def _publish(
+        self,
+        parts: ShardTableBuilder | list[PartRecord],
+        metadata: dict[str, Any] | None,
+        *,
+        cleanup: bool = True,
+        run: str | None = None,
+        attempts: set[str] | None = None,
+    ) -> Manifest:
+        """Write the manifest of ``parts``, then remove what the manifest it replaced used."""
         from guideloom import __version__
 
-        manifest = Manifest.from_parts(records, guideloom_version=__version__, metadata=dict(metadata or {}))
+        if isinstance(parts, list):
+            builder = ShardTableBuilder()
+            for record in parts:
+                builder.add_part(record)
+            parts = builder
+        previous = self._current_manifest()
+        manifest = Manifest.from_table(
+            parts.build(),
+            storage_class=self.storage_class,
+            format=FormatSpecModel(**self.format.spec()),
+            num_parts=parts.num_parts,
+            guideloom_version=__version__,
+            metadata=dict(metadata or {}),
+        )
         self.location.write(layout.manifest_path(), manifest.to_json())
         self._manifest = manifest
+        if cleanup:
+            used = set(manifest.shard_table.prefix)
+            stale = set(previous.shard_table.prefix) if previous is not None else set()
+            if run is not None:
+                stale |= {f"{layout.run_prefix(run)}/{a}" for a in attempts or ()}
+            for prefix in sorted(stale - used):
+                if not any(u.startswith(prefix + "/") for u in used):
+                    self._remove_quietly(prefix)
         return manifest
 
-    def _try_part(self, part: int) -> tuple[PartRecord | None, str]:
+    def _current_manifest(self) -> Manifest | None:
+        """The manifest committed here right now, or None (missing or unreadable)."""
         try:
-            record = self.read_part_record(part)
+            return load_manifest(self.location)
+        except (DatasetNotFoundError, ManifestError):
+            return None
+
+    def _remove_quietly(self, rel: str) -> None:
+        # Cleanup after a commit is best effort: the commit itself already succeeded.
+        try:
+            self.location.delete(rel, recursive=True)
+        except (GuideLoomError, OSError):
+            pass
+
+    def _try_part(self, part: int, run: str, listed: dict[str, int]) -> tuple[PartRecord | None, str]:
+        try:
+            record = self.read_part_record(part, run=run)
         except FileNotFoundError:
             return None, "missing (the writer did not finish)"
         except (ManifestError, SchemaMismatchError) as err:
             return None, str(err)
+
+        def size_of(rel: str) -> int:
+            # From the listing taken when commit started; a file written since (or outside the
+            # run's prefix) is asked for on its own.
+            size = listed.get(rel)
+            return self.location.size(rel) if size is None else size
+
         try:
             for shard in record.shards:
-                self.check_shard(shard, "size")
+                check_shard(self.location, shard, "size", size_of=size_of)
         except (ShardNotFoundError, ShardCorruptError) as err:
             return None, str(err)
         return record, ""
@@ -297,12 +468,22 @@ class Storage:
         """Raise `ShardNotFoundError` / `ShardCorruptError` if a file differs."""
         check_shard(self.location, shard, verify)
 
-    def verify(self, checksums: bool = True) -> Iterator[tuple[ShardInfo, Exception | None]]:
-        """Check every shard of the manifest; yields ``(shard, error or None)``.
+    def verify(
+        self,
+        checksums: bool = True,
+        *,
+        concurrency: int = DEFAULT_VERIFY_CONCURRENCY,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Iterator[tuple[ShardInfo, Exception | None]]:
+        """Check every shard of the manifest; yields ``(shard, error or None)`` in manifest order.
+
+        With ``checksums`` every byte is read and each file's header is checked against the
+        manifest's counts; without, only sizes. Shards are checked concurrently.
 
         Args:
-            checksums: Read every byte and compare checksums; False compares sizes only (one
-                metadata request per file).
+            checksums: Read every byte and compare checksums; False compares sizes only.
+            concurrency: How many shards are checked at once.
+            progress: Called as `progress(done, total)` after each shard.
 
         Yields:
             `(shard, None)` for a shard that matches the manifest, `(shard, error)` with a
@@ -311,7 +492,9 @@ class Storage:
         Raises:
             DatasetNotFoundError: No dataset is committed at the URL.
         """
-        return verify_shards(self.location, self.manifest, checksums)
+        return verify_shards(
+            self.location, self.manifest, checksums, concurrency=concurrency, progress=progress
+        )
 
 
 class DocumentStorage(Storage):

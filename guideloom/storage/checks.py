@@ -1,4 +1,4 @@
-"""Checking shard files against the manifest: existence, size and checksum.
+"""Checking shard files against the manifest: existence, size, header and checksum.
 
 These need only a location and a manifest, not the user's format class, so ``guideloom verify``
 works on any dataset.
@@ -7,25 +7,37 @@ works on any dataset.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import xxhash
 
-from guideloom.errors import DatasetNotFoundError, ShardCorruptError, ShardNotFoundError
+from guideloom.errors import (
+    BucketNotFoundError,
+    DatasetNotFoundError,
+    ShardCorruptError,
+    ShardNotFoundError,
+    StorageAccessError,
+)
 from guideloom.io import Location
 from guideloom.manifest import Manifest, ShardInfo, parse_manifest
 from guideloom.storage import layout
 
-__all__ = ["check_shard", "load_manifest", "read_manifest", "verify_shards"]
+__all__ = ["DEFAULT_VERIFY_CONCURRENCY", "check_shard", "load_manifest", "read_manifest", "verify_shards"]
 
 _CHUNK = 8 * 2**20  # bytes per request when checksumming a file
+DEFAULT_VERIFY_CONCURRENCY = 16  # shards checked at once by verify
 
 
 def load_manifest(location: Location) -> Manifest:
     """Read and validate the manifest at ``location``; `DatasetNotFoundError` if none."""
     try:
-        data = location.read(layout.manifest_path())
+        # start=0: a ranged GET needs no HEAD first (a manifest is never empty).
+        data = location.read(layout.manifest_path(), start=0)
+    except BucketNotFoundError as err:
+        raise DatasetNotFoundError(f"no dataset at {location.display_url}: {err}") from None
     except FileNotFoundError:
         raise DatasetNotFoundError(
             f"no dataset at {location.display_url}: {layout.manifest_path()} is missing. Check the "
@@ -42,65 +54,190 @@ def read_manifest(
     return location, load_manifest(location)
 
 
-def check_shard(location: Location, shard: ShardInfo, verify: str = "checksum") -> None:
+def check_shard(
+    location: Location,
+    shard: ShardInfo,
+    verify: str = "checksum",
+    *,
+    size_of: Callable[[str], int] | None = None,
+) -> None:
     """Raise `ShardNotFoundError` / `ShardCorruptError` if a file of the shard differs.
 
-    ``verify``: ``"none"``, ``"size"`` (one metadata request per file) or ``"checksum"`` (reads
-    every byte).
+    ``verify``: ``"none"``, ``"size"`` (one metadata request per file, or none where ``size_of``,
+    a lookup of relative path -> bytes, already knows it) or ``"checksum"`` (reads every byte and
+    also checks each file's header against the counts the manifest records).
     """
     if verify not in ("none", "size", "checksum"):
         raise ValueError(f"verify must be 'none', 'size' or 'checksum', got {verify!r}")
     if verify == "none":
         return
+    last_offset: int | None = None
     for info in shard.files.values():
         where = location.describe(info.path)
-        try:
-            size = location.size(info.path)
-        except FileNotFoundError:
-            raise ShardNotFoundError(
-                f"{shard.name}: {where} is missing; restore it or rewrite the dataset"
-            ) from None
-        if size != info.size:
-            raise ShardCorruptError(
-                f"{shard.name}: {where} has {size} bytes but the manifest records {info.size}; "
-                "the file was truncated or replaced. Restore it or rewrite the dataset"
+        if verify == "size":
+            _check_size(location, shard, info.path, info.size, size_of)
+            continue
+        # Checksums: no size request first. The reads ask for one byte past the recorded end, so
+        # a file that is shorter or longer than recorded shows in the bytes that come back.
+        kind = info.path.rsplit("/", 1)[-1].split(".", 1)[1]
+        hasher = xxhash.xxh3_64()
+        offsets = _OffsetCheck(shard, where) if kind == "docs.idx" else None
+        intact = True
+        for start in range(0, info.size, _CHUNK):
+            end = min(info.size, start + _CHUNK)
+            last = end == info.size
+            try:
+                chunk = location.read(info.path, start=start, end=end + 1 if last else end)
+            except FileNotFoundError:
+                raise ShardNotFoundError(
+                    f"{shard.name}: {where} is missing; restore it or rewrite the dataset"
+                ) from None
+            except StorageAccessError:
+                _check_size(location, shard, info.path, info.size, None)  # a range past its end?
+                raise
+            if len(chunk) != end - start:  # shorter: truncated; one byte more: it grew
+                intact = False
+                break
+            if start == 0:
+                _check_header(chunk, kind, info.size, shard, where)
+            if offsets is not None:
+                offsets.feed(chunk[layout.HEADER_SIZE :] if start == 0 else chunk)
+            hasher.update(chunk)
+        if not intact:
+            _check_size(location, shard, info.path, info.size, None)
+            raise ShardCorruptError(  # the size matched on a second look: it changed meanwhile
+                f"{shard.name}: {where} changed while it was being checked; check it again"
             )
-        if verify == "checksum":
-            hasher = xxhash.xxh3_64()
-            for start in range(0, size, _CHUNK):
-                chunk = location.read(info.path, start=start, end=min(size, start + _CHUNK))
-                if start == 0:
-                    _check_header(chunk, info.path, shard, where)
-                hasher.update(chunk)
-            actual = layout.checksum(hasher)
-            if actual != info.checksum:
-                raise ShardCorruptError(
-                    f"{shard.name}: {where} has checksum {actual} but the manifest records "
-                    f"{info.checksum}; the file was altered. Restore it or rewrite the dataset"
-                )
+        actual = layout.checksum(hasher)
+        if actual != info.checksum:
+            raise ShardCorruptError(
+                f"{shard.name}: {where} has checksum {actual} but the manifest records "
+                f"{info.checksum}; the file was altered. Restore it or rewrite the dataset"
+            )
+        if offsets is not None:
+            last_offset = offsets.last
+    if last_offset is not None and "data" in shard.files:
+        data_bytes = shard.files["data"].size - layout.HEADER_SIZE
+        if last_offset != data_bytes:
+            raise ShardCorruptError(
+                f"{shard.name}: its index ends at byte {last_offset} of the documents, but the "
+                f"documents file holds {data_bytes}; rewrite the dataset"
+            )
 
 
-def _check_header(data: bytes, path: str, shard: ShardInfo, where: str) -> None:
-    """The file starts with a GuideLoom header of the kind its name says."""
+def _check_size(
+    location: Location, shard: ShardInfo, rel: str, expected: int, size_of: Callable[[str], int] | None
+) -> None:
+    where = location.describe(rel)
+    try:
+        size = (size_of or location.size)(rel)
+    except FileNotFoundError:
+        raise ShardNotFoundError(
+            f"{shard.name}: {where} is missing; restore it or rewrite the dataset"
+        ) from None
+    if size != expected:
+        raise ShardCorruptError(
+            f"{shard.name}: {where} has {size} bytes but the manifest records {expected}; "
+            "the file was truncated or replaced. Restore it or rewrite the dataset"
+        )
+
+
+class _OffsetCheck:
+    """Document offsets (``uint64``) must start at 0 and never decrease; fed chunk by chunk."""
+
+    def __init__(self, shard: ShardInfo, where: str) -> None:
+        self.shard, self.where = shard, where
+        self.last: int | None = None
+        self._carry = b""
+
+    def feed(self, data: bytes) -> None:
+        data = self._carry + data
+        whole = len(data) // 8 * 8
+        self._carry = data[whole:]
+        values = np.frombuffer(data[:whole], dtype=layout.OFFSET_DTYPE)
+        if not len(values):
+            return
+        first_ok = values[0] == 0 if self.last is None else values[0] >= self.last
+        if not first_ok or (len(values) > 1 and bool((np.diff(values.astype(np.int64)) < 0).any())):
+            raise ShardCorruptError(
+                f"{self.shard.name}: {self.where} holds document offsets that do not start at 0 "
+                "or decrease; the index is damaged. Rewrite the dataset"
+            )
+        self.last = int(values[-1])
+
+
+def _expected_count(kind: str, shard: ShardInfo, size: int) -> int:
+    """How many items a file of ``kind`` must hold for the counts the manifest records."""
+    if kind == "tokens":
+        return shard.tokens
+    if kind == "docs.idx":
+        return shard.records + 1
+    if kind == "spans":
+        return shard.spans
+    return size - layout.HEADER_SIZE  # docs, meta: bytes
+
+
+def _check_header(data: bytes, kind: str, size: int, shard: ShardInfo, where: str) -> None:
+    """The file starts with a GuideLoom header of its kind, whose counts match the manifest."""
     try:
         header = layout.ShardHeader.unpack(data, where)
     except ValueError as err:
         raise ShardCorruptError(f"{shard.name}: {err}; restore the file or rewrite the dataset") from None
-    kind = path.rsplit("/", 1)[-1].split(".", 1)[1]
     if header.kind != kind:
         raise ShardCorruptError(
             f"{shard.name}: {where} has a {header.kind!r} header but is a {kind!r} file; restore it"
         )
+    expected = _expected_count(kind, shard, size)
+    if header.count != expected or layout.HEADER_SIZE + header.count * header.itemsize != size:
+        raise ShardCorruptError(
+            f"{shard.name}: {where} has a header for {header.count} items of {header.itemsize} "
+            f"bytes in a {size}-byte file, but the manifest's counts need {expected} items; the "
+            "manifest or the file was altered. Rewrite the dataset"
+        )
 
 
 def verify_shards(
-    location: Location, manifest: Manifest, checksums: bool = True
+    location: Location,
+    manifest: Manifest,
+    checksums: bool = True,
+    *,
+    concurrency: int = DEFAULT_VERIFY_CONCURRENCY,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Iterator[tuple[ShardInfo, Exception | None]]:
-    """Check every shard; yields ``(shard, error or None)`` in manifest order."""
-    for shard in manifest.shards:
+    """Check every shard; yields ``(shard, error or None)`` in manifest order.
+
+    Up to ``concurrency`` shards are checked at once (threads; each reads its files in 8 MiB
+    requests), and at most twice that many results wait in memory. ``progress(done, total)``
+    is called after each shard, in order. Errors that are not about the shard's content (the
+    storage cannot be reached) are raised, not yielded.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be a positive number of shards, got {concurrency}")
+    table = manifest.shard_table
+    total = len(table)
+    verify = "checksum" if checksums else "size"
+
+    def one(i: int) -> tuple[ShardInfo, Exception | None]:
+        shard = table.shard(i)
         try:
-            check_shard(location, shard, "checksum" if checksums else "size")
+            check_shard(location, shard, verify)
         except (ShardNotFoundError, ShardCorruptError) as err:
-            yield shard, err
-        else:
-            yield shard, None
+            return shard, err
+        return shard, None
+
+    window = 2 * concurrency
+    with ThreadPoolExecutor(max_workers=min(concurrency, max(total, 1))) as pool:
+        pending: list[Future[tuple[ShardInfo, Exception | None]]] = []
+        submitted = 0
+        try:
+            for done in range(total):
+                while submitted < total and len(pending) < window:
+                    pending.append(pool.submit(one, submitted))
+                    submitted += 1
+                result = pending.pop(0).result()
+                if progress is not None:
+                    progress(done + 1, total)
+                yield result
+        finally:  # stopped early (an error, or the caller broke off): start nothing more
+            for future in pending:
+                future.cancel()

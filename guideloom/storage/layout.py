@@ -3,9 +3,15 @@
 Writers and readers both call these functions, so they cannot drift apart::
 
     <root>/manifest.json                                 written last, atomically
-    <root>/parts/part-00003.json                         part 3's completion record
-    <root>/shards/part-00003/shard-00000.<kind>          shard files of part 3 (parallel parts)
+    <root>/parts/part-00003.json                         part 3's completion record (default run)
+    <root>/parts/r-<run>/part-00003.json                 part 3's completion record (named run)
+    <root>/shards/r-<run>/a-<attempt>/part-00003/shard-00000.<kind>
+                                                         one attempt of part 3 (parallel parts)
     <root>/shards/w-<run>/part-00000/shard-00000.<kind>  shard files of a single writer's run
+
+Shard files are written once, under names no other writer uses (an attempt token drawn when the
+writer opens), and never rewritten: the completion record or manifest that names them is the one
+atomic step that makes them part of a dataset.
 
 Every shard file starts with a 32-byte little-endian header (``struct`` format ``<8sHHIQQ``):
 magic ``b"GLMSHARD"``, header version, file kind, bytes per item, item count, reserved. The items
@@ -56,8 +62,24 @@ def manifest_path() -> str:
     return MANIFEST
 
 
-def part_record_path(part: int) -> str:
-    return f"{PARTS_DIR}/part-{part:05d}.json"
+DEFAULT_RUN = "default"
+
+
+def part_record_path(part: int, run: str | None = None) -> str:
+    """Part ``part``'s completion record of run ``run`` (``None``: the default run)."""
+    if run is None or run == DEFAULT_RUN:
+        return f"{PARTS_DIR}/part-{part:05d}.json"
+    return f"{PARTS_DIR}/r-{run}/part-{part:05d}.json"
+
+
+def run_prefix(run: str | None) -> str:
+    """Where the attempts of one parallel run keep their shards: ``shards/r-<run>``."""
+    return f"{SHARDS_DIR}/r-{run or DEFAULT_RUN}"
+
+
+def attempt_prefix(run: str | None, attempt: str) -> str:
+    """The shard prefix of one writer attempt of a parallel run (unique per attempt)."""
+    return f"{run_prefix(run)}/a-{attempt}"
 
 
 def shard_file_path(part: int, index: int, kind: str, prefix: str = SHARDS_DIR) -> str:

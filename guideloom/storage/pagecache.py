@@ -2,7 +2,7 @@
 
 The cache knows keys and bytes, never files or URLs: a reader hands it a batched fetcher,
 ``fetch(keys) -> [bytes, ...]``, that turns the pages it lacks into bytes (one round of
-concurrent range requests, or positioned reads on local disk). :meth:`PageCache.get` asks the
+concurrent range requests, or positioned reads on local disk). `PageCache.get` asks the
 fetcher once per call for every page of the batch that is not cached, so a batch costs at most
 one round of requests, and none when its pages are cached.
 

@@ -9,8 +9,8 @@ microsecond more per read and keep it flat. On any other filesystem the requests
 are merged where adjacent and fetched together with concurrent range requests. Every file is
 checked against the manifest's size before its bytes are used.
 
-Index files (document offsets, span tables) are never read whole: :meth:`ShardAccess.gather`
-and :meth:`ShardAccess.search` read fixed-size pages of them through a :class:`PageCache`
+Index files (document offsets, span tables) are never read whole: `ShardAccess.gather`
+and `ShardAccess.search` read fixed-size pages of them through a `PageCache`
 bounded in bytes (``cache_bytes``, default 4 MiB per process), so a reader's memory does not
 grow with the number of records or spans, and a batch costs at most one round of requests for
 the pages it lacks (a search may take a few rounds where the data is far from uniform).

@@ -2,9 +2,14 @@
 
 A writer owns one *part*. It fills shards in memory up to ``shard_size`` bytes, writes each one
 atomically when it is full (a shard closes after the record that reaches the size, so records
-are never split), and writes ``parts/part-NNNNN.json`` last, only if the ``with`` block exits
-cleanly. Shard names depend only on (part, shard number), so a retried part overwrites its own
-earlier attempt instead of adding a duplicate.
+are never split), and, only if the ``with`` block exits cleanly, writes the part's completion
+record (``writer(part=k)``) or the manifest (``writer()``) last.
+
+Every writer attempt writes its shards under a prefix of its own (``shards/r-<run>/a-<attempt>``
+or ``shards/w-<token>``), so two attempts of one part (a retried task racing its original) never
+write the same file, and no file a committed manifest names is ever rewritten. The completion
+record names the exact files and checksums of its attempt; writing it (one atomic write) is what
+makes the attempt count, and the last attempt to write it wins.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import xxhash
 
-from guideloom.errors import RecordError
+from guideloom.errors import GuideLoomError, RecordError
 from guideloom.formats import (
     DocumentStorageFormat,
     StreamNumpyFormat,
@@ -65,7 +70,8 @@ class Writer:
         shard_size: int,
         metadata: dict[str, Any] | None,
         commit: bool,
-        shard_prefix: str = layout.SHARDS_DIR,
+        shard_prefix: str,
+        record_path: str | None = None,
     ) -> None:
         if shard_size <= 0:
             raise ValueError(f"shard_size must be a positive number of bytes, got {shard_size}")
@@ -80,9 +86,9 @@ class Writer:
         self._buffer = _ShardBuffer(self._kinds)
         self._records = 0
         self._closed = False
-        if not commit:
-            # A retried part is incomplete while it is being rewritten.
-            storage.location.delete(layout.part_record_path(part))
+        # Where the completion record goes (parallel parts). An earlier attempt's record stays
+        # valid until this one replaces it: its files are never touched by this attempt.
+        self._record_path = record_path
 
     # -- appending --------------------------------------------------------------------------
 
@@ -200,7 +206,6 @@ class Writer:
             raise RuntimeError("this writer is already closed")
         self._flush()
         self._closed = True
-        self._remove_stale_shards()
         record = PartRecord(
             storage_class=self.storage.storage_class,  # type: ignore[arg-type]
             format=FormatSpecModel(**self.storage.format.spec()),
@@ -209,31 +214,29 @@ class Writer:
             created_at=now_iso(),
             metadata=self.metadata if not self._commit else {},
         )
-        self.storage.location.write(
-            layout.part_record_path(self.part), record.model_dump_json(indent=1).encode()
-        )
         if self._commit:
-            self.storage.commit(num_parts=1, metadata=self.metadata)
-            self.storage.remove_unreferenced()
+            # A single writer publishes straight from its own record: no file another writer
+            # of this location could replace sits between its shards and its manifest.
+            self.storage._publish([record], self.metadata)
+        else:
+            if self._record_path is None:  # unreachable: Storage.writer always passes one
+                raise RuntimeError("a part writer needs a completion record path")
+            self.storage.location.write(self._record_path, record.model_dump_json(indent=1).encode())
         return record
 
-    def _remove_stale_shards(self) -> None:
-        # An earlier attempt of this part may have written more shards than this one.
-        keep = {f.path.rsplit("/", 1)[-1] for s in self._shards for f in s.files.values()}
-        directory = layout.part_dir(self.part, self._prefix)
-        for name in self.storage.location.list(directory):
-            if name not in keep and name.startswith("shard-"):
-                self.storage.location.delete(f"{directory}/{name}")
-
     def abort(self) -> None:
-        """Stop without writing a completion record (shards written so far stay invisible).
-
-        A single writer's run also removes its own shards; a part's shards stay for its retry
-        to overwrite.
-        """
+        """Stop without writing a completion record or manifest, and remove this attempt's shards
+        (no record names them, and no other writer uses this attempt's prefix)."""
         self._closed = True
-        if self._commit:
+        try:
             self.storage.location.delete(self._prefix, recursive=True)
+        except (GuideLoomError, OSError):
+            pass  # best effort: the original exception is the one the caller must see
+
+    @property
+    def shard_prefix(self) -> str:
+        """The prefix (relative to the dataset root) this attempt writes its shards under."""
+        return self._prefix
 
     def __enter__(self) -> Writer:
         return self

@@ -197,7 +197,7 @@ def test_part_with_damaged_shard_is_incomplete(dataset_url):
     with storage.writer(part=0) as w:
         w.append({"tokens": np.arange(100), "loss_mask": np.ones(100)})
     fs, root = raw_fs(url, options)
-    shard = f"{root}/shards/part-00000/shard-00000.tokens"
+    shard = f"{root}/{storage.read_part_record(0).shards[0].files['data'].path}"
     data = fs.cat_file(shard)
     fs.pipe_file(shard, data[:-1] + bytes([data[-1] ^ 1]))  # same size, other bytes
     assert storage.part_complete(0, verify="size")

@@ -1,0 +1,263 @@
+"""A fault-injecting HTTP reverse proxy on 127.0.0.1, for tests of what a client sees when S3
+misbehaves: error statuses, connections reset mid-body, truncated bodies, stalls and latency.
+
+It forwards like the counting proxy (`tests/s3proxy.py`: method, path, query, headers and body
+unchanged, Host included, so SigV4 signatures still verify upstream) except where a rule says
+otherwise. Rules are deterministic: each is matched, in the order given, against the request's
+method and path (a regular expression, searched), and fires on the matching requests numbered
+``skip`` .. ``skip + times - 1`` (``times=None``: every one from ``skip`` on). Nothing is random,
+so a test that fails fails the same way every run.
+
+Actions:
+
+* ``status``: answer ``status`` (default 500) with an S3-style XML error body; upstream is not asked.
+* ``reset``: forward, send the headers and the first ``keep`` bytes of the body (default half),
+  then reset the connection (TCP RST).
+* ``truncate``: like ``reset`` but close the connection cleanly after ``keep`` bytes, so the body
+  is shorter than its Content-Length.
+* ``stall``: read the request and never answer (until the proxy stops, or ``delay`` seconds).
+* ``latency``: wait ``delay`` seconds, then forward.
+* ``grow``: forward, and append ``extra`` bytes to a successful body (a file that grew).
+"""
+
+from __future__ import annotations
+
+import http.client
+import re
+import socket
+import struct
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+from s3proxy import _HOP_BY_HOP
+
+__all__ = ["Fault", "FaultProxy"]
+
+_ACTIONS = ("status", "reset", "truncate", "stall", "latency", "grow")
+
+
+@dataclass
+class Fault:
+    """One rule: ``action`` on requests whose method matches ``method`` (``"*"``: any) and
+    whose path (with query) matches the regular expression ``path``."""
+
+    action: str
+    path: str = ""
+    method: str = "*"
+    status: int = 500
+    keep: int | None = None  # body bytes sent before a reset / truncation (None: half)
+    delay: float = 0.0  # seconds, for stall (0: until the proxy stops) and latency
+    extra: int = 1  # bytes appended by grow
+    skip: int = 0  # matching requests let through before the rule fires
+    times: int | None = None  # how many matching requests it fires on (None: all)
+    seen: int = field(default=0, init=False)
+    fired: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        if self.action not in _ACTIONS:
+            raise ValueError(f"unknown fault action {self.action!r}; one of {_ACTIONS}")
+        self._pattern = re.compile(self.path)
+
+    def claims(self, method: str, path: str) -> bool:
+        """Whether this rule fires on this request (counts it; call once per request)."""
+        if self.method not in ("*", method) or not self._pattern.search(path):
+            return False
+        n = self.seen
+        self.seen += 1
+        if n < self.skip or (self.times is not None and n >= self.skip + self.times):
+            return False
+        self.fired += 1
+        return True
+
+
+class FaultProxy:
+    """Forward ``url`` (http://127.0.0.1:PORT) to ``upstream``, applying ``faults`` on the way.
+
+    ``add(fault)`` / ``clear()`` change the rules while it runs; ``requests`` counts requests by
+    method and ``log`` lists ``(method, path, action or "forward")`` in arrival order.
+    ``storage_options`` (filled by the fixture) are s3fs options that point at the proxy.
+    """
+
+    def __init__(self, upstream: str, faults: list[Fault] | None = None) -> None:
+        parts = urlsplit(upstream)
+        if parts.scheme != "http" or not parts.hostname or not parts.port:
+            raise ValueError(f"upstream must be http://HOST:PORT, got {upstream!r}")
+        self.upstream_host: str = parts.hostname
+        self.upstream_port: int = parts.port
+        self.faults: list[Fault] = list(faults or [])
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self.requests: Counter[str] = Counter()
+        self.log: list[tuple[str, str, str]] = []
+        self.storage_options: dict[str, Any] = {}
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="s3-fault-proxy", daemon=True)
+
+    def add(self, fault: Fault) -> Fault:
+        with self._lock:
+            self.faults.append(fault)
+        return fault
+
+    def clear(self) -> None:
+        with self._lock:
+            self.faults = []
+
+    def _choose(self, method: str, path: str) -> Fault | None:
+        with self._lock:
+            self.requests[method] += 1
+            chosen = next((f for f in self.faults if f.claims(method, path)), None)
+            self.log.append((method, path, chosen.action if chosen else "forward"))
+            return chosen
+
+    def start(self) -> FaultProxy:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()  # releases stalled handlers
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> FaultProxy:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+_ERROR_BODY = (
+    '<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
+    "<Message>injected by the fault proxy</Message></Error>"
+)
+_CODES = {500: "InternalError", 503: "SlowDown", 403: "AccessDenied", 404: "NoSuchKey"}
+
+
+def _make_handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        _upstream: http.client.HTTPConnection | None = None
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+            pass
+
+        def _handle(self) -> None:
+            body = self._read_body()
+            fault = proxy._choose(self.command, self.path)
+            action = fault.action if fault else "forward"
+            if fault is not None and action == "stall":
+                proxy._stopping.wait(fault.delay or None)
+                self.close_connection = True
+                return
+            if fault is not None and action == "status":
+                payload = _ERROR_BODY.format(code=_CODES.get(fault.status, "InjectedError")).encode()
+                self.send_response_only(fault.status)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(payload) if self.command != "HEAD" else 0))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(payload)
+                return
+            if fault is not None and action == "latency":
+                if proxy._stopping.wait(fault.delay):
+                    return
+            headers = [(k, v) for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP]
+            if body is not None and not any(k.lower() == "content-length" for k, _ in headers):
+                headers.append(("Content-Length", str(len(body))))
+            status, reason, resp_headers, data = self._send_upstream(headers, body)
+            if fault is not None and action == "grow" and 200 <= status < 300:
+                data += b"\0" * fault.extra
+                resp_headers = [(k, v) for k, v in resp_headers if k.lower() != "content-range"]
+            self.send_response_only(status, reason)
+            for key, value in resp_headers:
+                if key.lower() not in _HOP_BY_HOP and key.lower() != "content-length":
+                    self.send_header(key, value)
+            if self.command == "HEAD":
+                length = next((v for k, v in resp_headers if k.lower() == "content-length"), None)
+                if length is not None:
+                    self.send_header("Content-Length", length)
+            elif status not in (204, 304) and status >= 200:
+                self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command == "HEAD":
+                return
+            if fault is not None and action in ("reset", "truncate"):
+                keep = len(data) // 2 if fault.keep is None else min(fault.keep, len(data))
+                self.wfile.write(data[:keep])
+                self.wfile.flush()
+                if action == "reset":  # SO_LINGER 0: close() sends RST instead of FIN
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.close_connection = True
+                return
+            self.wfile.write(data)
+
+        def _read_body(self) -> bytes | None:
+            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                chunks = []
+                while True:
+                    size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                    if size == 0:
+                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                            pass
+                        break
+                    chunks.append(self.rfile.read(size))
+                    self.rfile.readline()
+                return b"".join(chunks)
+            length = self.headers.get("Content-Length")
+            return self.rfile.read(int(length)) if length else None
+
+        def _send_upstream(
+            self, headers: list[tuple[str, str]], body: bytes | None
+        ) -> tuple[int, str, list[tuple[str, str]], bytes]:
+            for attempt in (0, 1):
+                if self._upstream is None:
+                    self._upstream = http.client.HTTPConnection(
+                        proxy.upstream_host, proxy.upstream_port, timeout=60
+                    )
+                conn = self._upstream
+                try:
+                    conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+                    for key, value in headers:
+                        conn.putheader(key, value)
+                    conn.endheaders(body)
+                    resp = conn.getresponse()
+                    data = resp.read()
+                    if resp.will_close:
+                        conn.close()
+                        self._upstream = None
+                    return resp.status, resp.reason, resp.getheaders(), data
+                except (ConnectionError, http.client.HTTPException):
+                    conn.close()
+                    self._upstream = None
+                    if attempt:
+                        raise
+            raise AssertionError("unreachable")
+
+        def finish(self) -> None:
+            try:
+                super().finish()
+            except OSError:
+                pass  # the client went away (or we reset the connection on purpose)
+            if self._upstream is not None:
+                self._upstream.close()
+
+        do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = do_OPTIONS = do_PATCH = _handle
+
+    return Handler
+
+
+def wait_for(predicate: Any, timeout: float = 10.0) -> bool:
+    """Poll ``predicate()`` until true or ``timeout`` seconds pass (for tests)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return bool(predicate())
