@@ -82,7 +82,8 @@ bench: venv
 	$(PY) -m benchmarks
 
 docs: venv
-	$(VENV)/bin/mkdocs build --strict
+	# Material 9.7+ prints a notice about MkDocs 2.0 on every build; the variable silences it.
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 lint: venv
 	$(VENV)/bin/ruff check $(LINT_PATHS)
