@@ -22,7 +22,6 @@ Actions:
 
 from __future__ import annotations
 
-import http.client
 import re
 import socket
 import struct
@@ -34,7 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from s3proxy import _HOP_BY_HOP
+from s3proxy import ForwardingHandler
 
 __all__ = ["Fault", "FaultProxy"]
 
@@ -141,12 +140,8 @@ _CODES = {500: "InternalError", 503: "SlowDown", 403: "AccessDenied", 404: "NoSu
 
 
 def _make_handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        _upstream: http.client.HTTPConnection | None = None
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-            pass
+    class Handler(ForwardingHandler):
+        upstream = (proxy.upstream_host, proxy.upstream_port)
 
         def _handle(self) -> None:
             body = self._read_body()
@@ -168,23 +163,11 @@ def _make_handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             if fault is not None and action == "latency":
                 if proxy._stopping.wait(fault.delay):
                     return
-            headers = [(k, v) for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP]
-            if body is not None and not any(k.lower() == "content-length" for k, _ in headers):
-                headers.append(("Content-Length", str(len(body))))
-            status, reason, resp_headers, data = self._send_upstream(headers, body)
+            status, reason, resp_headers, data = self._forward_upstream(body)
             if fault is not None and action == "grow" and 200 <= status < 300:
                 data += b"\0" * fault.extra
                 resp_headers = [(k, v) for k, v in resp_headers if k.lower() != "content-range"]
-            self.send_response_only(status, reason)
-            for key, value in resp_headers:
-                if key.lower() not in _HOP_BY_HOP and key.lower() != "content-length":
-                    self.send_header(key, value)
-            if self.command == "HEAD":
-                length = next((v for k, v in resp_headers if k.lower() == "content-length"), None)
-                if length is not None:
-                    self.send_header("Content-Length", length)
-            elif status not in (204, 304) and status >= 200:
-                self.send_header("Content-Length", str(len(data)))
+            self._reply_head(status, reason, resp_headers, data)
             self.end_headers()
             if self.command == "HEAD":
                 return
@@ -197,56 +180,6 @@ def _make_handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 return
             self.wfile.write(data)
-
-        def _read_body(self) -> bytes | None:
-            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-                chunks = []
-                while True:
-                    size = int(self.rfile.readline().split(b";")[0].strip(), 16)
-                    if size == 0:
-                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                            pass
-                        break
-                    chunks.append(self.rfile.read(size))
-                    self.rfile.readline()
-                return b"".join(chunks)
-            length = self.headers.get("Content-Length")
-            return self.rfile.read(int(length)) if length else None
-
-        def _send_upstream(
-            self, headers: list[tuple[str, str]], body: bytes | None
-        ) -> tuple[int, str, list[tuple[str, str]], bytes]:
-            for attempt in (0, 1):
-                if self._upstream is None:
-                    self._upstream = http.client.HTTPConnection(
-                        proxy.upstream_host, proxy.upstream_port, timeout=60
-                    )
-                conn = self._upstream
-                try:
-                    conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
-                    for key, value in headers:
-                        conn.putheader(key, value)
-                    conn.endheaders(body)
-                    resp = conn.getresponse()
-                    data = resp.read()
-                    if resp.will_close:
-                        conn.close()
-                        self._upstream = None
-                    return resp.status, resp.reason, resp.getheaders(), data
-                except (ConnectionError, http.client.HTTPException):
-                    conn.close()
-                    self._upstream = None
-                    if attempt:
-                        raise
-            raise AssertionError("unreachable")
-
-        def finish(self) -> None:
-            try:
-                super().finish()
-            except OSError:
-                pass  # the client went away (or we reset the connection on purpose)
-            if self._upstream is not None:
-                self._upstream.close()
 
         do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = do_OPTIONS = do_PATCH = _handle
 

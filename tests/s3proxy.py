@@ -33,6 +33,86 @@ _HOP_BY_HOP = {
 }
 
 
+class ForwardingHandler(BaseHTTPRequestHandler):
+    """The forwarding half of a test proxy, shared by this counting proxy and the fault proxy
+    (`tests/faultproxy.py`): read the client's request, send it upstream over one keep-alive
+    connection per client connection, and write the reply's status and headers back.
+    A subclass sets `upstream` (host, port) and routes the ``do_*`` methods."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive, as S3 clients expect
+    upstream: tuple[str, int] = ("127.0.0.1", 0)
+    _upstream: http.client.HTTPConnection | None = None
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass  # the proxies' own records are the log; stderr noise would hide test output
+
+    def _read_body(self) -> bytes | None:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    break
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            return b"".join(chunks)
+        length = self.headers.get("Content-Length")
+        return self.rfile.read(int(length)) if length else None
+
+    def _forward_upstream(self, body: bytes | None) -> tuple[int, str, list[tuple[str, str]], bytes]:
+        """Send this request (its end-to-end headers, ``body``) upstream; the reply, read whole."""
+        headers = [(k, v) for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP]
+        if body is not None and not any(k.lower() == "content-length" for k, _ in headers):
+            headers.append(("Content-Length", str(len(body))))
+        # One upstream connection per client connection; retry once on a stale keep-alive.
+        for attempt in (0, 1):
+            if self._upstream is None:
+                self._upstream = http.client.HTTPConnection(*self.upstream, timeout=60)
+            conn = self._upstream
+            try:
+                conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+                for key, value in headers:
+                    conn.putheader(key, value)
+                conn.endheaders(body)
+                resp = conn.getresponse()
+                data = resp.read()
+                if resp.will_close:
+                    conn.close()
+                    self._upstream = None
+                return resp.status, resp.reason, resp.getheaders(), data
+            except (ConnectionError, http.client.HTTPException):
+                conn.close()
+                self._upstream = None
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _reply_head(self, status: int, reason: str, headers: list[tuple[str, str]], body: bytes) -> None:
+        """Status line and end-to-end headers of a reply whose body is ``body`` (not yet ended)."""
+        self.send_response_only(status, reason)
+        for key, value in headers:
+            if key.lower() not in _HOP_BY_HOP and key.lower() != "content-length":
+                self.send_header(key, value)
+        if status in (204, 304) or status < 200:
+            pass  # these replies never carry a body nor a Content-Length
+        elif self.command != "HEAD":
+            self.send_header("Content-Length", str(len(body)))
+        else:  # a HEAD reply announces the object's length but carries no body
+            length = next((v for k, v in headers if k.lower() == "content-length"), None)
+            if length is not None:
+                self.send_header("Content-Length", length)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        except OSError:
+            pass  # the client went away (or a fault reset the connection on purpose)
+        if self._upstream is not None:
+            self._upstream.close()
+
+
 @dataclass(frozen=True)
 class ProxiedRequest:
     """One request as the proxy saw it. `range` is the raw Range header or None; `bytes` counts
@@ -122,12 +202,8 @@ class CountingProxy:
 
 
 def _make_handler(proxy: CountingProxy) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive, as S3 clients expect
-        _upstream: http.client.HTTPConnection | None = None
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-            pass  # the counters are the log; stderr noise would hide test output
+    class Handler(ForwardingHandler):
+        upstream = (proxy.upstream_host, proxy.upstream_port)
 
         def _forward(self) -> None:
             proxy._enter()
@@ -139,24 +215,8 @@ def _make_handler(proxy: CountingProxy) -> type[BaseHTTPRequestHandler]:
                 proxy._leave()
 
         def _forward_counted(self) -> None:
-            body = self._read_body()
-            headers = [(k, v) for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP]
-            if body is not None and not any(k.lower() == "content-length" for k, _ in headers):
-                headers.append(("Content-Length", str(len(body))))
-            status, reason, resp_headers, resp_body = self._send_upstream(headers, body)
-
-            self.send_response_only(status, reason)
-            for key, value in resp_headers:
-                if key.lower() not in _HOP_BY_HOP and key.lower() != "content-length":
-                    self.send_header(key, value)
-            if status in (204, 304) or status < 200:
-                pass  # these replies never carry a body nor a Content-Length
-            elif self.command != "HEAD":
-                self.send_header("Content-Length", str(len(resp_body)))
-            else:  # a HEAD reply announces the object's length but carries no body
-                length = next((v for k, v in resp_headers if k.lower() == "content-length"), None)
-                if length is not None:
-                    self.send_header("Content-Length", length)
+            status, reason, resp_headers, resp_body = self._forward_upstream(self._read_body())
+            self._reply_head(status, reason, resp_headers, resp_body)
             # Count before the client can see the reply, so a test never reads a stale count.
             proxy._record(
                 ProxiedRequest(self.command, self.path, self.headers.get("Range"), status, len(resp_body))
@@ -164,54 +224,6 @@ def _make_handler(proxy: CountingProxy) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(resp_body)
-
-        def _read_body(self) -> bytes | None:
-            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-                chunks = []
-                while True:
-                    size = int(self.rfile.readline().split(b";")[0].strip(), 16)
-                    if size == 0:
-                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                            pass  # trailers
-                        break
-                    chunks.append(self.rfile.read(size))
-                    self.rfile.readline()
-                return b"".join(chunks)
-            length = self.headers.get("Content-Length")
-            return self.rfile.read(int(length)) if length else None
-
-        def _send_upstream(
-            self, headers: list[tuple[str, str]], body: bytes | None
-        ) -> tuple[int, str, list[tuple[str, str]], bytes]:
-            # One upstream connection per client connection; retry once on a stale keep-alive.
-            for attempt in (0, 1):
-                if self._upstream is None:
-                    self._upstream = http.client.HTTPConnection(
-                        proxy.upstream_host, proxy.upstream_port, timeout=60
-                    )
-                conn = self._upstream
-                try:
-                    conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
-                    for key, value in headers:
-                        conn.putheader(key, value)
-                    conn.endheaders(body)
-                    resp = conn.getresponse()
-                    data = resp.read()
-                    if resp.will_close:
-                        conn.close()
-                        self._upstream = None
-                    return resp.status, resp.reason, resp.getheaders(), data
-                except (ConnectionError, http.client.HTTPException):
-                    conn.close()
-                    self._upstream = None
-                    if attempt:
-                        raise
-            raise AssertionError("unreachable")
-
-        def finish(self) -> None:
-            super().finish()
-            if self._upstream is not None:
-                self._upstream.close()
 
         do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = do_OPTIONS = do_PATCH = _forward
 
