@@ -634,8 +634,9 @@ class StatefulDataLoader(_TorchdataLoader):
                 an empty source; the message names the source).
             ResumeStateError: A `Mixture` built with an `after=` state that does not fit it.
             StorageAccessError: The storage refused a request or could not be reached.
-            TypeError: `storage` is not a GuideLoom storage or `Mixture`, or an option
-                torchdata's order would need (`sampler=`, ...) is passed.
+            TypeError: `storage` is not a GuideLoom storage or `Mixture`, or `sampler=`,
+                `batch_sampler=` or `generator=` is passed (the order comes from `seed` and
+                `shuffle`).
             ValueError: `sequence_length` missing for a stream, given for documents, not
                 positive or longer than the stream; or another setting out of range (see the
                 class).

@@ -19,6 +19,8 @@ def _copy_with_page(tmp_path: Path, text: str) -> Path:
     config = (REPO / "mkdocs.yml").read_text(encoding="utf-8")
     config = config.replace("docs_dir: docs", f"docs_dir: {docs}")
     config = config.replace('paths: ["."]', f'paths: ["{REPO}"]')
+    # Griffe extensions given as paths are relative to the config file: point them at the repo.
+    config = config.replace("- scripts/docs/", f"- {REPO}/scripts/docs/")
     config = config.replace(
         "  - API reference: reference/api.md", "  - API reference: reference/api.md\n  - Probe: probe.md"
     )
