@@ -28,6 +28,39 @@ class IngestConfig(BaseModel):
 
     Sizes are in bytes. ``part_size`` is how much input (compressed bytes as stored) one part
     reads; it is what makes planning deterministic and independent of the number of workers.
+
+    The fields are the keys of a YAML job file and the keyword arguments of `ingest_dataset`.
+    Build one with `validate_config` (or `load_job_file`) to get an `IngestError` that names
+    every bad option, instead of pydantic's `ValidationError`.
+
+    Attributes:
+        inputs: Paths, globs or fsspec URLs of the inputs (at least one).
+        output: The dataset URL or local folder to write.
+        input_format: `"auto"` (from the file name), `"jsonl"`, `"parquet"` or `"text"`.
+        text_field: The field holding a record's text (JSON Lines, Parquet); default `"text"`.
+        text_per_line: Plain text: one document per line (default: one per file).
+        tokenizer: `"bytes"` (default), `"hf:PATH/tokenizer.json"` or `"tiktoken:NAME"`.
+        eos_token: `hf:` tokenizers: the end-of-document token's text (default: a usual one
+            such as `</s>`).
+        append_eos: Append an end-of-document token to each document; default True for
+            `layout="stream"`, False for `"document"`.
+        layout: `"stream"` (a `StreamStorage`, default) or `"document"` (a `DocumentStorage`,
+            one record per input document).
+        doc_index: Streams: add a `uint64` `doc_index` field, unique per document.
+        format: Documents: `"json"` (default), `"msgpack"` or `"pickle"`.
+        passthrough: Documents: input fields copied into each record beside `tokens`.
+        shard_size: Bytes per shard (default 64 MiB).
+        part_size: Input bytes per part, one Ray task each (default 32 MiB).
+        on_bad_record: `"fail"` (default: the first bad record stops the job) or `"skip"`
+            (skip and count them).
+        overwrite: Replace whatever dataset the output holds.
+        ray_address: The Ray cluster to run on; default `$RAY_ADDRESS`, else a local Ray.
+        num_workers: Parts in flight; default twice the cluster's CPUs.
+        max_retries: Retries of a part whose worker died (default 3).
+        progress: `"auto"`, `"rich"`, `"plain"` (log lines on stderr) or `"none"`.
+        storage_options: fsspec options for the output; never stored in the manifest.
+        input_storage_options: fsspec options for `s3://` (and other remote) inputs and an
+            `hf:` tokenizer file.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -79,11 +112,17 @@ class IngestConfig(BaseModel):
 
     @property
     def eos(self) -> bool:
-        """Whether an end-of-document token follows each document's tokens."""
+        """Whether an end-of-document token follows each document's tokens (`append_eos`, or
+        by default True for streams and False for documents)."""
         return self.append_eos if self.append_eos is not None else self.layout == "stream"
 
     def identity(self) -> dict[str, Any]:
-        """The options that decide the bytes written (recorded in the manifest metadata)."""
+        """The options that decide the bytes written (recorded in the manifest metadata).
+
+        Returns:
+            The fields that change the output (formats, tokenizer, layout, sizes, bad-record
+            policy) plus the effective `append_eos`; not where or how fast the job runs.
+        """
         keep = {
             "input_format",
             "text_field",

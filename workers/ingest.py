@@ -69,9 +69,20 @@ SPLIT_WARNING_RATIO = 2  # note a compressed input larger than this many part si
 class IngestCancelled(KeyboardInterrupt):
     """The job was interrupted (Ctrl-C, SIGTERM from ``ray job stop``); in-flight parts were
     cancelled. ``written`` parts of ``total`` are kept; a re-run of the same job redoes only the
-    others. A subclass of ``KeyboardInterrupt``, so ``except Exception`` does not swallow it."""
+    others. A subclass of ``KeyboardInterrupt``, so ``except Exception`` does not swallow it.
+
+    Attributes:
+        written: Parts whose completion record was written before the interruption.
+        total: Parts of the job's plan.
+    """
 
     def __init__(self, written: int, total: int) -> None:
+        """Raised by `ingest_dataset`; there is no need to build one yourself.
+
+        Args:
+            written: Parts written and kept.
+            total: Parts of the job's plan.
+        """
         self.written, self.total = written, total
         super().__init__(
             f"interrupted: {written} of {total} parts are written and kept; run the same command "
@@ -508,6 +519,21 @@ class IngestResult:
     Counts come from the manifest's ``ingest`` metadata; ``bad_records`` maps each input (URL
     without credentials) to ``{reason: count}`` of the records skipped under ``on_bad_record:
     skip``; ``empty_documents`` counts documents with no tokens (not stored).
+
+    Attributes:
+        manifest: The committed `Manifest` (its metadata has the job under `"ingest"`).
+        storage: The opened storage (`StreamStorage` or `DocumentStorage`), ready for a view.
+        url: The output URL, without credentials.
+        documents: Documents stored.
+        tokens: Tokens stored (end-of-document tokens included).
+        parts: Parts the job was planned into (one Ray task each).
+        shards: Shards written.
+        bytes: Bytes of every shard file, headers included.
+        bad_records: `{input URL: {reason: records}}` of the bad records skipped.
+        bad_records_total: Bad records skipped, over all inputs.
+        empty_documents: Documents with no tokens (counted, not stored).
+        already_committed: True when the output already held this job's dataset and nothing
+            ran.
     """
 
     manifest: Any
@@ -524,7 +550,12 @@ class IngestResult:
     already_committed: bool
 
     def open_code(self) -> str:
-        """The Python lines that open this dataset (storage class and format from the manifest)."""
+        """The Python lines that open this dataset (storage class and format from the manifest).
+
+        Returns:
+            Import lines and a `storage = ...(url, format)` line, as `guideloom inspect` prints
+            them.
+        """
         return open_code(self.manifest, self.url)
 
 
@@ -543,6 +574,35 @@ def ingest_dataset(
     override its values, as flags override a job file on the command line. ``progress`` defaults
     to ``"none"`` here (``"plain"`` prints log lines to stderr). Raises ``IngestError`` (and
     subclasses) on bad options or input, `IngestCancelled` when interrupted.
+
+    It runs on the Ray cluster named by ``ray_address`` or ``RAY_ADDRESS``, or else on a local
+    Ray it starts (and stops) itself. Re-running an interrupted job redoes only the parts without
+    a valid completion record; re-running a committed job returns at once
+    (``already_committed``), without starting Ray.
+
+    Args:
+        inputs: Paths, globs or fsspec URLs of the input files (JSON Lines, Parquet or plain
+            text; `.gz` / `.zst` compressed), or one such string.
+        output: The dataset URL or local folder to write.
+        config: An `IngestConfig`, or the path of a YAML job file, whose values `inputs`,
+            `output` and `options` override.
+        **options: Any other `IngestConfig` field: `tokenizer`, `eos_token`, `layout`,
+            `shard_size` and `part_size` (bytes), `on_bad_record`, `overwrite`, `ray_address`,
+            `num_workers` (parts in flight), `max_retries`, `storage_options`, ...
+
+    Returns:
+        An `IngestResult`: the manifest, the opened storage and the counts.
+
+    Raises:
+        IngestError: Bad options (an unknown or invalid one, named), an input that does not
+            exist or a glob that matches nothing, a bad record under `on_bad_record="fail"`
+            (named by file and line), a tokenizer that cannot be loaded or has no
+            end-of-document token, an output that cannot be written, a Ray address where
+            nothing answers, or inputs without a single document; nothing is committed.
+        DatasetExistsError: The output holds a dataset this job did not write, and `overwrite`
+            is False.
+        IngestCancelled: Interrupted (Ctrl-C, SIGTERM); the finished parts are kept.
+        StorageAccessError: The storage refused a request or could not be reached.
     """
     overrides: dict[str, Any] = dict(options)
     if inputs is not None:

@@ -20,10 +20,21 @@ class Format:
     """Base of every format. Subclasses with parameters override `config`."""
 
     def config(self) -> dict[str, Any]:
-        """The parameters that change the bytes, as JSON values. Stored in the manifest."""
+        """The parameters that change the bytes, as JSON values. Stored in the manifest.
+
+        Returns:
+            A JSON-able dict; `{}` for a format without parameters. Reopening a dataset compares
+            it with the recorded one.
+        """
         return {}
 
     def spec(self) -> FormatSpec:
+        """What the manifest records about this format: class name, module and `config()`.
+
+        Returns:
+            `{"name": class name, "module": module, "config": config()}`. Two specs name the
+            same format when name and config agree (the module is informative only).
+        """
         cls = type(self)
         return {"name": cls.__qualname__, "module": cls.__module__, "config": self.config()}
 

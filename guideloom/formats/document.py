@@ -34,11 +34,35 @@ class DocumentStorageFormat(Format):
     """
 
     def encode(self, record: Any) -> bytes:
-        """Turn one record into bytes."""
+        """Turn one record into bytes.
+
+        The writer calls it once per appended record; any exception it raises, or a result that
+        is not bytes, reaches the caller of `append` as a `RecordError`.
+
+        Args:
+            record: One document, as passed to `writer.append`.
+
+        Returns:
+            The document's bytes.
+
+        Raises:
+            NotImplementedError: A subclass did not implement it.
+        """
         raise NotImplementedError(f"{type(self).__qualname__} must implement encode(record) -> bytes")
 
     def decode(self, data: bytes | memoryview) -> Any:
-        """Turn the bytes of one record back into the record."""
+        """Turn the bytes of one record back into the record.
+
+        Args:
+            data: Exactly the bytes `encode` returned (possibly as a `memoryview`, valid after
+                the call).
+
+        Returns:
+            A record equal to the one encoded.
+
+        Raises:
+            NotImplementedError: A subclass did not implement it.
+        """
         raise NotImplementedError(f"{type(self).__qualname__} must implement decode(data) -> record")
 
 
@@ -46,15 +70,48 @@ class DocumentPickleFormat(DocumentStorageFormat):
     """Any picklable Python object. Read it only from trusted data: unpickling can run code."""
 
     def __init__(self, protocol: int = 5) -> None:
+        """A pickle format.
+
+        Args:
+            protocol: The pickle protocol `encode` uses (recorded in the manifest).
+        """
         self.protocol = protocol
 
     def config(self) -> dict[str, Any]:
+        """The pickle protocol, as recorded in the manifest.
+
+        Returns:
+            `{"protocol": protocol}`.
+        """
         return {"protocol": self.protocol}
 
     def encode(self, record: Any) -> bytes:
+        """Pickle one record.
+
+        Args:
+            record: Any picklable object.
+
+        Returns:
+            The pickle of `record` with this format's protocol.
+
+        Raises:
+            pickle.PicklingError: `record` cannot be pickled (the writer reports it as a
+                `RecordError`).
+        """
         return pickle.dumps(record, protocol=self.protocol)
 
     def decode(self, data: bytes | memoryview) -> Any:
+        """Unpickle one record. This can run arbitrary code: decode only data you trust.
+
+        Args:
+            data: The bytes `encode` returned.
+
+        Returns:
+            The unpickled record.
+
+        Raises:
+            pickle.UnpicklingError: The bytes are not a pickle.
+        """
         return pickle.loads(data)
 
 
@@ -62,6 +119,18 @@ class DocumentJsonFormat(DocumentStorageFormat):
     """JSON values (dicts, lists, strings, numbers, booleans, None), stored as UTF-8."""
 
     def encode(self, record: Any) -> bytes:
+        """Encode one record as compact UTF-8 JSON.
+
+        Args:
+            record: A JSON value: dict, list, str, int, float, bool or None.
+
+        Returns:
+            The record's JSON text, UTF-8 encoded.
+
+        Raises:
+            TypeError: The record holds a value JSON cannot encode, such as a NumPy array (the
+                writer reports it as a `RecordError`).
+        """
         try:
             return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         except TypeError as err:
@@ -71,6 +140,17 @@ class DocumentJsonFormat(DocumentStorageFormat):
             ) from err
 
     def decode(self, data: bytes | memoryview) -> Any:
+        """Decode one record from UTF-8 JSON.
+
+        Args:
+            data: The bytes `encode` returned.
+
+        Returns:
+            The JSON value.
+
+        Raises:
+            ValueError: The bytes are not valid JSON (`json.JSONDecodeError`).
+        """
         return json.loads(bytes(data))
 
 
@@ -78,6 +158,18 @@ class DocumentMsgpackFormat(DocumentStorageFormat):
     """MessagePack values: like JSON plus ``bytes``; compact and fast."""
 
     def encode(self, record: Any) -> bytes:
+        """Encode one record as MessagePack.
+
+        Args:
+            record: A MessagePack value: dict, list, str, bytes, int, float, bool or None.
+
+        Returns:
+            The record's MessagePack bytes.
+
+        Raises:
+            TypeError: The record holds a value MessagePack cannot encode, such as a NumPy array
+                (the writer reports it as a `RecordError`).
+        """
         try:
             return msgpack.packb(record, use_bin_type=True)
         except TypeError as err:
@@ -87,4 +179,15 @@ class DocumentMsgpackFormat(DocumentStorageFormat):
             ) from err
 
     def decode(self, data: bytes | memoryview) -> Any:
+        """Decode one record from MessagePack.
+
+        Args:
+            data: The bytes `encode` returned.
+
+        Returns:
+            The MessagePack value (strings as `str`, binary as `bytes`).
+
+        Raises:
+            ValueError: The bytes are not valid MessagePack (msgpack's own errors).
+        """
         return msgpack.unpackb(data, raw=False)

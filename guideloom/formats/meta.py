@@ -32,6 +32,15 @@ class StreamWithMetaStorageFormat(Format):
     """
 
     def __init__(self, stream_format: StreamNumpyFormat) -> None:
+        """A stream-with-metadata format over the given token fields.
+
+        Args:
+            stream_format: The per-token fields of the stream (e.g.
+                `StreamNumpyFormat({"tokens": np.uint32})`).
+
+        Raises:
+            TypeError: `stream_format` is not a `StreamNumpyFormat`.
+        """
         if not isinstance(stream_format, StreamNumpyFormat):
             raise TypeError(
                 f"{type(self).__qualname__} wraps a StreamNumpyFormat, got {type(stream_format).__name__}"
@@ -39,14 +48,43 @@ class StreamWithMetaStorageFormat(Format):
         self.stream_format = stream_format
 
     def config(self) -> dict[str, Any]:
+        """The stream's fields, as recorded in the manifest; a subclass with parameters of its
+        own adds them to ``super().config()``.
+
+        Returns:
+            `{"stream": stream_format.config()}`.
+        """
         return {"stream": self.stream_format.config()}
 
     def encode_meta(self, annotation: Any) -> bytes:
-        """Turn one annotation into bytes."""
+        """Turn one annotation into bytes.
+
+        The writer calls it once per span; any exception it raises, or a result that is not
+        bytes, reaches the caller of `append` as a `RecordError`.
+
+        Args:
+            annotation: The third item of a span passed to `writer.append`.
+
+        Returns:
+            The annotation's bytes.
+
+        Raises:
+            NotImplementedError: A subclass did not implement it.
+        """
         raise NotImplementedError(f"{type(self).__qualname__} must implement encode_meta")
 
     def decode_meta(self, data: bytes | memoryview) -> Any:
-        """Turn the bytes of one annotation back into the annotation."""
+        """Turn the bytes of one annotation back into the annotation.
+
+        Args:
+            data: Exactly the bytes `encode_meta` returned (possibly as a `memoryview`).
+
+        Returns:
+            An annotation equal to the one encoded.
+
+        Raises:
+            NotImplementedError: A subclass did not implement it.
+        """
         raise NotImplementedError(f"{type(self).__qualname__} must implement decode_meta")
 
     def align(self, window: dict[str, np.ndarray], spans: list[Span]) -> Any:
@@ -56,6 +94,14 @@ class StreamWithMetaStorageFormat(Format):
         are the annotated spans overlapping the window, clipped to it, in window coordinates
         (``0 <= start < stop <= sequence_length``), sorted. The default returns the window's
         fields plus ``"spans"``.
+
+        Args:
+            window: `{field: array of sequence_length values}`.
+            spans: `(start, stop, annotation)` triples in tokens of the window, sorted and
+                non-overlapping; annotations as `decode_meta` returns them.
+
+        Returns:
+            One training sample; the default is `{**window, "spans": spans}`.
         """
         return {**window, "spans": spans}
 
@@ -66,6 +112,14 @@ class StreamWithMetaStorageFormat(Format):
         ``spans[row]`` are row ``row``'s spans, as `align` takes them. The default calls
         `align` once per row, so a subclass that only overrides `align` keeps working;
         override this instead to shape a batch with whole-array operations.
+
+        Args:
+            windows: `{field: array of shape (batch, sequence_length)}`.
+            spans: One list of `(start, stop, annotation)` triples per row, in window
+                coordinates.
+
+        Returns:
+            One sample per row, in row order.
         """
         return [
             self.align({name: values[row] for name, values in windows.items()}, row_spans)

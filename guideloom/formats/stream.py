@@ -30,6 +30,17 @@ class StreamNumpyFormat(Format):
     """
 
     def __init__(self, fields: Mapping[str, Any]) -> None:
+        """A stream format of the given per-token fields.
+
+        Args:
+            fields: `{name: dtype}` in storage order: one scalar boolean, integer or float
+                NumPy dtype per field (multi-byte dtypes are stored little-endian). A token
+                takes the sum of the fields' sizes in bytes (`itemsize`).
+
+        Raises:
+            TypeError: `fields` is empty or not a mapping, a name is not a non-empty string, or
+                a dtype is not a scalar boolean, integer or float dtype.
+        """
         if not isinstance(fields, Mapping) or not fields:
             raise TypeError(
                 "StreamNumpyFormat needs a non-empty mapping of field name to dtype, "
@@ -58,10 +69,27 @@ class StreamNumpyFormat(Format):
         return int(self.dtype.itemsize)
 
     def config(self) -> dict[str, Any]:
+        """The fields and their dtypes, as recorded in the manifest.
+
+        Returns:
+            `{"fields": [[name, dtype string], ...]}`, e.g. `[["tokens", "<u2"]]`.
+        """
         return {"fields": [[name, dt.str] for name, dt in self.fields.items()]}
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> StreamNumpyFormat:
+        """The format a manifest's `format.config` describes (the inverse of `config`).
+
+        Args:
+            config: `{"fields": [[name, dtype string], ...]}`.
+
+        Returns:
+            An equal `StreamNumpyFormat`.
+
+        Raises:
+            KeyError: `config` has no `"fields"`.
+            TypeError: A dtype is not supported (see the constructor).
+        """
         return cls({name: np.dtype(dt) for name, dt in config["fields"]})
 
     def __repr__(self) -> str:
@@ -73,8 +101,18 @@ class StreamNumpyFormat(Format):
     def to_elements(self, record: Mapping[str, Any], where: str = "record") -> np.ndarray:
         """Check one record and return it as a 1-D structured array (one element per token).
 
-        Raises `RecordError` naming ``where`` and the field for missing or extra fields,
-        ragged lengths, arrays that are not 1-D, and values that do not fit the dtype.
+        Values are cast to the field dtypes only where none changes.
+
+        Args:
+            record: `{field: 1-D array}` with one value per token for every field.
+            where: What the error messages name first (the writer passes URL, part and record).
+
+        Returns:
+            A structured array of `len(tokens)` elements of `dtype`.
+
+        Raises:
+            RecordError: Missing or unknown fields, fields of different lengths, an array that
+                is not 1-D, or a value that does not fit its dtype (named with the field).
         """
         if not isinstance(record, Mapping):
             raise RecordError(
@@ -116,11 +154,28 @@ class StreamNumpyFormat(Format):
         return out
 
     def from_bytes(self, data: bytes | memoryview | np.ndarray) -> np.ndarray:
-        """Interpret raw shard bytes as structured elements (no copy)."""
+        """Interpret raw shard bytes as structured elements (no copy).
+
+        Args:
+            data: Bytes of whole elements (a multiple of `itemsize` bytes).
+
+        Returns:
+            A read-only structured array of `len(data) // itemsize` elements over `data`.
+
+        Raises:
+            ValueError: The length of `data` is not a multiple of `itemsize`.
+        """
         return np.frombuffer(data, dtype=self.dtype)
 
     def split_fields(self, elements: np.ndarray) -> dict[str, np.ndarray]:
-        """Structured elements -> ``{field: contiguous array}``."""
+        """Structured elements -> ``{field: contiguous array}``.
+
+        Args:
+            elements: A structured array of this format's `dtype`.
+
+        Returns:
+            One contiguous array per field, each with the shape of `elements`.
+        """
         return {name: np.ascontiguousarray(elements[name]) for name in self.fields}
 
 

@@ -358,6 +358,12 @@ class StatefulDataLoader(_TorchdataLoader):
     ``(batch, sequence_length)``; streams with metadata give the format's aligned samples
     collated per field (see `guideloom.loading.collate`); documents give a list of records.
     ``collate_fn``, when given, receives the list of samples instead.
+
+    Iterating it (``for batch in loader``) yields the rest of the current epoch, then a new
+    ``for`` loop starts the next epoch; ``len(loader)`` is the number of batches of that pass.
+    Reading errors of a batch (`ShardNotFoundError`, `ShardCorruptError`,
+    `StorageAccessError`) reach the loop with their type and message, also from worker
+    processes.
     """
 
     def __init__(
@@ -381,6 +387,49 @@ class StatefulDataLoader(_TorchdataLoader):
         pin_memory: bool = False,
         **kwargs: Any,
     ) -> None:
+        """A loader over a view; `from_storage` builds the view from a storage for you.
+
+        Args:
+            dataset: A `DocumentDataset`, `StreamDataset` or `StreamWithMetaDataset` (or the view
+                of a `Mixture`, `mixture.dataset(...)`).
+            batch_size: Samples (windows or documents) per batch on each rank.
+            shuffle: `False` (sequential), `True` or `"full"` (a random permutation per epoch)
+                or `"block"` (random blocks of `shuffle_block_size` consecutive samples; see
+                `from_storage`).
+            seed: The seed of the order; with the epoch number it decides every epoch's order.
+            drop_last: Leave out the end-of-epoch remainder that does not fill a batch on every
+                rank.
+            rank: This process's rank; default: torch.distributed's, or 0.
+            world_size: The number of ranks; default: torch.distributed's, or 1.
+            num_workers: Worker processes (or threads, with `parallel_method="thread"`) that
+                fetch and collate batches; 0 fetches in the training loop's thread.
+            collate_fn: Turns a batch's list of samples into what the loop receives; default:
+                tensors per field (streams) or the list of records (documents).
+            shuffle_block_size: `shuffle="block"`: samples per block (default 64).
+            shuffle_buffer_blocks: `shuffle="block"`: blocks per shuffle buffer (default 4).
+            shuffle_run_size: `shuffle="block"`: consecutive samples kept together inside a
+                buffer; it must divide `shuffle_block_size`; default `gcd(8, shuffle_block_size)`.
+            read_ahead: Batches a worker fetches together with the current one, in one round of
+                concurrent range requests; default 3 on remote storage, 0 on local disk. It
+                changes when bytes are fetched, never which samples a batch holds.
+            parallel_method: `"process"` (torchdata's worker processes) or `"thread"` (threads
+                of this process, batches handed over without a copy).
+            device: Copy every batch's tensors to this device (e.g. `"cuda"`) with
+                `non_blocking=True`, one batch ahead; None leaves them on the CPU.
+            pin_memory: Put batches in pinned host memory (skipped without an accelerator).
+            **kwargs: Passed to torchdata's `StatefulDataLoader` (`prefetch_factor`,
+                `persistent_workers`, `multiprocessing_context`, `timeout` in seconds,
+                `worker_init_fn`, ...).
+
+        Raises:
+            TypeError: `dataset` is not a GuideLoom view, or `sampler=`, `batch_sampler=` or
+                `generator=` is passed (the order comes from `seed` and `shuffle`).
+            ValueError: A setting out of range: a non-positive `batch_size` or block setting,
+                a `shuffle_run_size` that does not divide the block size, a `rank` outside
+                `0 .. world_size - 1`, more ranks than samples, no full batch with `drop_last`,
+                an empty dataset, `in_order=False`, an unknown `shuffle` or `parallel_method`,
+                or a process-only option with thread workers.
+        """
         storage: Any = getattr(dataset, "storage", None)
         layout = getattr(storage, "layout", None)
         if layout not in _LAYOUTS:
@@ -549,6 +598,48 @@ class StatefulDataLoader(_TorchdataLoader):
         `guideloom.loading.placement`). Other keyword arguments (``prefetch_factor``,
         ``persistent_workers``, ``multiprocessing_context``, ``timeout``, ``worker_init_fn``, ...)
         go to torchdata.
+
+        Args:
+            storage: A `DocumentStorage`, `StreamStorage` or `StreamWithMetaStorage` holding a
+                committed dataset, or a `Mixture` of them.
+            sequence_length: Tokens per window: required for streams, refused for documents.
+            batch_size: Samples (windows or documents) per batch on each rank.
+            shuffle: `False`, `True` / `"full"` or `"block"` (see above).
+            seed: The seed of the order; with the epoch number it decides every epoch's order.
+            drop_last: Leave out the end-of-epoch remainder that does not fill a batch on every
+                rank (else each rank gets one smaller last batch).
+            rank: This process's rank; default: torch.distributed's, or 0.
+            world_size: The number of ranks; default: torch.distributed's, or 1.
+            num_workers: Worker processes (or threads, with `parallel_method="thread"`); 0
+                fetches in the training loop's thread.
+            collate_fn: Turns a batch's list of samples into what the loop receives.
+            parallel_method: `"process"` or `"thread"` (see above).
+            device: Copy every batch's tensors to this device (e.g. `"cuda"`), one batch ahead;
+                None leaves them on the CPU.
+            pin_memory: Put batches in pinned host memory (skipped without an accelerator).
+            **kwargs: `shuffle_block_size` (samples per block, default 64),
+                `shuffle_buffer_blocks` (blocks per buffer, default 4), `shuffle_run_size`
+                (samples; default `gcd(8, shuffle_block_size)`), `read_ahead` (batches; default
+                3 on remote storage, 0 on local disk), and torchdata's own options
+                (`prefetch_factor` in batches per worker, `persistent_workers`,
+                `multiprocessing_context`, `timeout` in seconds, `worker_init_fn`, ...).
+
+        Returns:
+            A `StatefulDataLoader` at the start of epoch 0 (`load_state_dict` moves it).
+
+        Raises:
+            DatasetNotFoundError: No dataset is committed at the storage's URL.
+            ManifestError: The manifest is unreadable, of an unknown version or invalid.
+            MixtureError: A `Mixture` whose sources cannot be read together (sequence lengths,
+                an empty source; the message names the source).
+            ResumeStateError: A `Mixture` built with an `after=` state that does not fit it.
+            StorageAccessError: The storage refused a request or could not be reached.
+            TypeError: `storage` is not a GuideLoom storage or `Mixture`, or `sampler=`,
+                `batch_sampler=` or `generator=` is passed (the order comes from `seed` and
+                `shuffle`).
+            ValueError: `sequence_length` missing for a stream, given for documents, not
+                positive or longer than the stream; or another setting out of range (see the
+                class).
         """
         from guideloom import DocumentDataset, StreamDataset, StreamWithMetaDataset
 
@@ -695,7 +786,16 @@ class StatefulDataLoader(_TorchdataLoader):
 
     # -- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Where the caller is: epoch and global position after the last *received* batch."""
+        """Where the caller is: epoch and global position after the last *received* batch.
+
+        May be called at any time: mid-epoch, between epochs, before the first batch. Batches
+        prefetched by workers but not yet received do not count.
+
+        Returns:
+            A small dict of ints and short strings (epoch, position in samples over all ranks,
+            and what identifies the data and order: fingerprint, sequence length, seed, shuffle
+            settings). Save it with the model's checkpoint; `load_state_dict` takes it back.
+        """
         if self._live is None:
             position = self._schedule.start
         else:
@@ -710,7 +810,21 @@ class StatefulDataLoader(_TorchdataLoader):
         return state.to_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Continue from a saved state at O(1) cost; raises ResumeStateError if it does not fit."""
+        """Continue from a saved state at O(1) cost: the next ``iter(loader)`` resumes there.
+
+        Nothing is re-read or skipped through. `batch_size`, `num_workers`, `drop_last` and the
+        world size may differ from the saving run (after a change of world size every rank
+        loads the state rank 0 saved).
+
+        Args:
+            state_dict: What `state_dict()` returned, e.g. loaded from a checkpoint.
+
+        Raises:
+            ResumeStateError: The state is not a GuideLoom loader state, is of an unknown
+                version, corrupt, or was saved over other data (another manifest fingerprint or
+                layout, another mixture) or with another `sequence_length`, number of samples,
+                `seed` or shuffle settings; the message names what differs.
+        """
         saved = LoaderState.from_dict(state_dict)
         if self._mixture is not None:
             self._mixture.check_state(saved.mixture)  # names the source that differs

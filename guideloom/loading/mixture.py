@@ -253,7 +253,16 @@ class Mixture:
 
     Raises:
         MixtureError: no sources, a weight that is not a positive finite number, sources of
-            different layouts or schemas, or an ``after`` state from other sources.
+            different layouts or schemas, or an unknown ``stopping_strategy``.
+
+    Attributes:
+        names: The sources' names, in the order given.
+        items: The storages or views, as given.
+        storages: Each source's storage.
+        weights: The weights as coprime integers with the same proportions of samples.
+        stopping_strategy: `"all_exhausted"` or `"first_exhausted"`.
+        layout: The sources' layout: `"documents"`, `"stream"` or `"stream_with_meta"`.
+        after: The curriculum state given as `after`, or None.
     """
 
     def __init__(
@@ -329,7 +338,28 @@ class Mixture:
             )
 
     def dataset(self, sequence_length: int | None = None) -> MixtureDataset:
-        """The mixture as one view (``sequence_length`` tokens per window, for streams)."""
+        """The mixture as one view (``sequence_length`` tokens per window, for streams).
+
+        `StatefulDataLoader.from_storage(mixture, ...)` calls it; call it yourself to index the
+        mixture's samples directly.
+
+        Args:
+            sequence_length: Tokens per window: required for stream sources given as storages,
+                refused for documents; a source given as a view keeps its own, which must agree.
+
+        Returns:
+            A `MixtureDataset`: index `offset_i + j` is sample `j` (window or document) of
+            source `i`; it has `len`, `read_windows` / `__getitems__` and the `plan`.
+
+        Raises:
+            MixtureError: `sequence_length` missing for streams or given for documents, sources
+                with different sequence lengths, or a source without a complete window or
+                document (the message names the source).
+            ResumeStateError: The `after` state is not a mixture's loader state, or was saved
+                over other sources or with another `sequence_length`.
+            DatasetNotFoundError: A source has no committed dataset.
+            StorageAccessError: The storage refused a request or could not be reached.
+        """
         from guideloom import DocumentDataset, StreamDataset, StreamWithMetaDataset
 
         if self.layout == "documents" and sequence_length is not None:
@@ -406,7 +436,21 @@ class Mixture:
         return tuple(plan.drawn_after(saved.epoch, saved.position))
 
     def plan(self, sequence_length: int | None = None) -> MixturePlan:
-        """Epoch length, per-source draws and repeats (opens each source's view)."""
+        """Epoch length, per-source draws and repeats (opens each source's view).
+
+        Args:
+            sequence_length: Tokens per window, as for `dataset`.
+
+        Returns:
+            A `MixturePlan`: `epoch_length` (samples per mixture epoch), `draws` (samples of
+            each source per epoch), `shares` and `repeats` (reads of each source per epoch);
+            `lines()` is the table `guideloom mix` prints.
+
+        Raises:
+            MixtureError: As for `dataset`.
+            ResumeStateError: As for `dataset`.
+            DatasetNotFoundError: A source has no committed dataset.
+        """
         return self.dataset(sequence_length).plan
 
     def __repr__(self) -> str:

@@ -308,7 +308,22 @@ class ShardTable(_Frozen):
 
 
 class Manifest(_Frozen):
-    """What a committed dataset holds. Readers open a dataset by reading only this."""
+    """What a committed dataset holds. Readers open a dataset by reading only this.
+
+    Attributes:
+        version: The manifest format version this GuideLoom reads (1).
+        storage_class: The storage class that wrote the dataset.
+        format: The format's spec: class name, module and configuration.
+        num_parts: How many parts (writers) the dataset was written by.
+        total_records: Records appended, over all shards (documents, or stream records).
+        total_tokens: Stream elements (tokens) over all shards; 0 for documents.
+        total_spans: Annotated spans over all shards (streams with metadata).
+        total_bytes: Bytes of every shard file, headers included.
+        created_at: When it was committed (ISO 8601, UTC).
+        guideloom_version: The GuideLoom version that committed it.
+        metadata: The JSON-able values passed to `writer()` or `commit`.
+        shard_table: Every shard's counts and files, as columns.
+    """
 
     version: Literal[1] = 1
     storage_class: StorageClassName
@@ -344,6 +359,7 @@ class Manifest(_Frozen):
 
     @property
     def num_shards(self) -> int:
+        """How many shards the dataset has (over all parts)."""
         return len(self.shard_table)
 
     @cached_property
@@ -375,7 +391,23 @@ class Manifest(_Frozen):
         guideloom_version: str,
         metadata: dict[str, Any],
     ) -> Manifest:
-        """The manifest of a complete shard table (totals are summed from its columns)."""
+        """The manifest of a complete shard table (totals are summed from its columns).
+
+        Args:
+            table: Every shard of the dataset, in part order.
+            storage_class: `"DocumentStorage"`, `"StreamStorage"` or `"StreamWithMetaStorage"`.
+            format: The format's spec.
+            num_parts: How many parts wrote the shards.
+            guideloom_version: The GuideLoom version that commits it.
+            metadata: JSON-able values kept in the manifest.
+
+        Returns:
+            A validated `Manifest`, stamped with the current time.
+
+        Raises:
+            pydantic.ValidationError: A value is out of range (a negative or too large count,
+                an unknown storage class, a shard path that is not relative).
+        """
         return cls(
             storage_class=storage_class,  # type: ignore[arg-type]
             format=format,
@@ -394,6 +426,21 @@ class Manifest(_Frozen):
     def from_parts(
         cls, parts: Sequence[PartRecord], *, guideloom_version: str, metadata: dict[str, Any]
     ) -> Manifest:
+        """The manifest of parts' completion records, in part order.
+
+        Args:
+            parts: The completion records of parts `0 .. n - 1`, in that order; storage class
+                and format are taken from the first.
+            guideloom_version: The GuideLoom version that commits it.
+            metadata: JSON-able values kept in the manifest.
+
+        Returns:
+            A validated `Manifest`, stamped with the current time.
+
+        Raises:
+            IndexError: `parts` is empty.
+            pydantic.ValidationError: A value is out of range or the shards disagree.
+        """
         shards = [s for p in parts for s in p.shards]
         first = parts[0]
         return cls(
@@ -411,6 +458,11 @@ class Manifest(_Frozen):
         )
 
     def to_json(self) -> bytes:
+        """The manifest as `manifest.json` stores it.
+
+        Returns:
+            Compact UTF-8 JSON.
+        """
         return self.model_dump_json().encode("utf-8")
 
 

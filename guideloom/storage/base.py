@@ -87,6 +87,32 @@ class Storage:
     def __init__(
         self, url: str | os.PathLike[str], format: Format, *, storage_options: dict[str, Any] | None = None
     ) -> None:
+        """Open the dataset at ``url``, or prepare an empty location for writing.
+
+        An empty location is accepted (a writer may be about to write there); what needs the
+        dataset (`manifest`, a view, the loader) raises `DatasetNotFoundError` then. A committed
+        dataset is checked at once: its storage class and format must be the ones given here.
+
+        Args:
+            url: A local path or an fsspec URL (`s3://bucket/prefix`, `gs://...`, `memory://...`)
+                of the dataset's root folder.
+            format: The format the records are (or will be) encoded with: a
+                `DocumentStorageFormat` for `DocumentStorage`, a `StreamNumpyFormat` for
+                `StreamStorage`, a `StreamWithMetaStorageFormat` for `StreamWithMetaStorage`.
+            storage_options: fsspec options for the filesystem (credentials,
+                `client_kwargs.endpoint_url`, ...) plus `guideloom_deadline_s`, the deadline of
+                every storage operation in seconds. Never written to the manifest.
+
+        Raises:
+            SchemaMismatchError: The dataset at `url` was written with another storage class or
+                format (or another format configuration, such as a field's dtype).
+            ManifestError: Its `manifest.json` is unreadable, of an unknown version, or
+                contradicts itself.
+            UnknownProtocolError: fsspec knows no filesystem for the URL's scheme, or its
+                package is not installed.
+            StorageAccessError: The storage refused the request or could not be reached.
+            TypeError: `format` is not of the kind this storage class stores.
+        """
         if not isinstance(format, self.format_type):
             raise TypeError(
                 f"{type(self).__name__} stores records with a {self.format_type.__name__}, got "
@@ -155,7 +181,13 @@ class Storage:
 
     @property
     def manifest(self) -> Manifest:
-        """The committed manifest (read once and cached; `refresh` re-reads it)."""
+        """The committed manifest (read once and cached; `refresh` re-reads it).
+
+        Raises:
+            DatasetNotFoundError: No dataset is committed at the URL.
+            ManifestError: The manifest is unreadable, of an unknown version or invalid.
+            SchemaMismatchError: The dataset has another storage class or format.
+        """
         manifest = self._manifest or self._load_manifest()
         if manifest is None:  # unreachable: _load_manifest raises when there is none
             raise DatasetNotFoundError(f"no dataset at {self.url}")
@@ -170,12 +202,22 @@ class Storage:
         Raises:
             DatasetNotFoundError: No dataset is committed at the URL (any more).
             SchemaMismatchError: The dataset now there has another storage class or format.
+            ManifestError: The manifest now there is unreadable, of an unknown version or invalid.
+            StorageAccessError: The storage refused the request or could not be reached.
         """
         self._manifest = None
         return self.manifest
 
     def exists(self) -> bool:
-        """Whether a committed dataset (a manifest) is at the URL."""
+        """Whether a committed dataset (a manifest) is at the URL.
+
+        Returns:
+            True when `manifest.json` exists at the URL; False for an empty location or one
+            whose writer has not committed.
+
+        Raises:
+            StorageAccessError: The storage refused the request or could not be reached.
+        """
         return self.location.exists(layout.manifest_path())
 
     # -- writing ----------------------------------------------------------------------------
@@ -226,7 +268,9 @@ class Storage:
 
         Raises:
             DatasetExistsError: A dataset is committed at the URL and `overwrite` is False.
-            ValueError: `part` is not a non-negative int.
+            StorageAccessError: The storage refused the request or could not be reached.
+            ValueError: `part` is not a non-negative int, `run` is not a valid run name or is
+                given without `part`, or `shard_size` is not positive.
         """
         if self.exists() and not overwrite:
             raise DatasetExistsError(
@@ -253,7 +297,15 @@ class Storage:
         )
 
     def delete(self) -> None:
-        """Delete the dataset: the manifest first (readers stop seeing it), then parts and shards."""
+        """Delete the dataset: the manifest first (readers stop seeing it), then parts and shards.
+
+        Nothing at the URL is fine: deleting an empty location does nothing. Files outside the
+        dataset's `manifest.json`, `parts/` and `shards/` are left alone.
+
+        Raises:
+            StorageAccessError: The storage refused a request (e.g. no permission to delete) or
+                could not be reached.
+        """
         self.location.delete(layout.manifest_path())
         self._manifest = None
         self.location.delete(layout.PARTS_DIR, recursive=True)
@@ -266,6 +318,10 @@ class Storage:
         writers that have not finished yet (a running writer's later commit then fails, naming
         the missing files, instead of publishing anything wrong). ``writer()`` and ``commit``
         already remove what the manifest they replace used.
+
+        Raises:
+            DatasetNotFoundError: No dataset is committed at the URL.
+            StorageAccessError: The storage refused a request or could not be reached.
         """
         manifest = self.manifest
         used = set(manifest.shard_table.prefix)
@@ -296,7 +352,24 @@ class Storage:
                 self.location.delete(path, recursive=True)
 
     def read_part_record(self, part: int, *, run: str | None = None) -> PartRecord:
-        """Part ``part``'s completion record in run ``run``; ``FileNotFoundError`` if it has none."""
+        """Part ``part``'s completion record in run ``run``.
+
+        Args:
+            part: The part number (a non-negative int).
+            run: The parallel job the part belongs to (see `writer`); None is the default run.
+
+        Returns:
+            The part's `PartRecord`: its shards (files, sizes, checksums, counts of records,
+            tokens and spans) and metadata.
+
+        Raises:
+            FileNotFoundError: The part has no completion record (its writer did not finish).
+            ManifestError: The record is not valid JSON, of an unknown version, invalid, or
+                names another part.
+            SchemaMismatchError: The part was written with another storage class or format.
+            StorageAccessError: The storage refused the request or could not be reached.
+            ValueError: `run` is not a valid run name.
+        """
         rel = layout.part_record_path(part, check_run(run))
         # start=0: a ranged GET needs no size request first (a record is never empty).
         record = parse_part_record(self.location.read(rel, start=0), self.location.describe(rel))
@@ -314,12 +387,17 @@ class Storage:
         Args:
             part: The part number.
             verify: `"none"`, `"size"` or `"checksum"`.
+            run: The parallel job the part belongs to (see `writer`); None is the default run.
 
         Returns:
-            True when the part may be committed as it is; False when it must be written again.
+            True when the part may be committed as it is; False when it must be written again
+            (no record, a damaged record, a missing or altered shard file).
 
         Raises:
-            ValueError: `verify` is not one of the three values.
+            SchemaMismatchError: The part was written with another storage class or format.
+            StorageAccessError: The storage refused a request or could not be reached.
+            ValueError: `verify` is not one of the three values, or `run` is not a valid run
+                name.
         """
         try:
             record = self.read_part_record(part, run=run)
@@ -361,9 +439,10 @@ class Storage:
             The committed `Manifest`.
 
         Raises:
-            IncompletePartsError: Some parts are missing or damaged (each is named).
-            SchemaMismatchError: A part was written with another storage class or format.
-            ValueError: `num_parts` is not a positive int.
+            IncompletePartsError: Some parts are missing or damaged, or were written with another
+                storage class or format (each is named); nothing is written.
+            StorageAccessError: The storage refused a request or could not be reached.
+            ValueError: `num_parts` is not a positive int, or `run` is not a valid run name.
         """
         if isinstance(num_parts, bool) or not isinstance(num_parts, int) or num_parts <= 0:
             raise ValueError(f"num_parts must be a positive int, got {num_parts!r}")
@@ -465,7 +544,19 @@ class Storage:
     # -- checking ---------------------------------------------------------------------------
 
     def check_shard(self, shard: ShardInfo, verify: str = "checksum") -> None:
-        """Raise `ShardNotFoundError` / `ShardCorruptError` if a file differs."""
+        """Check one shard's files against what the manifest (or a part record) says of them.
+
+        Args:
+            shard: The shard, as listed by `manifest.shards` or a part record.
+            verify: `"none"` (no check), `"size"` (each file's size in bytes) or `"checksum"`
+                (the size, and the checksum of every byte read; also each file's header).
+
+        Raises:
+            ShardNotFoundError: A file of the shard is missing.
+            ShardCorruptError: A file has another size, checksum or header than recorded.
+            StorageAccessError: The storage refused a request or could not be reached.
+            ValueError: `verify` is not one of the three values.
+        """
         check_shard(self.location, shard, verify)
 
     def verify(
@@ -482,15 +573,19 @@ class Storage:
 
         Args:
             checksums: Read every byte and compare checksums; False compares sizes only.
-            concurrency: How many shards are checked at once.
-            progress: Called as `progress(done, total)` after each shard.
+            concurrency: How many shards are checked at once (threads).
+            progress: Called as `progress(done, total)` (in shards) after each shard.
 
-        Yields:
-            `(shard, None)` for a shard that matches the manifest, `(shard, error)` with a
-            `ShardNotFoundError` or `ShardCorruptError` for one that does not.
+        Returns:
+            An iterator of `(shard, None)` for a shard that matches the manifest and
+            `(shard, error)` with a `ShardNotFoundError` or `ShardCorruptError` for one that
+            does not, in manifest order.
 
         Raises:
-            DatasetNotFoundError: No dataset is committed at the URL.
+            DatasetNotFoundError: No dataset is committed at the URL (raised by the call).
+            StorageAccessError: The storage refused a request or could not be reached (raised
+                while iterating, not yielded).
+            ValueError: `concurrency` is not positive (raised at the first item).
         """
         return verify_shards(
             self.location, self.manifest, checksums, concurrency=concurrency, progress=progress

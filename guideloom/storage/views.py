@@ -51,6 +51,12 @@ class _View:
             )
 
     def __len__(self) -> int:
+        """The number of samples: documents (`DocumentDataset`) or complete windows of
+        `sequence_length` tokens (the stream views; the final partial window is dropped).
+
+        Returns:
+            The number of samples; indexes run from `0` to `len(ds) - 1`.
+        """
         return self._len
 
     def _index(self, i: Any) -> int:
@@ -83,12 +89,53 @@ class _View:
         return idx + n * (idx < 0) if lo < 0 else idx
 
     def __getitem__(self, i: int) -> Any:
+        """Sample `i`: `ds[i]`, read as a batch of one (see `__getitems__`).
+
+        Args:
+            i: A sample index in `-len(ds) .. len(ds) - 1`; a negative one counts from the end.
+
+        Returns:
+            One sample: the decoded document (`DocumentDataset`), `{field: array of
+            sequence_length values}` (`StreamDataset`) or what the format's `align` returns
+            (`StreamWithMetaDataset`).
+
+        Raises:
+            IndexError: `i` is out of range.
+            TypeError: `i` is not an integer.
+            ShardNotFoundError: A shard file the manifest lists is missing.
+            ShardCorruptError: A shard file is shorter than the manifest records.
+            StorageAccessError: The storage refused a request or could not be reached.
+        """
         return self.__getitems__([i])[0]
 
     def __getitems__(self, indexes: Sequence[int]) -> list[Any]:
+        """Samples `indexes`, read as one batch: one round of concurrent range requests.
+
+        Args:
+            indexes: Sample indexes, each in `-len(ds) .. len(ds) - 1`, in any order; repeats
+                allowed.
+
+        Returns:
+            One sample per index, in the order of `indexes`.
+
+        Raises:
+            IndexError: An index is out of range.
+            TypeError: An index is not an integer.
+            ShardNotFoundError: A shard file the manifest lists is missing.
+            ShardCorruptError: A shard file is shorter than the manifest records.
+            StorageAccessError: The storage refused a request or could not be reached.
+        """
         raise NotImplementedError
 
     def __iter__(self):  # type: ignore[no-untyped-def]
+        """Every sample in index order (`0 .. len(ds) - 1`, as `ds[i]` returns them), read 64
+        at a time.
+
+        Raises:
+            ShardNotFoundError: A shard file the manifest lists is missing.
+            ShardCorruptError: A shard file is shorter than the manifest records.
+            StorageAccessError: The storage refused a request or could not be reached.
+        """
         for start in range(0, self._len, 64):
             yield from self.__getitems__(range(start, min(self._len, start + 64)))
 
@@ -107,12 +154,41 @@ class DocumentDataset(_View):
     storage_type = DocumentStorage
 
     def __init__(self, storage: DocumentStorage, *, index_cache_bytes: int | None = None) -> None:
+        """Open a view of the documents committed in `storage`.
+
+        Args:
+            storage: A `DocumentStorage` holding a committed dataset.
+            index_cache_bytes: Bytes of document-offset pages kept in memory (an LRU); None
+                takes `$GUIDELOOM_INDEX_CACHE_BYTES`, or 4 MiB.
+
+        Raises:
+            DatasetNotFoundError: No dataset is committed at the storage's URL.
+            ManifestError: The manifest is unreadable, of an unknown version or invalid.
+            StorageAccessError: The storage refused a request or could not be reached.
+            TypeError: `storage` is not a `DocumentStorage`.
+        """
         super().__init__(storage, index_cache_bytes=index_cache_bytes)
         counts = np.array(self.manifest.shard_table.records, dtype=np.int64)
         self._starts = np.concatenate([[0], np.cumsum(counts)])[:-1] if len(counts) else counts
         self._len = int(counts.sum())
 
     def __getitems__(self, indexes: Sequence[int]) -> list[Any]:
+        """Documents `indexes`, decoded by the storage's format, read as one batch.
+
+        Args:
+            indexes: Document indexes, each in `-len(ds) .. len(ds) - 1`, in any order; repeats
+                allowed.
+
+        Returns:
+            One decoded document per index, in the order of `indexes`.
+
+        Raises:
+            IndexError: An index is out of range.
+            TypeError: An index is not an integer.
+            ShardNotFoundError: A shard file the manifest lists is missing.
+            ShardCorruptError: A shard file is shorter than the manifest records.
+            StorageAccessError: The storage refused a request or could not be reached.
+        """
         idx = self._indexes(indexes)
         if len(idx) == 0:
             return []
@@ -251,7 +327,10 @@ class _Windows(_View):
 
         Raises:
             IndexError: An index is out of range.
+            TypeError: An index is not an integer.
             ShardNotFoundError: A shard file is missing.
+            ShardCorruptError: A shard file is shorter than the manifest records.
+            StorageAccessError: The storage refused a request or could not be reached.
         """
         if self._access.local:
             return self._split(self._read_local(self._indexes(indexes)))
@@ -304,10 +383,41 @@ class StreamDataset(_Windows):
     storage_type = StreamStorage
 
     def __init__(self, storage: StreamStorage, sequence_length: int) -> None:
+        """Open a view of the stream committed in `storage`, cut into windows.
+
+        Args:
+            storage: A `StreamStorage` holding a committed dataset.
+            sequence_length: Tokens per window (a positive int). A stream of `n` tokens has
+                `n // sequence_length` windows.
+
+        Raises:
+            DatasetNotFoundError: No dataset is committed at the storage's URL.
+            ManifestError: The manifest is unreadable, of an unknown version or invalid.
+            StorageAccessError: The storage refused a request or could not be reached.
+            TypeError: `storage` is not a `StreamStorage`, or `sequence_length` is not an int.
+            ValueError: `sequence_length` is not positive.
+        """
         self._check_storage(storage)
         super().__init__(storage, sequence_length, storage.format)  # type: ignore[arg-type]
 
     def __getitems__(self, indexes: Sequence[int]) -> list[dict[str, np.ndarray]]:
+        """Windows `indexes`, one dict per window (`read_windows` gives them as one array per
+        field instead, without the split).
+
+        Args:
+            indexes: Window indexes, each in `-len(ds) .. len(ds) - 1`, in any order; repeats
+                allowed.
+
+        Returns:
+            One `{field: array of sequence_length values}` per index, in the order of `indexes`.
+
+        Raises:
+            IndexError: An index is out of range.
+            TypeError: An index is not an integer.
+            ShardNotFoundError: A shard file the manifest lists is missing.
+            ShardCorruptError: A shard file is shorter than the manifest records.
+            StorageAccessError: The storage refused a request or could not be reached.
+        """
         batch = self.read_windows(indexes)
         return [{name: arr[row] for name, arr in batch.items()} for row in range(len(indexes))]
 
@@ -320,6 +430,22 @@ class StreamWithMetaDataset(_Windows):
     def __init__(
         self, storage: StreamWithMetaStorage, sequence_length: int, *, index_cache_bytes: int | None = None
     ) -> None:
+        """Open a view of the annotated stream committed in `storage`, cut into windows.
+
+        Args:
+            storage: A `StreamWithMetaStorage` holding a committed dataset.
+            sequence_length: Tokens per window (a positive int).
+            index_cache_bytes: Bytes of span-table pages kept in memory (an LRU); None takes
+                `$GUIDELOOM_INDEX_CACHE_BYTES`, or 4 MiB.
+
+        Raises:
+            DatasetNotFoundError: No dataset is committed at the storage's URL.
+            ManifestError: The manifest is unreadable, of an unknown version or invalid.
+            StorageAccessError: The storage refused a request or could not be reached.
+            TypeError: `storage` is not a `StreamWithMetaStorage`, or `sequence_length` is not
+                an int.
+            ValueError: `sequence_length` is not positive.
+        """
         self._check_storage(storage)
         fmt: StreamWithMetaStorageFormat = storage.format  # type: ignore[assignment]
         super().__init__(storage, sequence_length, fmt.stream_format)
@@ -364,6 +490,24 @@ class StreamWithMetaDataset(_Windows):
         return bounds[:n], bounds[n:]
 
     def __getitems__(self, indexes: Sequence[int]) -> list[Any]:
+        """Windows `indexes` with their spans, shaped by the format's `align_batch`.
+
+        Args:
+            indexes: Window indexes, each in `-len(ds) .. len(ds) - 1`, in any order; repeats
+                allowed.
+
+        Returns:
+            One sample per index, in the order of `indexes`: by default `{field: array,
+            "spans": [(start, stop, annotation), ...]}` with spans clipped to the window, in
+            window coordinates.
+
+        Raises:
+            IndexError: An index is out of range.
+            TypeError: An index is not an integer.
+            ShardNotFoundError: A shard file the manifest lists is missing.
+            ShardCorruptError: A shard file is shorter than the manifest records.
+            StorageAccessError: The storage refused a request or could not be reached.
+        """
         plans = self._plan(indexes)
         local = self._access.local
         requests = [] if local else self._token_requests(plans)

@@ -60,6 +60,13 @@ class Writer:
     cleanly) or ``storage.writer(part=k)`` (part ``k`` of a parallel write; commit with
     ``storage.commit(num_parts=n)``). After an exception inside the block nothing is committed:
     shards already written stay invisible until a later attempt completes the part.
+
+    Attributes:
+        storage: The storage this writer writes into.
+        part: The part number (0 for `storage.writer()`).
+        shard_size: Bytes per shard: a shard closes after the record that reaches it.
+        metadata: JSON-able values for the manifest (`writer()`) or the part's completion
+            record (`writer(part=k)`).
     """
 
     def __init__(
@@ -73,6 +80,21 @@ class Writer:
         shard_prefix: str,
         record_path: str | None = None,
     ) -> None:
+        """Made by `storage.writer()`; there is no need to build one yourself.
+
+        Args:
+            storage: The storage to write into.
+            part: The part number.
+            shard_size: Bytes per shard.
+            metadata: JSON-able values for the manifest or the part's completion record.
+            commit: Whether `close` writes the manifest (`storage.writer()`) rather than a part
+                completion record (`storage.writer(part=k)`).
+            shard_prefix: The folder (relative to the dataset root) this attempt writes under.
+            record_path: Where the part's completion record goes (parts only).
+
+        Raises:
+            ValueError: `shard_size` is not positive.
+        """
         if shard_size <= 0:
             raise ValueError(f"shard_size must be a positive number of bytes, got {shard_size}")
         self.storage = storage
@@ -98,6 +120,29 @@ class Writer:
         Documents: any object the format encodes. Streams: a dict of equal-length 1-D arrays,
         one per field of the format. Streams with metadata: that dict plus ``spans``, a list of
         record-relative ``(start, stop, annotation)`` triples, sorted and non-overlapping.
+
+        A refused record leaves the writer as it was: catch the error, skip the record and go on
+        appending. When the shard being filled reaches `shard_size` bytes it is written out
+        (one atomic write).
+
+        Args:
+            record: Documents: the object to encode. Streams: `{field: 1-D array}`, one value per
+                token, for every field of the format and no other.
+            spans: Streams with metadata only: `(start, stop, annotation)` triples in tokens
+                of this record (`0 <= start < stop <= ` the record's token count), sorted by
+                start and non-overlapping. None for no span.
+
+        Raises:
+            RecordError: The format refuses the record: a missing or unknown field, fields of
+                different lengths, an array that is not 1-D, a value that does not fit the
+                field's dtype, an `encode` / `encode_meta` that fails or does not return bytes,
+                or spans given to a storage class that does not store them.
+            SpanError: The spans are not `(start, stop, annotation)` triples, have non-integer
+                bounds, are empty, leave the record, overlap or are out of order.
+            StorageAccessError: Writing a full shard failed (the storage refused the request or
+                could not be reached).
+            BucketNotFoundError: Writing a full shard found no bucket at the endpoint.
+            RuntimeError: The writer is closed.
         """
         if self._closed:
             raise RuntimeError("this writer is closed; open a new one with storage.writer()")
@@ -201,7 +246,21 @@ class Writer:
     # -- finishing ----------------------------------------------------------------------------
 
     def close(self) -> PartRecord:
-        """Write the last shard and the part's completion record (and commit, for ``writer()``)."""
+        """Write the last shard and the part's completion record (and commit, for ``writer()``).
+
+        The ``with`` block calls it when it exits cleanly; call it yourself only when not using
+        the writer as a context manager.
+
+        Returns:
+            The part's `PartRecord` (its shards, with their files, sizes, checksums and counts
+            of records, tokens and spans).
+
+        Raises:
+            StorageAccessError: Writing failed (the storage refused the request or could not be
+                reached); nothing is committed.
+            BucketNotFoundError: The bucket does not exist at the endpoint.
+            RuntimeError: The writer is already closed.
+        """
         if self._closed:
             raise RuntimeError("this writer is already closed")
         self._flush()
@@ -249,6 +308,7 @@ class Writer:
 
     @property
     def records_written(self) -> int:
+        """Records appended so far (refused records not counted)."""
         return self._records
 
 

@@ -19,6 +19,8 @@ def _copy_with_page(tmp_path: Path, text: str) -> Path:
     config = (REPO / "mkdocs.yml").read_text(encoding="utf-8")
     config = config.replace("docs_dir: docs", f"docs_dir: {docs}")
     config = config.replace('paths: ["."]', f'paths: ["{REPO}"]')
+    # Griffe extensions given as paths are relative to the config file: point them at the repo.
+    config = config.replace("- scripts/docs/", f"- {REPO}/scripts/docs/")
     config = config.replace(
         "  - API reference: reference/api.md", "  - API reference: reference/api.md\n  - Probe: probe.md"
     )
@@ -129,6 +131,109 @@ def test_api_reference_renders_docstrings(built_site: Path) -> None:
     assert "Parameters:" in text and "Raises:" in text
     assert "DatasetExistsError" in text and "overwrite" in text  # writer's Raises and Args
     assert "shard_size: int = DEFAULT_SHARD_SIZE" in text  # signatures with types and defaults
+
+
+def _reference_sections(html: str) -> dict[str, tuple[str, str]]:
+    """Every object of the API reference: `{id: (kind, html)}`, the html running from its heading
+    to the next object's heading (so a class's part holds its own docstring, not its members')."""
+    heads = list(re.finditer(r'<h\d id="(guideloom\.[^"]+)"[^>]*>(.*?)</h\d>', html, re.S))
+    sections = {}
+    for k, head in enumerate(heads):
+        end = heads[k + 1].start() if k + 1 < len(heads) else len(html)
+        kind = re.search(r"doc-symbol-(method|function|class|attribute|module)\b", head[2])
+        sections[head[1]] = (kind[1] if kind else "?", html[head.start() : end])
+    return sections
+
+
+def _titles(section: str) -> list[str]:
+    return re.findall(r'doc-section-title">([^<]+):<', section)
+
+
+def _parameters_shown(section: str) -> str:
+    """What the rendered signature has between its parentheses ('' for none)."""
+    import html as html_lib
+
+    match = re.search(r'<div class="doc-signature[^"]*">(.*?)</div>', section, re.S)
+    text = html_lib.unescape(re.sub(r"<[^>]+>", "", match[1])) if match else ""
+    return text[text.index("(") + 1 : text.rindex(")")].strip() if "(" in text else ""
+
+
+def test_api_reference_documents_every_parameter(built_site: Path) -> None:
+    # A function, method or class (its constructor) whose signature has parameters shows a
+    # parameter table (a dataclass's fields may come as its Attributes table instead).
+    sections = _reference_sections((built_site / "reference" / "api.html").read_text(encoding="utf-8"))
+    routines = {i: s for i, (kind, s) in sections.items() if kind in ("function", "method", "class")}
+    assert len(routines) > 100, f"only {len(routines)} functions, methods and classes found"
+    missing = [
+        i
+        for i, s in routines.items()
+        if _parameters_shown(s)
+        and "Parameters" not in _titles(s)
+        and not (sections[i][0] == "class" and "Attributes" in _titles(s))
+    ]
+    assert not missing, f"API reference entries with parameters but no parameter table: {missing}"
+    for dunder in ("__len__", "__getitem__", "__getitems__"):
+        for view in ("DocumentDataset", "StreamDataset", "StreamWithMetaDataset"):
+            assert f"guideloom.{view}.{dunder}" in sections, f"{view}.{dunder} is not in the reference"
+    for name in (
+        "ingest.ingest_dataset",
+        "ingest.IngestResult",
+        "ingest.IngestCancelled",
+        "config.IngestConfig",
+    ):
+        assert f"guideloom.workers.{name}" in sections, f"guideloom.workers.{name} is not in the reference"
+
+
+# Where the code raises a GuideLoomError on purpose, the entry's Raises section names it. The
+# storage classes and views share their methods: one of each stands for all.
+MUST_RAISE = {
+    "StreamStorage": ["SchemaMismatchError", "ManifestError", "UnknownProtocolError", "StorageAccessError"],
+    "StreamStorage.manifest": ["DatasetNotFoundError", "ManifestError"],
+    "StreamStorage.refresh": ["DatasetNotFoundError", "SchemaMismatchError"],
+    "StreamStorage.exists": ["StorageAccessError"],
+    "StreamStorage.writer": ["DatasetExistsError"],
+    "StreamStorage.delete": ["StorageAccessError"],
+    "StreamStorage.remove_unreferenced": ["DatasetNotFoundError"],
+    "StreamStorage.read_part_record": ["ManifestError", "SchemaMismatchError"],
+    "StreamStorage.part_complete": ["SchemaMismatchError"],
+    "StreamStorage.commit": ["IncompletePartsError"],
+    "StreamStorage.check_shard": ["ShardNotFoundError", "ShardCorruptError"],
+    "StreamStorage.verify": ["DatasetNotFoundError"],
+    "storage.writer.Writer.append": ["RecordError", "SpanError"],
+    "storage.writer.Writer.close": ["StorageAccessError"],
+    "StreamNumpyFormat.to_elements": ["RecordError"],
+    "DocumentDataset": ["DatasetNotFoundError"],
+    "StreamDataset": ["DatasetNotFoundError"],
+    "StreamWithMetaDataset": ["DatasetNotFoundError"],
+    "DocumentDataset.__getitems__": ["ShardNotFoundError", "StorageAccessError"],
+    "StreamDataset.__getitem__": ["ShardNotFoundError", "StorageAccessError"],
+    "StreamDataset.__getitems__": ["ShardNotFoundError", "StorageAccessError"],
+    "StreamDataset.read_windows": ["ShardNotFoundError", "StorageAccessError"],
+    "StreamWithMetaDataset.__getitems__": ["ShardNotFoundError", "StorageAccessError"],
+    "StatefulDataLoader.from_storage": ["DatasetNotFoundError", "MixtureError"],
+    "StatefulDataLoader.load_state_dict": ["ResumeStateError"],
+    "Mixture": ["MixtureError"],
+    "Mixture.dataset": ["MixtureError", "ResumeStateError"],
+    "Mixture.plan": ["MixtureError"],
+    "workers.ingest.ingest_dataset": ["IngestError", "DatasetExistsError", "IngestCancelled"],
+}
+
+
+def test_api_reference_says_what_raises(built_site: Path) -> None:
+    sections = _reference_sections((built_site / "reference" / "api.html").read_text(encoding="utf-8"))
+    wrong = []
+    for name, errors in MUST_RAISE.items():
+        kind, section = sections.get(f"guideloom.{name}", ("", ""))
+        if not section:
+            wrong.append(f"{name}: not in the reference")
+            continue
+        raises = section.split('doc-section-title">Raises:<', 1)
+        if len(raises) < 2:
+            wrong.append(f"{name}: no Raises section")
+            continue
+        text = re.sub(r"<[^>]+>", "", raises[1])
+        wrong += [f"{name}: Raises does not name {e}" for e in errors if e not in text]
+    assert not wrong, "API reference entries that do not say what they raise:\n" + "\n".join(wrong)
 
 
 def test_every_example_is_shown_in_the_docs() -> None:
