@@ -24,7 +24,7 @@ after ``break``: threads finish the read in progress and exit, and queued reads 
 
 from __future__ import annotations
 
-import pickle
+import copy
 import queue
 import threading
 from collections import deque
@@ -40,12 +40,14 @@ THREAD_NAME_PREFIX = "guideloom-loader"
 class SourceCopies:
     """A free list of private copies of one batch source, one per concurrent task at most.
 
-    A copy is made the way a process worker gets its source (a pickle round trip: open files and
-    caches are not carried over) the first time more tasks run at once than copies exist.
+    A copy is made the way a process worker gets its source, through the source's pickling hooks
+    (``__getstate__``: open files and caches are not carried over), the first time more tasks run
+    at once than copies exist. It is a deep copy, not a pickle round trip, so a format class that
+    cannot be imported by name (defined in a test module or a notebook) works too.
     """
 
     def __init__(self, source: Any) -> None:
-        self._blueprint = pickle.dumps(source)
+        self._blueprint = copy.deepcopy(source)
         self._free: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self.made = 0  # copies created so far (tests and diagnostics)
@@ -56,7 +58,7 @@ class SourceCopies:
         except queue.Empty:
             with self._lock:
                 self.made += 1
-            return pickle.loads(self._blueprint)
+            return copy.deepcopy(self._blueprint)
 
     def release(self, copy: Any) -> None:
         self._free.put(copy)

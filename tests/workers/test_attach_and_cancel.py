@@ -117,7 +117,7 @@ def test_ctrl_c_cancels_prints_one_line_exits_130_and_a_rerun_finishes(tmp_path,
         )
     try:
         deadline = time.monotonic() + 120
-        while not list((out / "parts").glob("part-*.json")):
+        while not list((out / "parts").glob("r-*/part-*.json")):  # a part's completion record
             assert driver.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "no part completed in time"
             time.sleep(0.1)

@@ -196,7 +196,7 @@ def test_interrupted_driver_rerun_redoes_only_missing_parts(reference, tmp_path)
         )
     try:
         deadline = time.monotonic() + 60
-        while not (out / "parts" / "part-00001.json").exists():
+        while not list((out / "parts").glob("r-*/part-00001.json")):  # under the job's run
             assert driver.poll() is None, log.read_text()[-2000:]
             assert time.monotonic() < deadline, "no part completed within 60 s"
             time.sleep(0.05)
@@ -204,9 +204,10 @@ def test_interrupted_driver_rerun_redoes_only_missing_parts(reference, tmp_path)
         driver.send_signal(signal.SIGKILL)
         driver.wait()
     assert not (out / "manifest.json").exists()
-    first = (out / "parts" / "part-00000.json").read_bytes()
+    (record,) = (out / "parts").glob("r-*/part-00000.json")
+    first = record.read_bytes()
     resumed = run_ingest(config | {"ray_address": None})
-    assert (out / "parts" / "part-00000.json").read_bytes() == first  # reused, not rewritten
+    assert record.read_bytes() == first  # reused, not rewritten
     assert _shards(resumed) == _shards(manifest)
     assert resumed.metadata == manifest.metadata
 

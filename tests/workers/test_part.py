@@ -8,7 +8,7 @@ import pytest
 from guideloom import DocumentDataset, StreamDataset
 from guideloom.errors import IngestError
 from guideloom.workers.output import open_storage, read_sidecar
-from guideloom.workers.part import part_spec, write_part
+from guideloom.workers.part import part_spec, run_name, write_part
 from guideloom.workers.planning import plan_parts
 from guideloom.workers.sources import expand_inputs
 from guideloom.workers.tokenizer import load_tokenizer
@@ -34,8 +34,10 @@ def test_stream_part_on_every_backend(write_jsonl, doc_rows, ingest_config, data
     result = write_part(config, part_spec(plan, 0), "digest")
     assert (result["documents"], result["reused"]) == (30, False)
     storage = open_storage(config, load_tokenizer("bytes"))
-    assert storage.part_complete(0, verify="checksum")
-    storage.commit(num_parts=1)
+    # a part is written under its job's run (the plan digest), which commit names too
+    assert storage.part_complete(0, verify="checksum", run=run_name("digest"))
+    assert not storage.part_complete(0, verify="checksum")  # another run has no part 0
+    storage.commit(num_parts=1, run=run_name("digest"))
     expected = _expected_bytes_stream(rows)
     ds = StreamDataset(storage, sequence_length=len(expected))
     assert ds[0]["tokens"].dtype == np.uint16 and ds[0]["tokens"].tolist() == expected
@@ -57,7 +59,7 @@ def test_doc_index_and_no_eos(write_jsonl, doc_rows, ingest_config, tmp_path):
     )
     write_part(config, part_spec(_plan(config), 0), "d")
     storage = open_storage(config, load_tokenizer("bytes"))
-    storage.commit(num_parts=1)
+    storage.commit(num_parts=1, run=run_name("d"))
     n = sum(len(r["text"].encode()) for r in rows)
     window = StreamDataset(storage, sequence_length=n)[0]
     assert 256 not in window["tokens"].tolist()
@@ -81,7 +83,7 @@ def test_document_layout_keeps_passthrough_fields(
     write_part(config, part_spec(_plan(config), 0), "d")
     tok = load_tokenizer(config.tokenizer)
     storage = open_storage(config, tok)
-    storage.commit(num_parts=1)
+    storage.commit(num_parts=1, run=run_name("d"))
     docs = DocumentDataset(storage)
     assert len(docs) == 4
     assert docs[2]["id"] == 2 and tok.decode(docs[2]["tokens"]) == rows[2]["text"]
@@ -97,7 +99,7 @@ def test_bad_record_fails_naming_file_and_line(write_jsonl, doc_rows, ingest_con
         for k in range(len(plan.parts)):
             write_part(config, part_spec(plan, k), "d")
     storage = open_storage(config, load_tokenizer("bytes"))
-    assert not storage.part_complete(len(plan.parts) - 1)
+    assert not storage.part_complete(len(plan.parts) - 1, run=run_name("d"))
 
 
 def test_skip_counts_bad_and_empty_records(write_jsonl, ingest_config, tmp_path):
