@@ -63,11 +63,12 @@ class Progress:
         documents, tokens, read = self.totals()
         elapsed = max(time.monotonic() - self.started, 1e-9)
         rate = read / elapsed
-        eta = (self.total_bytes - read) / rate if rate > 0 else float("nan")
+        # No input read yet: no rate to estimate from, so no ETA (not "nan s").
+        eta = f"{(self.total_bytes - read) / rate:.0f}s" if rate > 0 else "-"
         return (
             f"parts {self.parts}/{self.total_parts}  docs {_si(documents)}  "
             f"tokens {_si(tokens)}  input {_si(read)}B/{_si(self.total_bytes)}B  "
-            f"{_si(tokens / elapsed)} tokens/s  ETA {eta:.0f}s"
+            f"{_si(tokens / elapsed)} tokens/s  ETA {eta}"
         )
 
     def show(self) -> None:

@@ -100,3 +100,12 @@ def test_importing_the_cli_does_not_import_ray():
         "assert 'torch' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_progress_line_has_no_eta_before_any_input_is_read() -> None:
+    from guideloom.workers.progress import Progress
+
+    progress = Progress(total_parts=4, total_bytes=1000)
+    assert progress.line().endswith("ETA -")  # no rate yet: no number, never "nan"
+    progress.bytes = 500
+    assert progress.line().rsplit("ETA ", 1)[1].endswith("s")
