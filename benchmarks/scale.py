@@ -10,6 +10,10 @@ two orders of magnitude or more, with the growth exponent ``log(cost_L / cost_S)
   table; sparse tokens and annotations), 200 random batches of 8 windows of 2048 tokens.
 - ``planning``: seconds per input file for ``expand_inputs`` over an explicit list of ``n``
   files on the S3 server (only when the run has one).
+- ``remote``: on that S3 server, through the counting proxy, random batches of documents (and of
+  windows with spans) from a real dataset: data bytes fetched against the payload delivered
+  (target <= 1.1), and the index bytes (offset pages, span pages) fetched per batch against the
+  index entries the batch needs.
 
 Each reading runs in a child (``python -m benchmarks.scale``), so peak RSS is its own.
 """
@@ -274,6 +278,119 @@ def _planning_row(sizes: tuple[int, ...], s3_endpoint: Any) -> Row:
     )
 
 
+REMOTE_DOCUMENTS = 20_000  # real documents of 100-1000 bytes (about 11 MB), one shard
+REMOTE_WINDOWS = 64  # windows of 2048 tokens with a span every 4 tokens (32k spans, 1 MiB table)
+REMOTE_BATCHES = 32
+
+
+def _fetched(log: list[Any]) -> dict[str, int]:
+    """GET response bytes by shard file kind (the part of the path after ``shard-NNNNN.``)."""
+    out: dict[str, int] = {}
+    for entry in log:
+        if entry.method == "GET" and "/shard-" in entry.path:
+            kind = entry.path.split("?")[0].rsplit("/shard-", 1)[1].split(".", 1)[1]
+            out[kind] = out.get(kind, 0) + entry.bytes
+    return out
+
+
+def _remote_rows(cfg: Config, s3_endpoint: Any) -> list[Row]:
+    from benchmarks.s3env import CountingProxy, fresh_bucket
+    from guideloom import (
+        DocumentDataset,
+        DocumentStorage,
+        DocumentStorageFormat,
+        StreamWithMetaDataset,
+        StreamWithMetaStorage,
+    )
+
+    class RawBytes(DocumentStorageFormat):
+        def encode(self, record: Any) -> bytes:
+            return bytes(record)
+
+        def decode(self, data: bytes | memoryview) -> Any:
+            return bytes(data)
+
+    rng = np.random.default_rng(cfg.seed)  # batches of distinct samples: payload = what is delivered
+    documents = 2_000 if cfg.quick else REMOTE_DOCUMENTS
+    windows = 8 if cfg.quick else REMOTE_WINDOWS
+    batches = 4 if cfg.quick else REMOTE_BATCHES
+    ep = s3_endpoint
+    rows = []
+    with fresh_bucket(ep.storage_options()) as bucket:
+        options = ep.storage_options()
+        docs_url, meta_url = f"s3://{bucket}/docs", f"s3://{bucket}/meta"
+        sizes = rng.integers(100, 1001, documents)
+        with DocumentStorage(docs_url, RawBytes(), storage_options=options).writer(shard_size=1 << 40) as w:
+            for n in sizes:
+                w.append(b"x" * int(n))
+        tokens_per_window = SEQUENCE_LENGTH
+        with StreamWithMetaStorage(meta_url, ByteMetaFormat(), storage_options=options).writer(
+            shard_size=1 << 40
+        ) as w:
+            total = windows * tokens_per_window
+            starts = np.arange(0, total, TOKENS_PER_SPAN)
+            w.append(
+                {"tokens": np.zeros(total, np.uint16)},
+                spans=[(int(a), int(a) + 2, int(i % 256)) for i, a in enumerate(starts)],
+            )
+        with CountingProxy(ep.url) as proxy:
+            proxied = {**ep.storage_options(proxy.url), "skip_instance_cache": True}
+            docs = DocumentDataset(DocumentStorage(docs_url, RawBytes(), storage_options=proxied))
+            proxy.reset()
+            payload = 0
+            for _ in range(batches):
+                got = docs.__getitems__(rng.choice(documents, cfg.batch_size, replace=False).tolist())
+                payload += sum(len(d) for d in got)
+            fetched, requests = _fetched(proxy.log), proxy.request_count
+            rows.append(
+                Row(
+                    "scale",
+                    f"remote documents: data bytes fetched per payload byte ({documents:,} documents, S3)",
+                    "bytes",
+                    stats([float(fetched.get("docs", 0))]),
+                    stats([float(payload)]),
+                    "payload delivered",
+                    higher_is_better=False,
+                    target=1.1,
+                    extra={
+                        "index_bytes_per_batch": fetched.get("docs.idx", 0) / batches,
+                        "index_entries_needed_bytes_per_batch": 2 * 8 * cfg.batch_size,
+                        "requests_per_batch": requests / batches,
+                        "index_table_bytes": 8 * (documents + 1),
+                    },
+                )
+            )
+            meta = StreamWithMetaDataset(
+                StreamWithMetaStorage(meta_url, ByteMetaFormat(), storage_options=proxied), SEQUENCE_LENGTH
+            )
+            proxy.reset()
+            for _ in range(batches):
+                meta.__getitems__(rng.choice(windows, cfg.batch_size, replace=False).tolist())
+            fetched, requests = _fetched(proxy.log), proxy.request_count
+            spans_per_window = SEQUENCE_LENGTH // TOKENS_PER_SPAN
+            token_payload = batches * cfg.batch_size * SEQUENCE_LENGTH * stream_format().itemsize
+            meta_payload = batches * cfg.batch_size * spans_per_window  # one byte per annotation
+            rows.append(
+                Row(
+                    "scale",
+                    f"remote spans: token + annotation bytes fetched per payload byte ({windows} windows, S3)",
+                    "bytes",
+                    stats([float(fetched.get("tokens", 0) + fetched.get("meta", 0))]),
+                    stats([float(token_payload + meta_payload)]),
+                    "payload delivered",
+                    higher_is_better=False,
+                    target=1.1,
+                    extra={
+                        "span_bytes_per_batch": fetched.get("spans", 0) / batches,
+                        "span_rows_needed_bytes_per_batch": 32 * spans_per_window * cfg.batch_size,
+                        "requests_per_batch": requests / batches,
+                        "span_table_bytes": 32 * len(starts),
+                    },
+                )
+            )
+    return rows
+
+
 def scale_rows(cfg: Config, s3_endpoint: Any = None) -> list[Row]:
     rows = [
         _reading_row("documents", QUICK_DOC_SIZES if cfg.quick else DOC_SIZES, cfg),
@@ -281,6 +398,7 @@ def scale_rows(cfg: Config, s3_endpoint: Any = None) -> list[Row]:
     ]
     if s3_endpoint is not None:
         rows.append(_planning_row(QUICK_PLAN_SIZES if cfg.quick else PLAN_SIZES, s3_endpoint))
+        rows += _remote_rows(cfg, s3_endpoint)
     return rows
 
 
