@@ -1,6 +1,7 @@
 """Commit and verify cost against the number of parts / shards, on an S3 server on 127.0.0.1.
 
-Run one size per process (peak RSS is per process)::
+The `scale` row (`benchmarks/scale.py`) calls `commit_and_verify` at three sizes; run one size per
+process for a clean peak RSS figure::
 
     python benchmarks/commit_verify_scale.py --endpoint http://127.0.0.1:PORT --parts 1000
 
@@ -32,16 +33,12 @@ def _rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--endpoint", required=True)
-    parser.add_argument("--parts", type=int, required=True)
-    args = parser.parse_args()
-    key = os.environ.get("AWS_ACCESS_KEY_ID", "testing")
-    secret = os.environ.get("AWS_SECRET_ACCESS_KEY", "testing")
-    options = {"key": key, "secret": secret, "client_kwargs": {"endpoint_url": args.endpoint}}
-    bucket = f"scale-{uuid.uuid4().hex[:10]}"
-    s3fs.S3FileSystem(**options).mkdir(bucket)
+def commit_and_verify(options: dict, parts: int, bucket: str | None = None) -> dict:
+    """Write ``parts`` one-shard parts (16 threads, not timed) to a new bucket, then time
+    ``commit`` and ``verify``: seconds, and the peak RSS growth during commit (MiB)."""
+    bucket = bucket or f"scale-{uuid.uuid4().hex[:10]}"
+    fs = s3fs.S3FileSystem(**options, skip_instance_cache=True)
+    fs.mkdir(bucket)
     storage = StreamStorage(
         f"s3://{bucket}/ds", StreamNumpyFormat({"tokens": np.uint16}), storage_options=options
     )
@@ -50,30 +47,39 @@ def main() -> None:
         with storage.writer(part=k) as w:
             w.append({"tokens": np.arange(64) + k})
 
-    with ThreadPoolExecutor(16) as pool:
-        list(pool.map(write, range(args.parts)))
-    before = _rss_mib()
-    started = time.perf_counter()
-    manifest = storage.commit(num_parts=args.parts)
-    commit_s = time.perf_counter() - started
-    commit_rss = _rss_mib() - before
-    assert manifest.num_shards == args.parts
-    started = time.perf_counter()
-    results = list(storage.verify())
-    verify_s = time.perf_counter() - started
-    assert len(results) == args.parts and all(err is None for _, err in results)
-    concurrent = "concurrency" in inspect.signature(storage.verify).parameters
-    print(
-        json.dumps(
-            {
-                "parts": args.parts,
-                "commit_s": round(commit_s, 3),
-                "commit_peak_rss_growth_mib": round(commit_rss, 1),
-                "verify_s": round(verify_s, 3),
-                "verify_concurrent": concurrent,
-            }
-        )
-    )
+    try:
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(write, range(parts)))
+        before = _rss_mib()
+        started = time.perf_counter()
+        manifest = storage.commit(num_parts=parts)
+        commit_s = time.perf_counter() - started
+        commit_rss = _rss_mib() - before
+        assert manifest.num_shards == parts
+        started = time.perf_counter()
+        results = list(storage.verify())
+        verify_s = time.perf_counter() - started
+        assert len(results) == parts and all(err is None for _, err in results)
+    finally:
+        fs.rm(bucket, recursive=True)
+    return {
+        "parts": parts,
+        "commit_s": round(commit_s, 3),
+        "commit_peak_rss_growth_mib": round(commit_rss, 1),
+        "verify_s": round(verify_s, 3),
+        "verify_concurrent": "concurrency" in inspect.signature(storage.verify).parameters,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--endpoint", required=True)
+    parser.add_argument("--parts", type=int, required=True)
+    args = parser.parse_args()
+    key = os.environ.get("AWS_ACCESS_KEY_ID", "testing")
+    secret = os.environ.get("AWS_SECRET_ACCESS_KEY", "testing")
+    options = {"key": key, "secret": secret, "client_kwargs": {"endpoint_url": args.endpoint}}
+    print(json.dumps(commit_and_verify(options, args.parts)))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@ two orders of magnitude or more, with the growth exponent ``log(cost_L / cost_S)
   table; sparse tokens and annotations), 200 random batches of 8 windows of 2048 tokens.
 - ``planning``: seconds per input file for ``expand_inputs`` over an explicit list of ``n``
   files on the S3 server (only when the run has one).
+- ``driver``: what the ingestion driver and ``commit``/``verify`` cost against the number of
+  input files (the bytes each Ray task receives, the manifest's ingest metadata) and of parts
+  (seconds of ``commit`` and of ``verify`` on the S3 server).
 - ``remote``: on that S3 server, through the counting proxy, random batches of documents (and of
   windows with spans) from a real dataset: data bytes fetched against the payload delivered
   (target <= 1.1), and the index bytes (offset pages, span pages) fetched per batch against the
@@ -278,6 +281,76 @@ def _planning_row(sizes: tuple[int, ...], s3_endpoint: Any) -> Row:
     )
 
 
+DRIVER_FILES = (1_000, 10_000, 100_000)
+QUICK_DRIVER_FILES = (10, 100, 1_000)
+COMMIT_PARTS = (30, 300, 3_000)
+QUICK_COMMIT_PARTS = (3, 10, 30)
+
+
+def _driver_rows(cfg: Config, s3_endpoint: Any) -> list[Row]:
+    import pickle
+
+    from benchmarks.commit_verify_scale import commit_and_verify
+    from guideloom.workers.config import IngestConfig
+    from guideloom.workers.ingest import METADATA_KEY, _metadata, task_config
+    from guideloom.workers.part import part_spec
+    from guideloom.workers.planning import plan_parts
+    from guideloom.workers.sources import InputFile
+    from guideloom.workers.tokenizer import load_tokenizer
+
+    files = QUICK_DRIVER_FILES if cfg.quick else DRIVER_FILES
+    task_bytes, meta_bytes = [], []
+    tokenizer = load_tokenizer("bytes")
+    for n in files:
+        inputs = [InputFile(f"s3://bucket/raw/file-{i:07d}.jsonl", 1000, "jsonl", None) for i in range(n)]
+        plan = plan_parts(inputs, part_size=1000, text_per_line=False)
+        config = IngestConfig(inputs=[f.url for f in inputs], output="s3://bucket/out")
+        task_bytes.append(len(pickle.dumps((task_config(config), part_spec(plan, 0), "0" * 64))))
+        meta = _metadata(config, plan, "0" * 64, tokenizer, [])[METADATA_KEY]
+        meta_bytes.append(len(json.dumps(meta)))
+    rows = [
+        Row(
+            "scale",
+            f"driver: bytes a Ray task receives at {files[-1]:,} input files vs {files[0]:,}",
+            "bytes",
+            stats([float(task_bytes[-1])]),
+            stats([float(task_bytes[0])]),
+            f"{files[0]:,} files",
+            higher_is_better=False,
+            target=1.1,
+            extra={
+                "sizes": list(files),
+                "task_bytes": task_bytes,
+                "task_bytes_exponent": exponent(list(files), task_bytes),
+                "ingest_metadata_bytes": meta_bytes,
+                "ingest_metadata_exponent": exponent(list(files), meta_bytes),
+            },
+        )
+    ]
+    parts = QUICK_COMMIT_PARTS if cfg.quick else COMMIT_PARTS
+    runs = [commit_and_verify(s3_endpoint.storage_options(), n) for n in parts]
+    for what in ("commit", "verify"):
+        seconds = [r[f"{what}_s"] for r in runs]
+        rows.append(
+            Row(
+                "scale",
+                f"driver: {what} seconds per part at {parts[-1]:,} parts vs {parts[0]:,} (S3)",
+                "ms per part",
+                stats([1000 * seconds[-1] / parts[-1]]),
+                stats([1000 * seconds[0] / parts[0]]),
+                f"{parts[0]:,} parts",
+                higher_is_better=False,
+                extra={
+                    "sizes": list(parts),
+                    f"{what}_s": seconds,
+                    f"{what}_total_exponent": exponent(list(parts), seconds),
+                    "commit_peak_rss_growth_mib": [r["commit_peak_rss_growth_mib"] for r in runs],
+                },
+            )
+        )
+    return rows
+
+
 REMOTE_DOCUMENTS = 20_000  # real documents of 100-1000 bytes (about 11 MB), one shard
 REMOTE_WINDOWS = 64  # windows of 2048 tokens with a span every 4 tokens (32k spans, 1 MiB table)
 REMOTE_BATCHES = 32
@@ -399,6 +472,7 @@ def scale_rows(cfg: Config, s3_endpoint: Any = None) -> list[Row]:
     if s3_endpoint is not None:
         rows.append(_planning_row(QUICK_PLAN_SIZES if cfg.quick else PLAN_SIZES, s3_endpoint))
         rows += _remote_rows(cfg, s3_endpoint)
+        rows += _driver_rows(cfg, s3_endpoint)
     return rows
 
 

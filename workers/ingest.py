@@ -346,6 +346,9 @@ def _cancel_on_signals() -> Callable[[], None]:
     return restore
 
 
+MAX_RECORDED_INPUTS = 16  # input patterns kept verbatim in the manifest's ingest metadata
+
+
 def _digest_of_files(plan: Plan) -> str:
     h = hashlib.sha256()
     for f in plan.files:
@@ -369,7 +372,10 @@ def _metadata(
             "tokenizer": tokenizer.describe(),
             "options": config.identity(),
             "inputs": {
-                "patterns": [redact_url(p) for p in config.inputs],
+                # The inputs as given (globs, directories or files), at most a few of them: an
+                # explicit list of 100k files is its count, bytes and digest, not 100k entries.
+                "patterns": [redact_url(p) for p in config.inputs[:MAX_RECORDED_INPUTS]],
+                "patterns_given": len(config.inputs),
                 "files": len(plan.files),
                 "bytes": sum(f.size for f in plan.files),
                 "sha256": _digest_of_files(plan),

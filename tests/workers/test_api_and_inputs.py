@@ -101,6 +101,16 @@ def test_the_manifest_records_inputs_compactly():
         sizes.append(len(json.dumps(meta["inputs"])))
     assert sizes[1] == sizes[0] + 6  # only the digits of the two counts differ
 
+    explicit = []  # an explicit list of files: the first few are kept, then only their count
+    for n in (100, 10_000):
+        files = _files(n)
+        plan = plan_parts(files, part_size=10**6, text_per_line=False)
+        config = IngestConfig(inputs=[f.url for f in files], output="o")
+        meta = _metadata(config, plan, "d", tok, [])[METADATA_KEY]
+        assert meta["inputs"]["patterns_given"] == n and len(meta["inputs"]["patterns"]) == 16
+        explicit.append(len(json.dumps(meta["inputs"])))
+    assert explicit[1] <= explicit[0] + 8, explicit
+
 
 def test_a_lone_surrogate_is_a_bad_record(write_jsonl, doc_rows, ingest_config, tmp_path):
     path = write_jsonl("s.jsonl", [*doc_rows(3), '{"text": "broken \\ud800 here"}', *doc_rows(2)])
