@@ -12,7 +12,8 @@ two orders of magnitude or more, with the growth exponent ``log(cost_L / cost_S)
   files on the S3 server (only when the run has one).
 - ``driver``: what the ingestion driver and ``commit``/``verify`` cost against the number of
   input files (the bytes each Ray task receives, the manifest's ingest metadata) and of parts
-  (seconds of ``commit`` and of ``verify`` on the S3 server).
+  (seconds of ``commit`` and of ``verify`` on the S3 server), and ``inspect`` against reading
+  the manifest alone at as many shards (synthetic manifests).
 - ``remote``: on that S3 server, through the counting proxy, random batches of documents (and of
   windows with spans) from a real dataset: data bytes fetched against the payload delivered
   (target <= 1.1), and the index bytes (offset pages, span pages) fetched per batch against the
@@ -327,6 +328,7 @@ def _driver_rows(cfg: Config, s3_endpoint: Any) -> list[Row]:
             },
         )
     ]
+    rows.append(_inspect_row(cfg, files))
     parts = QUICK_COMMIT_PARTS if cfg.quick else COMMIT_PARTS
     runs = [commit_and_verify(s3_endpoint.storage_options(), n) for n in parts]
     for what in ("commit", "verify"):
@@ -349,6 +351,68 @@ def _driver_rows(cfg: Config, s3_endpoint: Any) -> list[Row]:
             )
         )
     return rows
+
+
+def _synthetic_manifest(root: Path, n: int) -> str:
+    """A stream dataset's manifest of ``n`` one-part shards (files not written: ``inspect`` and
+    opening read the manifest only), built from a real two-part dataset's manifest."""
+    from guideloom import StreamStorage
+
+    storage = StreamStorage(root, stream_format())
+    for k in range(2):
+        with storage.writer(part=k, overwrite=True) as w:
+            w.append({"tokens": np.arange(10, dtype=np.uint16)})
+    storage.commit(num_parts=2)
+    doc = json.loads((root / "manifest.json").read_text())
+    table = doc["shard_table"]
+    data = table["files"]["data"]
+    table.update(
+        part=list(range(n)),
+        index=[0] * n,
+        records=[1] * n,
+        tokens=[10] * n,
+        spans=[0] * n,
+        prefix=[f"shards/r-default/a-{i:012x}" for i in range(n)],  # an attempt prefix per part
+        prefix_id=list(range(n)),
+    )
+    data.update(size=data["size"][:1] * n, checksum=data["checksum"][:1] * n)
+    doc.update(num_parts=n, total_records=n, total_tokens=10 * n, total_bytes=data["size"][0] * n)
+    (root / "manifest.json").write_text(json.dumps(doc))
+    return str(root)
+
+
+def _inspect_row(cfg: Config, sizes: tuple[int, ...]) -> Row:
+    """``guideloom inspect``'s work (read the manifest, summarize, render) against reading the
+    manifest alone, at ``sizes`` shards."""
+    from guideloom.cli import render, summarize
+    from guideloom.storage.checks import read_manifest
+
+    inspect_s, parse_s = [], []
+    for n in sizes:
+        url = _synthetic_manifest(cfg.workdir / f"scale-inspect-{n}", n)
+        t0 = time.perf_counter()
+        read_manifest(url, {})
+        parse_s.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        location, manifest = read_manifest(url, {})
+        render(summarize(location.display_url, manifest))
+        inspect_s.append(time.perf_counter() - t0)
+    return Row(
+        "scale",
+        f"driver: inspect at {sizes[-1]:,} shards vs reading that manifest",
+        "s",
+        stats([inspect_s[-1]]),
+        stats([parse_s[-1]]),
+        "read the manifest",
+        higher_is_better=False,
+        target=1.2,
+        extra={
+            "sizes": list(sizes),
+            "inspect_s": inspect_s,
+            "manifest_read_s": parse_s,
+            "inspect_exponent": exponent(list(sizes), inspect_s),
+        },
+    )
 
 
 REMOTE_DOCUMENTS = 20_000  # real documents of 100-1000 bytes (about 11 MB), one shard
