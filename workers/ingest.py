@@ -317,7 +317,9 @@ def _run_parts(
                 progress.running([c for k, c in running.items() if k in pending.values()])
     finally:
         for ref in pending:
-            ray.cancel(ref, force=True)
+            # Not force=True: a force-cancelled task whose reply is already on its way makes
+            # Ray 2.60 abort the driver ("Tried to complete task that was not pending").
+            ray.cancel(ref, force=False)
         if tally is not None:
             try:
                 ray.kill(tally)
