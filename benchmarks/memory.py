@@ -25,7 +25,7 @@ from typing import Any
 
 from benchmarks.harness import Config, Row, stats
 
-__all__ = ["memory_rows", "measure_child"]
+__all__ = ["memory_rows", "measure_child", "status_kib"]
 
 
 def measure_child(url: str, options: dict[str, Any] | None, cfg: Config, shuffle: Any) -> dict[str, Any]:
@@ -106,7 +106,8 @@ def _row(where: str, case: str, small: str, big: str, options: Any, cfg: Config,
     )
 
 
-def _status_kib(field: str) -> int:
+def status_kib(field: str) -> int:
+    """A ``/proc/self/status`` figure in KiB (``VmHWM``: peak RSS; ``RssAnon``, ``RssFile``)."""
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
@@ -132,10 +133,10 @@ def _child() -> None:
     for batch in loader:
         tokens += int(batch["tokens"].numel())
     report = {
-        "peak_rss_kib": _status_kib("VmHWM"),
+        "peak_rss_kib": status_kib("VmHWM"),
         "ru_maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-        "rss_anon_kib": _status_kib("RssAnon"),
-        "rss_file_kib": _status_kib("RssFile"),
+        "rss_anon_kib": status_kib("RssAnon"),
+        "rss_file_kib": status_kib("RssFile"),
         "tokens": tokens,
         "seconds": time.perf_counter() - t0,
     }

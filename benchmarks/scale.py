@@ -30,6 +30,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ import numpy as np
 
 from benchmarks.corpus import stream_format
 from benchmarks.harness import Config, Row, stats
+from benchmarks.memory import status_kib
 from guideloom import StreamWithMetaStorageFormat
 
 __all__ = ["exponent", "scale_rows"]
@@ -52,7 +54,7 @@ SEQUENCE_LENGTH = 2048
 TOKENS_PER_SPAN = 4  # spans [4i, 4i + 2): a span every 4 tokens
 
 
-def exponent(sizes: list[float], costs: list[float]) -> float:
+def exponent(sizes: Sequence[float], costs: Sequence[float]) -> float:
     """Growth exponent between the smallest and the largest size."""
     if costs[0] <= 0 or costs[-1] <= 0:
         return float("nan")
@@ -150,13 +152,6 @@ class ByteMetaFormat(StreamWithMetaStorageFormat):
         return data[0]
 
 
-def _status_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return 0
-
-
 def _child() -> None:
     request = json.loads(sys.stdin.read())
     from guideloom import (
@@ -185,8 +180,8 @@ def _child() -> None:
     print(
         json.dumps(
             {
-                "peak_rss_kib": _status_kib("VmHWM"),
-                "rss_anon_kib": _status_kib("RssAnon"),
+                "peak_rss_kib": status_kib("VmHWM"),
+                "rss_anon_kib": status_kib("RssAnon"),
                 "open_s": open_s,
                 "batch_ms": 1000 * read_s / request["batches"],
                 "index_bytes_per_batch": None if index_bytes is None else index_bytes / request["batches"],

@@ -242,42 +242,11 @@ class ShardTable(_Frozen):
 
     @classmethod
     def from_shards(cls, shards: Sequence[ShardInfo]) -> ShardTable:
-        prefixes: dict[str, int] = {}
-        prefix_id = []
-        kinds: dict[str, str] = {}
+        """The table of ``shards`` (in order); see `ShardTableBuilder` for the checks."""
+        builder = ShardTableBuilder()
         for shard in shards:
-            for name, f in shard.files.items():
-                head, _, tail = f.path.rpartition("/part-")
-                expected = f"{shard.part:05d}/shard-{shard.index:05d}."
-                if not tail.startswith(expected):
-                    raise ValueError(
-                        f"{f.path!r} is not a shard file path of part {shard.part} shard {shard.index}"
-                    )
-                kind = tail[len(expected) :]
-                if kinds.setdefault(name, kind) != kind:
-                    raise ValueError(f"file {name!r} has kind {kinds[name]!r} and {kind!r} in one dataset")
-            prefix_id.append(prefixes.setdefault(head, len(prefixes)))
-        names = list(kinds)
-        for shard in shards:
-            if list(shard.files) != names:
-                raise ValueError(f"{shard.name} has files {list(shard.files)}, others have {names}")
-        return cls(
-            part=[s.part for s in shards],
-            index=[s.index for s in shards],
-            records=[s.records for s in shards],
-            tokens=[s.tokens for s in shards],
-            spans=[s.spans for s in shards],
-            prefix=list(prefixes),
-            prefix_id=prefix_id,
-            files={
-                name: FileColumn(
-                    kind=kinds[name],
-                    size=[s.files[name].size for s in shards],
-                    checksum=[s.files[name].checksum for s in shards],
-                )
-                for name in names
-            },
-        )
+            builder.add_shard(shard)
+        return builder.build()
 
     def __len__(self) -> int:
         return len(self.part)
@@ -503,10 +472,12 @@ class ShardTableBuilder:
 
     def add_part(self, record: PartRecord) -> None:
         for shard in record.shards:
-            self._add_shard(shard)
+            self.add_shard(shard)
         self.num_parts += 1
 
-    def _add_shard(self, shard: ShardInfo) -> None:
+    def add_shard(self, shard: ShardInfo) -> None:
+        """Append one shard: its path must be ``<prefix>/part-PPPPP/shard-SSSSS.<kind>`` for its
+        own part and index, and it must have the same files (and kinds) as the shards before."""
         head = ""
         if self._cols["part"] and list(shard.files) != list(self._kinds):
             raise ValueError(f"{shard.name} has files {list(shard.files)}, others have {list(self._kinds)}")
