@@ -214,9 +214,8 @@ class ShardTable(_Frozen):
                 continue
             counts, itemsize, extra = fixed[column.kind]
             expected = _HEADER_BYTES + (np.asarray(counts, dtype=object) + extra) * itemsize
-            bad = np.flatnonzero(np.asarray(column.size, dtype=object) != expected)
-            if len(bad):
-                i = int(bad[0])
+            i = _first_mismatch(column.size, expected)
+            if i is not None:
                 raise ValueError(
                     f"{self.shard_name(i)}: its {column.kind} file has {column.size[i]} bytes, but "
                     f"{int(expected[i])} are needed for the counts the manifest records "
@@ -229,11 +228,9 @@ class ShardTable(_Frozen):
         for column in self.files.values():
             if column.kind != kind:
                 continue
-            counts = np.asarray(self.tokens, dtype=object)
-            expected = _HEADER_BYTES + counts * itemsize
-            bad = np.flatnonzero(np.asarray(column.size, dtype=object) != expected)
-            if len(bad):
-                i = int(bad[0])
+            expected = _HEADER_BYTES + np.asarray(self.tokens, dtype=object) * itemsize
+            i = _first_mismatch(column.size, expected)
+            if i is not None:
                 raise ValueError(
                     f"{self.shard_name(i)}: the manifest records {self.tokens[i]} tokens of "
                     f"{itemsize} bytes, which need a {int(expected[i])}-byte {kind} file, but it "
@@ -507,6 +504,12 @@ class ShardTableBuilder:
                 for name, kind in self._kinds.items()
             },
         )
+
+
+def _first_mismatch(sizes: Sequence[int], expected: np.ndarray) -> int | None:
+    """The first shard whose recorded file size is not ``expected`` (exact Python ints)."""
+    bad = np.flatnonzero(np.asarray(sizes, dtype=object) != expected)
+    return int(bad[0]) if len(bad) else None
 
 
 def now_iso() -> str:
