@@ -319,14 +319,23 @@ class Location:
         return bytes(data)
 
     def read_ranges(
-        self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int], max_gap: int = 0
+        self,
+        rels: Sequence[str],
+        starts: Sequence[int],
+        ends: Sequence[int],
+        max_gap: int = 0,
+        *,
+        totals: dict[str, int] | None = None,
     ) -> list[bytes]:
         """Many byte ranges at once, each ``[start, end)`` of file ``rel``.
 
         Ranges of one file that touch or overlap (or lie at most ``max_gap`` bytes apart) are
         merged into one request; remote filesystems fetch the merged ranges concurrently
         (``cat_ranges``). A result shorter than asked means the file is shorter than expected;
-        callers check lengths.
+        callers check lengths. ``totals``, when given, is filled with ``rel`` -> the size of the
+        whole file where it comes for free with the bytes: local files (``fstat``) and S3 (the
+        ``Content-Range`` header of the ranged GET). A file that grew past what a caller expects
+        is then caught without another request; other filesystems leave it out.
         """
         if not rels:
             return []
@@ -336,17 +345,26 @@ class Location:
         req_ends = [e for _, _, e in merged.requests]
         rel_of = [r for r, _, _ in merged.requests]
         blobs: list[Any] = [None] * len(paths)
+        sizes: dict[str, int] | None = None if totals is None else {}
         if self.is_local:
             for i, (p, a, b) in enumerate(zip(paths, req_starts, req_ends)):
                 with self._translated("reading", rel_of[i]):
-                    blobs[i] = self._read_local(p, a, b)
+                    blobs[i] = self._read_local(p, a, b, sizes)
         else:
-            self._fetch_ranges(rel_of, paths, req_starts, req_ends, blobs)
+            self._fetch_ranges(rel_of, paths, req_starts, req_ends, blobs, sizes)
+        if totals is not None and sizes:
+            totals.update({rel: sizes[p] for rel, p in zip(rel_of, paths) if p in sizes})
         views = [memoryview(b) for b in blobs]
         return [bytes(views[i][a:b]) for i, a, b in merged.slices]
 
     def _fetch_ranges(
-        self, rels: list[str], paths: list[str], starts: list[int], ends: list[int], out: list[Any]
+        self,
+        rels: list[str],
+        paths: list[str],
+        starts: list[int],
+        ends: list[int],
+        out: list[Any],
+        totals: dict[str, int] | None = None,
     ) -> None:
         """Fill ``out`` with the ranges, fetched concurrently; ranges that fail transiently are
         fetched again (all within one deadline), and a range that keeps failing raises an error
@@ -358,7 +376,11 @@ class Location:
         for attempt in range(1, _RETRIES + 1):
             with self._translated("reading", label):
                 got = self._ranges_once(
-                    [paths[i] for i in todo], [starts[i] for i in todo], [ends[i] for i in todo], deadline
+                    [paths[i] for i in todo],
+                    [starts[i] for i in todo],
+                    [ends[i] for i in todo],
+                    deadline,
+                    totals,
                 )
             failed = []
             for i, blob in zip(todo, got):
@@ -381,13 +403,18 @@ class Location:
             time.sleep(min(0.2 * 2 ** (attempt - 1), max(0.0, deadline - time.monotonic())))
 
     def _ranges_once(
-        self, paths: list[str], starts: list[int], ends: list[int], deadline: float
+        self,
+        paths: list[str],
+        starts: list[int],
+        ends: list[int],
+        deadline: float,
+        totals: dict[str, int] | None = None,
     ) -> list[Any]:
         """One concurrent round of range requests; a failed range comes back as its exception.
 
         On async filesystems each range has its own timeout (the time left to ``deadline``), so
         a range that never completes is reported as itself (a ``_DeadlineExceeded``), and the
-        others still arrive."""
+        others still arrive. On S3, ``totals`` gets each file's whole size from the responses."""
         fs = self.fs
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -398,10 +425,16 @@ class Location:
             )
             return result
         limit = asyncio.Semaphore(_MAX_CONCURRENT_RANGES)
+        ranged_get = _s3_ranged_get if type(fs).__name__ == "S3FileSystem" else None
 
         async def one(path: str, start: int, end: int) -> Any:
             async with limit:
                 try:
+                    if ranged_get is not None and end > start:
+                        data, total = await asyncio.wait_for(ranged_get(fs, path, start, end), remaining)
+                        if totals is not None and total is not None:
+                            totals[path] = total
+                        return data
                     # Keyword arguments: s3fs's second positional argument is a version id.
                     return await asyncio.wait_for(fs._cat_file(path, start=start, end=end), remaining)
                 except asyncio.TimeoutError:
@@ -416,8 +449,10 @@ class Location:
         return results
 
     @staticmethod
-    def _read_local(path: str, start: int, end: int) -> bytes:
+    def _read_local(path: str, start: int, end: int, totals: dict[str, int] | None = None) -> bytes:
         with open(path, "rb") as f:
+            if totals is not None:
+                totals[path] = os.fstat(f.fileno()).st_size
             return os.pread(f.fileno(), end - start, start)
 
     # Other processes write these files: never answer from fsspec's listings cache.
@@ -500,6 +535,29 @@ class Location:
                 self._call("rm", self.path(rel), recursive=recursive)
             except FileNotFoundError:
                 pass
+
+
+async def _s3_ranged_get(fs: Any, path: str, start: int, end: int) -> tuple[bytes, int | None]:
+    """Bytes ``[start, end)`` of an S3 object, and the object's whole size from the response's
+    ``Content-Range`` (``bytes a-b/size``; None if the server leaves it out). s3fs's own
+    ``_cat_file`` returns only the body; this is the same single GET (``_call_s3`` translates
+    backend errors and retries throttling, as it does for ``_cat_file``)."""
+    bucket, key, version = fs.split_path(path)
+    extra = {"VersionId": version} if version else {}
+    resp = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", **extra)
+    try:
+        data = await resp["Body"].read()
+    finally:
+        resp["Body"].close()
+    return data, _content_range_total(resp.get("ContentRange"))
+
+
+def _content_range_total(header: str | None) -> int | None:
+    """The size after the slash of a ``Content-Range`` header (``bytes 0-99/1234`` -> 1234)."""
+    if not header or "/" not in header:
+        return None
+    tail = header.rsplit("/", 1)[1].strip()
+    return int(tail) if tail.isdigit() else None
 
 
 class _Merged:

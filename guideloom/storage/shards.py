@@ -250,8 +250,9 @@ class ShardAccess:
         return self._fetch([self._path(s, f) for f, s, _ in keys], starts, ends, [s for _, s, _ in keys])
 
     def _fetch(self, rels: list[str], starts: list[int], ends: list[int], shards: list[int]) -> list[bytes]:
+        totals: dict[str, int] = {}
         try:
-            blobs = self.location.read_ranges(rels, starts, ends)
+            blobs = self.location.read_ranges(rels, starts, ends, totals=totals)
         except FileNotFoundError as err:
             raise ShardNotFoundError(
                 f"a shard file of {self.location.display_url} is missing ({err}); run "
@@ -260,10 +261,25 @@ class ShardAccess:
         for blob, rel, a, b, s in zip(blobs, rels, starts, ends, shards):
             if len(blob) != b - a:
                 self._short(s, rel, a, b, len(blob))
+            # The server said how big the whole object is (S3's Content-Range): a file that grew
+            # or was replaced is caught here, without a request of its own.
+            total = totals.get(rel)
+            if total is not None and total != self._expected(s, rel):
+                self._resized(s, self.location.describe(rel), total, self._expected(s, rel))
         return blobs
 
+    def _expected(self, shard: int, rel: str) -> int:
+        return next(self._size(shard, f) for f in self.table.files if self._path(shard, f) == rel)
+
+    def _resized(self, shard: int, where: str, size: int, expected: int) -> None:
+        raise ShardCorruptError(
+            f"{self.table.shard_name(shard)}: {where} has {size} bytes but the manifest "
+            f"records {expected}; the file was truncated or replaced. Restore it or "
+            "rewrite the dataset"
+        )
+
     def _short(self, shard: int, rel: str, start: int, end: int, got: int) -> None:
-        size = next(self._size(shard, f) for f in self.table.files if self._path(shard, f) == rel)
+        size = self._expected(shard, rel)
         raise ShardCorruptError(
             f"{self.table.shard_name(shard)}: {self.location.describe(rel)} ended early: bytes "
             f"[{start}, {end}) were asked for, {got} came back; the manifest records "
@@ -291,11 +307,7 @@ class ShardAccess:
         size = os.fstat(fd).st_size
         if size != expected:
             os.close(fd)
-            raise ShardCorruptError(
-                f"{self.table.shard_name(shard)}: {path} has {size} bytes but the manifest "
-                f"records {expected}; the file was truncated or replaced. Restore it or "
-                "rewrite the dataset"
-            )
+            self._resized(shard, path, size, expected)
         self._fds[key] = fd
         while len(self._fds) > _MAX_OPEN_FILES:
             os.close(self._fds.popitem(last=False)[1])

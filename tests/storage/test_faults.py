@@ -15,6 +15,7 @@ from faultproxy import Fault
 from guideloom import StatefulDataLoader, StreamDataset, StreamNumpyFormat, StreamStorage
 from guideloom.errors import (
     GuideLoomError,
+    ShardCorruptError,
     ShardNotFoundError,
     StorageAccessError,
     StorageTimeoutError,
@@ -140,6 +141,28 @@ def test_deleted_shard_names_the_missing_file(stored, s3_options, fault_s3):
     assert missing in message
     for other in (_shard_path(manifest, 0), _shard_path(manifest, 1)):
         assert other not in message
+
+
+@pytest.mark.parametrize("change", [b"xy", b""])
+def test_a_shard_that_grew_or_was_replaced_on_s3_is_caught_when_read(stored, s3_options, change):
+    """The ranged GET's Content-Range carries the object's size: a shard with bytes appended
+    (or rewritten shorter, past the windows read) fails as corrupt, naming the file and both
+    sizes, with no request of its own. Windows of the other shards still read."""
+    url, manifest = stored
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(url, **s3_options)
+    changed = _shard_path(manifest, 1)
+    body = fs.cat_file(f"{root}/{changed}")
+    fs.pipe_file(f"{root}/{changed}", body + change if change else body[:-2])
+    ds = StreamDataset(StreamStorage(url, FMT, storage_options=s3_options), WINDOW)
+    per_shard = 4096 // WINDOW
+    with pytest.raises(ShardCorruptError) as info:
+        ds[per_shard]  # the first window of shard 1: bytes the manifest still covers
+    message = str(info.value)
+    assert changed in message and f"has {len(body) + len(change) - (0 if change else 2)} bytes" in message
+    assert f"records {len(body)}" in message
+    np.testing.assert_array_equal(ds[0]["tokens"], np.full(WINDOW, 1))
 
 
 def _unreachable(**extra):
