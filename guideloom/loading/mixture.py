@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -49,6 +50,8 @@ import numpy as np
 from guideloom.errors import MixtureError, ResumeStateError
 from guideloom.loading.interleave import Interleave, integer_weights
 from guideloom.loading.order import EpochOrder, ShuffleMode, derive_key
+from guideloom.storage import layout
+from guideloom.storage.views import StreamDataset
 
 __all__ = ["Mixture", "MixtureDataset", "MixtureOrder", "MixturePlan", "StoppingStrategy"]
 
@@ -56,6 +59,7 @@ StoppingStrategy = Literal["all_exhausted", "first_exhausted"]
 _STRATEGIES = ("all_exhausted", "first_exhausted")
 _PURPOSE_SOURCE = 5  # keys each source's order apart from the others (see order.derive_key)
 _GAP = 1024  # positions further apart than this are evaluated as separate ranges
+_IOV_MAX = 1024  # buffers of one preadv (the POSIX limit on Linux)
 
 
 @dataclass(frozen=True)
@@ -473,6 +477,21 @@ class MixtureDataset:
         self.sequence_length = getattr(self.views[0], "sequence_length", None)
         self._starts = np.concatenate([[0], np.cumsum(plan.sizes)]).astype(np.int64)
         self.is_local = all(s.location.is_local for s in mixture.storages)
+        # local stream sources are read by _read_local, all in one pass into one array
+        self._local_windows = (
+            self.is_local
+            and self.layout == "stream"
+            and all(isinstance(v, StreamDataset) for v in self.views)
+            and len({v.stream_format.dtype for v in self.views}) == 1
+        )
+        if self._local_windows:  # every source's shards on one token axis
+            tokens = [int(v._shard_tokens.sum()) for v in self.views]
+            self._token_base = np.concatenate([[0], np.cumsum(tokens)[:-1]]).astype(np.int64)
+            self._shard_starts = np.concatenate(
+                [v._starts + base for v, base in zip(self.views, self._token_base.tolist())]
+            ).astype(np.int64)
+            self._shard_owner = [i for i, v in enumerate(self.views) for _ in range(len(v._starts))]
+            self._shard_local = [j for v in self.views for j in range(len(v._starts))]
         # The loader's default read_ahead (batches): a batch costs one read per source it
         # touches, so also on local disk a worker reads a few batches at once.
         self.read_ahead = 7
@@ -506,6 +525,8 @@ class MixtureDataset:
     def read_windows(self, indexes: Sequence[int]) -> dict[str, np.ndarray]:
         """Stream windows ``indexes`` as ``{field: (len(indexes), sequence_length) array}``."""
         src, local = self._split(indexes)
+        if self._local_windows:
+            return self.views[0]._split(self._read_local(src, local))
         out: dict[str, np.ndarray] = {}
         for i in np.unique(src).tolist():
             sel = np.flatnonzero(src == i)
@@ -514,6 +535,53 @@ class MixtureDataset:
                 if name not in out:
                     out[name] = np.empty((src.size, *values.shape[1:]), dtype=values.dtype)
                 out[name][sel] = values
+        return out
+
+    def _read_local(self, src: np.ndarray, local: np.ndarray) -> np.ndarray:
+        """Windows of local stream sources read straight into one output, in batch order.
+
+        The hot path of a local mixture: one output array for the whole batch (no per-source
+        arrays scattered into it afterwards), one vectorized lookup of every window's shard over
+        the shards of all sources (``_shard_starts``), and one positioned read per run of
+        windows that lie back to back in one shard file, even where the batch interleaves them
+        with other sources' windows (``preadv`` into several rows at once).
+        """
+        views, length = self.views, int(self.sequence_length or 0)
+        isz = views[0]._itemsize
+        width = length * isz
+        out = np.empty((src.size, length), dtype=views[0].stream_format.dtype)
+        if not src.size:
+            return out
+        flat = memoryview(out.view(np.uint8).reshape(-1))
+        g0 = self._token_base[src] + local * length  # tokens before the window, over all sources
+        first = np.searchsorted(self._shard_starts, g0, side="right") - 1
+        last = np.searchsorted(self._shard_starts, g0 + (length - 1), side="right") - 1
+        begin = (g0 - self._shard_starts[first]) * isz + layout.HEADER_SIZE
+        rows = np.argsort(src, kind="stable")  # each source's windows together, in batch order
+        r, f, b = rows.tolist(), first[rows].tolist(), begin[rows].tolist()
+        crossing = (first != last)[rows].tolist()
+        owner, shard_of = self._shard_owner, self._shard_local
+        n, k = len(r), 0
+        while k < n:
+            s = f[k]
+            view = views[owner[s]]
+            if crossing[k]:  # a window that crosses a shard boundary: piece by piece
+                at = r[k] * width
+                for shard, a2, b2, off in view._pieces(int(local[r[k]])):
+                    piece = np.frombuffer(flat[at + off * isz : at + (off + b2 - a2) * isz], np.uint8)
+                    view._access.read_into(shard, "data", a2 * isz, piece)
+                k += 1
+                continue
+            hi, following = k + 1, b[k] + width
+            while hi < n and hi - k < _IOV_MAX and f[hi] == s and not crossing[hi] and b[hi] == following:
+                hi, following = hi + 1, following + width
+            buffers = [flat[x * width : (x + 1) * width] for x in r[k:hi]]
+            access = view._access
+            if os.preadv(access.fd(shard_of[s], "data"), buffers, b[k]) != width * (hi - k):
+                for x, at in zip(r[k:hi], b[k:hi]):  # one by one, to name the damaged shard
+                    row = np.frombuffer(flat[x * width : (x + 1) * width], np.uint8)
+                    access.read_into(shard_of[s], "data", at - layout.HEADER_SIZE, row)
+            k = hi
         return out
 
     def __getitems__(self, indexes: Sequence[int]) -> list[Any]:

@@ -342,3 +342,33 @@ def test_cli_mix_previews_shares_epoch_and_repeats(three: dict[str, Any]) -> Non
     assert bad.exit_code != 0 and "weight '0' is not a positive" in bad.output
     missing = CliRunner().invoke(app, ["mix", f"{urls['web']}=1"])
     assert missing.exit_code != 0 and "--sequence-length" in missing.output
+
+
+def _crosses_shards(view: Any) -> bool:
+    """Whether some window of a stream view spans two shards."""
+    first = np.arange(len(view)) * view.sequence_length
+    last = first + view.sequence_length - 1
+    return bool(
+        (np.searchsorted(view._starts, first, "right") != np.searchsorted(view._starts, last, "right")).any()
+    )
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from([3, 4]), st.lists(st.integers(0, 10**6), max_size=70))
+def test_a_local_batch_read_matches_each_sources_own_reads(
+    three: dict[str, Any], length: int, draws: list[int]
+) -> None:
+    # The local fast path reads every source's windows into one array (runs of back-to-back
+    # windows of one shard in one preadv; windows that cross a shard boundary, as 3-token
+    # windows do in these 64-token shards, piece by piece): it must give exactly what each
+    # source's own view reads, in batch order, repeats included.
+    mix = _mix(three, {"web": 0.5, "code": 0.3, "books": 0.2})
+    ds = mix.dataset(sequence_length=length)
+    assert ds._local_windows
+    views = {k: StreamDataset(three[k], sequence_length=length) for k in ("web", "code", "books")}
+    assert any(_crosses_shards(v) for v in views.values()) == (length == 3)
+    indexes = [d % len(ds) for d in draws]
+    expected = [views[name][j]["tokens"] for name, j in map(ds.source_of, indexes)]
+    got = ds.read_windows(indexes)["tokens"]
+    assert got.shape == (len(indexes), length)
+    assert [row.tolist() for row in got] == [row.tolist() for row in expected]
