@@ -552,7 +552,7 @@ class MixtureDataset:
         out = np.empty((src.size, length), dtype=views[0].stream_format.dtype)
         if not src.size:
             return out
-        flat = memoryview(out.view(np.uint8).reshape(-1))
+        flat = out.view(np.uint8).reshape(-1).data
         g0 = self._token_base[src] + local * length  # tokens before the window, over all sources
         first = np.searchsorted(self._shard_starts, g0, side="right") - 1
         last = np.searchsorted(self._shard_starts, g0 + (length - 1), side="right") - 1
