@@ -49,8 +49,9 @@ import numpy as np
 
 from guideloom.errors import MixtureError, ResumeStateError
 from guideloom.loading.interleave import Interleave, integer_weights
-from guideloom.loading.order import EpochOrder, ShuffleMode, derive_key
+from guideloom.loading.order import EpochOrder, FeistelPermutation, ShuffleMode, _mix, derive_key
 from guideloom.storage import layout
+from guideloom.storage.shards import _MAX_OPEN_FILES
 from guideloom.storage.views import StreamDataset
 
 __all__ = ["Mixture", "MixtureDataset", "MixtureOrder", "MixturePlan", "StoppingStrategy"]
@@ -60,6 +61,7 @@ _STRATEGIES = ("all_exhausted", "first_exhausted")
 _PURPOSE_SOURCE = 5  # keys each source's order apart from the others (see order.derive_key)
 _GAP = 1024  # positions further apart than this are evaluated as separate ranges
 _IOV_MAX = 1024  # buffers of one preadv (the POSIX limit on Linux)
+_FDS_PER_BATCH = min(64, _MAX_OPEN_FILES)  # descriptors _read_local keeps at hand
 
 
 @dataclass(frozen=True)
@@ -220,20 +222,49 @@ class MixtureOrder:
     def __call__(self, positions: np.ndarray | Sequence[int] | range) -> np.ndarray:
         """Indexes into the `MixtureDataset` (source offset + sample index) at ``positions``."""
         src, g = self.locate(np.asarray(positions, dtype=np.int64))
-        out = np.empty(src.size, dtype=np.int64)
-        for i in np.unique(src).tolist():
-            sel = src == i
-            size = self.plan.sizes[i]
-            epochs, pos = np.divmod(g[sel], size)
+        sizes = np.asarray(self.plan.sizes, dtype=np.int64)
+        epochs, pos = np.divmod(g, sizes[src])
+        # one group per (source, source epoch): a small, much repeated source spans many epochs
+        pairs, where = np.unique(epochs * len(sizes) + src, return_inverse=True)
+        orders = [self._source_order(int(k % len(sizes)), int(k // len(sizes))) for k in pairs.tolist()]
+        if self._settings["shuffle"] == "full":
+            samples = _permute_many([o._perm for o in orders], where, pos)
+        elif self._settings["shuffle"] == "none":
+            samples = pos
+        else:
             samples = np.empty(pos.size, dtype=np.int64)
-            # a small, much repeated source spans many of its epochs: group, don't rescan
-            by_epoch = np.argsort(epochs, kind="stable")
-            values, firsts = np.unique(epochs[by_epoch], return_index=True)
-            for e, lo, hi in zip(values.tolist(), firsts.tolist(), [*firsts[1:].tolist(), pos.size]):
-                rows = by_epoch[lo:hi]
-                samples[rows] = self._source_order(i, int(e))(pos[rows])
-            out[sel] = samples + self._offsets[i]
-        return out
+            by_group = np.argsort(where, kind="stable")
+            bounds = np.searchsorted(where[by_group], np.arange(len(orders) + 1)).tolist()
+            for order, lo, hi in zip(orders, bounds[:-1], bounds[1:]):
+                rows = by_group[lo:hi]
+                samples[rows] = order(pos[rows])
+        return samples + self._offsets[src]
+
+
+def _permute_many(perms: Sequence[FeistelPermutation], which: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``perms[which[k]](x[k])`` for every ``k``, all permutations evaluated in one pass.
+
+    The same arithmetic as `FeistelPermutation` (so the same orders), with each element's
+    half width, mask, round keys and domain as arrays: a mixture's sources share the NumPy
+    calls of every round and of every cycle-walking step instead of paying them per source.
+    """
+    half = np.array([p._half for p in perms], dtype=np.uint64)[which]
+    mask = np.array([p._mask for p in perms], dtype=np.uint64)[which]
+    keys = np.array([p._keys for p in perms], dtype=np.uint64).T[:, which]  # (rounds, elements)
+    domain = np.array([p.n for p in perms], dtype=np.uint64)[which]
+
+    def rounds(y: np.ndarray, h: np.ndarray, m: np.ndarray, k: np.ndarray) -> np.ndarray:
+        left, right = y >> h, y & m
+        for key in k:
+            left, right = right, left ^ (_mix(right ^ key) & m)
+        return (left << h) | right
+
+    y = rounds(x.astype(np.uint64), half, mask, keys)
+    outside = np.flatnonzero(y >= domain)
+    while outside.size:  # cycle-walking, as in FeistelPermutation
+        y[outside] = rounds(y[outside], half[outside], mask[outside], keys[:, outside])
+        outside = outside[y[outside] >= domain[outside]]
+    return y.astype(np.int64)
 
 
 class Mixture:
@@ -561,25 +592,35 @@ class MixtureDataset:
         r, f, b = rows.tolist(), first[rows].tolist(), begin[rows].tolist()
         crossing = (first != last)[rows].tolist()
         owner, shard_of = self._shard_owner, self._shard_local
+        # global shard -> descriptor, for this batch: safe while fewer than a source's LRU of
+        # open files (the descriptors used last are never the ones it closes)
+        fds: dict[int, int] = {}
         n, k = len(r), 0
         while k < n:
-            s = f[k]
-            view = views[owner[s]]
+            s, x = f[k], r[k]
             if crossing[k]:  # a window that crosses a shard boundary: piece by piece
-                at = r[k] * width
-                for shard, a2, b2, off in view._pieces(int(local[r[k]])):
-                    piece = np.frombuffer(flat[at + off * isz : at + (off + b2 - a2) * isz], np.uint8)
-                    view._access.read_into(shard, "data", a2 * isz, piece)
+                view = views[owner[s]]
+                for shard, a2, b2, off in view._pieces(int(local[x])):
+                    piece = flat[x * width + off * isz : x * width + (off + b2 - a2) * isz]
+                    view._access.read_into(shard, "data", a2 * isz, np.frombuffer(piece, np.uint8))
                 k += 1
                 continue
+            fd = fds.get(s)
+            if fd is None:
+                if len(fds) >= _FDS_PER_BATCH:
+                    fds.clear()  # descriptors the sources' LRU may since have closed
+                fd = fds[s] = views[owner[s]]._access.fd(shard_of[s], "data")
             hi, following = k + 1, b[k] + width
             while hi < n and hi - k < _IOV_MAX and f[hi] == s and not crossing[hi] and b[hi] == following:
                 hi, following = hi + 1, following + width
-            buffers = [flat[x * width : (x + 1) * width] for x in r[k:hi]]
-            access = view._access
-            if os.preadv(access.fd(shard_of[s], "data"), buffers, b[k]) != width * (hi - k):
-                for x, at in zip(r[k:hi], b[k:hi]):  # one by one, to name the damaged shard
-                    row = np.frombuffer(flat[x * width : (x + 1) * width], np.uint8)
+            if hi == k + 1:  # the common case under a full shuffle: one window
+                buffers = [flat[x * width : (x + 1) * width]]
+            else:
+                buffers = [flat[y * width : (y + 1) * width] for y in r[k:hi]]
+            if os.preadv(fd, buffers, b[k]) != width * (hi - k):
+                access = views[owner[s]]._access
+                for y, at in zip(r[k:hi], b[k:hi]):  # one by one, to name the damaged shard
+                    row = np.frombuffer(flat[y * width : (y + 1) * width], np.uint8)
                     access.read_into(shard_of[s], "data", at - layout.HEADER_SIZE, row)
             k = hi
         return out
