@@ -43,13 +43,22 @@ from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["Interleave", "integer_weights"]
+__all__ = ["Interleave", "decimal_fraction", "integer_weights"]
 
 _WEIGHT_BITS = 40  # float weights become integers out of 2**40
 _MAX_RANGE = 1 << 14  # positions evaluated in one vectorized pass (keeps products within int64)
 
 
-def integer_weights(weights: Sequence[float]) -> tuple[int, ...]:
+def decimal_fraction(w: float | Fraction) -> Fraction:
+    """A weight as the fraction it is written as: ``0.7 -> 7/10`` (not the binary float's value)."""
+    if isinstance(w, Fraction):
+        return w
+    if isinstance(w, (int, np.integer)):
+        return Fraction(int(w))
+    return Fraction(repr(float(w)))
+
+
+def integer_weights(weights: Sequence[float | Fraction]) -> tuple[int, ...]:
     """Positive weights as coprime integers with the same proportions (to ``2**-40`` for floats).
 
     Raises ``ValueError`` for a weight that is not a positive finite number, or one so small
@@ -61,9 +70,7 @@ def integer_weights(weights: Sequence[float]) -> tuple[int, ...]:
         if not math.isfinite(float(w)) or w <= 0:
             raise ValueError(f"weight {i} is {w!r}: weights must be positive, finite numbers")
     # Decimal fractions as written (0.7 -> 7/10), when their common denominator stays small.
-    decimal = [
-        Fraction(int(w)) if isinstance(w, (int, np.integer)) else Fraction(repr(float(w))) for w in weights
-    ]
+    decimal = [decimal_fraction(w) for w in weights]
     scale = math.lcm(*(f.denominator for f in decimal))
     ints = [int(f * scale) for f in decimal]
     if sum(ints) >= 1 << 44:

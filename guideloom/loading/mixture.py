@@ -48,15 +48,25 @@ from typing import Any, Literal
 import numpy as np
 
 from guideloom.errors import MixtureError, ResumeStateError
-from guideloom.loading.interleave import Interleave, integer_weights
+from guideloom.loading.interleave import Interleave, decimal_fraction, integer_weights
 from guideloom.loading.order import EpochOrder, FeistelPermutation, ShuffleMode, _mix, derive_key
 from guideloom.storage import layout
 from guideloom.storage.shards import _MAX_OPEN_FILES
 from guideloom.storage.views import StreamDataset
 
-__all__ = ["Mixture", "MixtureDataset", "MixtureOrder", "MixturePlan", "StoppingStrategy"]
+__all__ = [
+    "Mixture",
+    "MixtureDataset",
+    "MixtureOrder",
+    "MixturePlan",
+    "StoppingStrategy",
+    "WeightBy",
+    "document_tokens",
+    "document_token_totals",
+]
 
 StoppingStrategy = Literal["all_exhausted", "first_exhausted"]
+WeightBy = Literal["samples", "tokens"]
 _STRATEGIES = ("all_exhausted", "first_exhausted")
 _PURPOSE_SOURCE = 5  # keys each source's order apart from the others (see order.derive_key)
 _GAP = 1024  # positions further apart than this are evaluated as separate ranges
@@ -70,7 +80,9 @@ class MixturePlan:
 
     ``sizes``: samples (windows or documents) per source; ``weights``: positive integers (see
     `guideloom.loading.interleave.integer_weights`); ``starts``: draws of each source
-    before this mixture began (a curriculum switch), 0 otherwise.
+    before this mixture began (a curriculum switch), 0 otherwise; ``mean_tokens``: each
+    source's mean tokens per sample, when the weights were given as shares of tokens (the
+    table then shows each source's share of tokens too).
     """
 
     names: tuple[str, ...]
@@ -78,6 +90,7 @@ class MixturePlan:
     weights: tuple[int, ...]
     stopping_strategy: str = "all_exhausted"
     starts: tuple[int, ...] = field(default=())
+    mean_tokens: tuple[float, ...] = field(default=())
 
     def __post_init__(self) -> None:
         if self.stopping_strategy not in _STRATEGIES:
@@ -111,6 +124,14 @@ class MixturePlan:
         return self.interleave.shares
 
     @property
+    def token_shares(self) -> tuple[float, ...]:
+        """Each source's expected share of the tokens (needs ``mean_tokens``; else empty)."""
+        if not self.mean_tokens:
+            return ()
+        tokens = [share * m for share, m in zip(self.shares, self.mean_tokens)]
+        return tuple(t / sum(tokens) for t in tokens)
+
+    @property
     def repeats(self) -> tuple[float, ...]:
         """How many times each source is read per mixture epoch (``draws / size``)."""
         return tuple(d / n for d, n in zip(self.draws, self.sizes))
@@ -134,13 +155,15 @@ class MixturePlan:
             f"mixture epoch  {self.epoch_length:,} samples ({self.stopping_strategy})",
             f"max deviation  {self.interleave.max_deviation:.3f} samples per source over any prefix",
             "",
-            f"  {'letter':6}  {'source':{width}}  {'share':>9}  {'samples':>12}  {'per epoch':>12}  repeats",
+            f"  {'letter':6}  {'source':{width}}  {'share':>9}  {'samples':>12}  {'per epoch':>12}  repeats"
+            + ("  token share" if self.mean_tokens else ""),
         ]
         for k, (name, share, size, draws, rep) in enumerate(
             zip(self.names, self.shares, self.sizes, self.draws, self.repeats)
         ):
             out.append(
                 f"  {_letter(k):6}  {name:{width}}  {share:9.4%}  {size:12,d}  {draws:12,d}  {rep:.3f}x"
+                + (f"  {self.token_shares[k]:11.4%}" if self.mean_tokens else "")
             )
         if preview:
             src, _ = self.interleave.sources(0, min(preview, self.epoch_length))
@@ -267,8 +290,59 @@ def _permute_many(perms: Sequence[FeistelPermutation], which: np.ndarray, x: np.
     return y.astype(np.int64)
 
 
+def document_tokens(manifest: Any) -> int | None:
+    """A document dataset's total tokens as its manifest records them, or None.
+
+    Read from the manifest's metadata: ``"tokens"`` (what a writer records with
+    ``storage.writer(metadata={"tokens": n})``), else ``"ingest"`` -> ``"tokens"`` (what
+    ``guideloom ingest`` records).
+    """
+    meta = manifest.metadata or {}
+    for value in (meta.get("tokens"), (meta.get("ingest") or {}).get("tokens")):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def document_token_totals(
+    storages: Sequence[Any], names: Sequence[str], source_tokens: Mapping[str, int] | None = None
+) -> list[int]:
+    """Each document source's total tokens (its mean document length is that / its documents).
+
+    Totals come from ``source_tokens[name]`` if given, else from the manifest (see
+    `document_tokens`). Raises `MixtureError` naming a source whose total is unknown or not
+    a positive integer, or a ``source_tokens`` name that is no source.
+    """
+    given = dict(source_tokens or {})
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise MixtureError(
+            f"source_tokens names {unknown}, which are not sources of this mixture ({list(names)})"
+        )
+    out = []
+    for name, storage in zip(names, storages):
+        manifest = storage.manifest
+        total = given.get(name, document_tokens(manifest))
+        if total is None:
+            raise MixtureError(
+                f"source {name!r} ({storage.url}): weight_by='tokens' needs its number of tokens, and "
+                "its manifest records none; write it with storage.writer(metadata={'tokens': N}) or "
+                "pass Mixture(..., source_tokens={" + repr(name) + ": N})"
+            )
+        if isinstance(total, bool) or not isinstance(total, (int, np.integer)) or total < 1:
+            raise MixtureError(
+                f"source {name!r} ({storage.url}) has {total!r} tokens: a token count must be a positive integer"
+            )
+        if manifest.total_records < 1:
+            raise MixtureError(
+                f"source {name!r} ({storage.url}) has no documents: an empty source cannot be mixed"
+            )
+        out.append(int(total))
+    return out
+
+
 class Mixture:
-    """Several datasets of one layout read as one, each in a given proportion of samples.
+    """Several datasets of one layout read as one, each in a given proportion of samples (or tokens).
 
     Args:
         sources: a mapping ``name -> (storage or view, weight)``, or a sequence of
@@ -285,16 +359,32 @@ class Mixture:
             left it, so no sample already delivered in a source's current epoch is delivered
             again before that epoch ends. Build the mixture with the same ``after`` state when
             resuming the new run from its own checkpoints.
+        weight_by: ``"samples"`` (default: weights are shares of samples) or ``"tokens"``:
+            for document sources, weights are shares of *tokens*, turned into shares of
+            documents by each source's mean document length (its total tokens over its
+            documents), so a source of long documents gets proportionally fewer of them. The
+            token shares are then exact in expectation over a shuffled order and exact over
+            every complete pass over a source (docs/mixing.md states the bound). For streams,
+            every window holds ``sequence_length`` tokens, so both mean the same.
+        source_tokens: ``name -> total tokens`` of document sources, for ``weight_by="tokens"``
+            where a source's manifest does not record its tokens (see `document_tokens`).
 
     Raises:
         MixtureError: no sources, a weight that is not a positive finite number, sources of
-            different layouts or schemas, or an unknown ``stopping_strategy``.
+            different layouts or schemas, an unknown ``stopping_strategy`` or ``weight_by``, or
+            ``weight_by="tokens"`` for a document source whose tokens are not known (the
+            message names the source and how to record them).
 
     Attributes:
         names: The sources' names, in the order given.
         items: The storages or views, as given.
         storages: Each source's storage.
-        weights: The weights as coprime integers with the same proportions of samples.
+        weights: The weights as coprime integers with the same proportions of samples
+            (converted from shares of tokens with ``weight_by="tokens"``).
+        weight_by: `"samples"` or `"tokens"`, as given.
+        token_weights: The weights as given, for document sources weighted by tokens; else `()`.
+        mean_tokens: Each source's mean tokens per document, for document sources weighted by
+            tokens; else `()`.
         stopping_strategy: `"all_exhausted"` or `"first_exhausted"`.
         layout: The sources' layout: `"documents"`, `"stream"` or `"stream_with_meta"`.
         after: The curriculum state given as `after`, or None.
@@ -306,6 +396,8 @@ class Mixture:
         *,
         stopping_strategy: StoppingStrategy = "all_exhausted",
         after: dict[str, Any] | None = None,
+        weight_by: WeightBy = "samples",
+        source_tokens: Mapping[str, int] | None = None,
     ) -> None:
         pairs = list(sources.items()) if isinstance(sources, Mapping) else list(enumerate(sources))
         if not pairs:
@@ -339,10 +431,6 @@ class Mixture:
                 raise MixtureError(
                     f"source {name!r} has weight {w!r}: weights must be positive, finite numbers"
                 )
-        try:
-            self.weights = integer_weights(weights)
-        except ValueError as err:
-            raise MixtureError(f"{err} (sources: {', '.join(names)})") from None
         if stopping_strategy not in _STRATEGIES:
             raise MixtureError(
                 f"stopping_strategy must be 'all_exhausted' or 'first_exhausted', got {stopping_strategy!r}"
@@ -357,6 +445,34 @@ class Mixture:
                 )
             self._check_schema(name, storage)
         self.after = after
+        if weight_by not in ("samples", "tokens"):
+            raise MixtureError(
+                f"weight_by must be 'samples' (weights are shares of samples) or 'tokens' (shares "
+                f"of tokens, for documents), got {weight_by!r}"
+            )
+        self.weight_by = weight_by
+        self.token_weights: tuple[float, ...] = ()
+        self.mean_tokens: tuple[float, ...] = ()
+        if weight_by == "tokens" and self.layout == "documents":
+            self.token_weights = tuple(float(w) for w in weights)
+            totals = document_token_totals(self.storages, names, source_tokens)
+            self.mean_tokens = tuple(
+                t / s.manifest.total_records for t, s in zip(totals, self.storages)
+            )
+            # exact: weight / (tokens / documents), as fractions
+            weights = [
+                decimal_fraction(w) * s.manifest.total_records / t
+                for w, s, t in zip(weights, self.storages, totals)
+            ]
+        elif source_tokens is not None:
+            raise MixtureError(
+                "source_tokens is only read with weight_by='tokens' for document sources: "
+                "stream windows all hold sequence_length tokens, so shares of windows are shares of tokens"
+            )
+        try:
+            self.weights = integer_weights(weights)
+        except ValueError as err:
+            raise MixtureError(f"{err} (sources: {', '.join(names)})") from None
 
     def _check_schema(self, name: str, storage: Any) -> None:
         first = self.storages[0]
@@ -437,7 +553,7 @@ class Mixture:
                 )
         sizes = tuple(len(v) for v in views)
         starts = self._starts(sizes, lengths.pop())
-        plan = MixturePlan(self.names, sizes, self.weights, self.stopping_strategy, starts)
+        plan = MixturePlan(self.names, sizes, self.weights, self.stopping_strategy, starts, self.mean_tokens)
         return MixtureDataset(self, views, plan)
 
     def _starts(self, sizes: tuple[int, ...], sequence_length: int | None) -> tuple[int, ...]:
