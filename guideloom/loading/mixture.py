@@ -456,9 +456,7 @@ class Mixture:
         if weight_by == "tokens" and self.layout == "documents":
             self.token_weights = tuple(float(w) for w in weights)
             totals = document_token_totals(self.storages, names, source_tokens)
-            self.mean_tokens = tuple(
-                t / s.manifest.total_records for t, s in zip(totals, self.storages)
-            )
+            self.mean_tokens = tuple(t / s.manifest.total_records for t, s in zip(totals, self.storages))
             # exact: weight / (tokens / documents), as fractions
             weights = [
                 decimal_fraction(w) * s.manifest.total_records / t
