@@ -4,11 +4,19 @@ The corpus of the ``local`` row (``cfg.tokens`` tokens) is written a second time
 of 60 %, 30 % and 10 % of it, mixed with weights proportional to their sizes, so one mixture
 epoch reads every window about once, like one epoch of the single stream. Both loaders shuffle
 fully, with ``num_workers=0`` and the same batch size, interleaved in one run: the ratio is the
-cost of the mixture's order arithmetic and of splitting each batch into one read per source.
+cost of the mixture's order arithmetic and of reading each batch from several sources.
+
+Besides the wall-clock ratio, each case reports ``cpu_ratio``: tokens per CPU second
+(``time.process_time``, over the same passes) of the mixture over the single stream's. On a shared machine it moves
+far less than wall-clock throughput, since time spent waiting for other processes' turns on
+the cores does not count.
 """
 
 from __future__ import annotations
 
+import statistics
+import time
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks.corpus import stream_format, write_stream
@@ -44,16 +52,31 @@ def mix_rows(cfg: Config) -> list[Row]:
         sequence_length=cfg.sequence_length, batch_size=cfg.batch_size, shuffle=True, seed=cfg.seed
     )
     rows = []
+
+    def measured(loader: Any, cpu: list[float]) -> Callable[[], float]:
+        def one_pass() -> float:
+            t0 = time.process_time()
+            rate = timed_pass(loader, count_tokens).rate
+            cpu.append(time.process_time() - t0)
+            return rate
+
+        return one_pass
+
     # defaults (a local mixture reads ahead, a local single stream does not), then both alike
     for case, single_read_ahead in (("defaults", None), ("both read_ahead=7", 7)):
         ours = StatefulDataLoader.from_storage(mixture, **settings)
         theirs = StatefulDataLoader.from_storage(single, read_ahead=single_read_ahead, **settings)
+        cpu_ours: list[float] = []
+        cpu_theirs: list[float] = []
         g, b = interleaved(
-            lambda: timed_pass(ours, count_tokens).rate,  # noqa: B023 - called within this iteration
-            lambda: timed_pass(theirs, count_tokens).rate,  # noqa: B023 - called within this iteration
-            cfg.repeats,
-            warmup=not cfg.quick,
+            measured(ours, cpu_ours), measured(theirs, cpu_theirs), cfg.repeats, warmup=not cfg.quick
         )
+        # tokens per CPU second, ours over theirs, over the timed passes (a warm-up came first)
+        per_cpu = [
+            windows / statistics.median(cpu[-cfg.repeats :])
+            for windows, cpu in ((ours.view.plan.epoch_length, cpu_ours), (len(theirs.view), cpu_theirs))
+        ]
+        cpu_ratio = per_cpu[0] / per_cpu[1]
         plan = ours.view.plan
         rows.append(
             Row(
@@ -68,6 +91,7 @@ def mix_rows(cfg: Config) -> list[Row]:
                     "epoch_windows": plan.epoch_length,
                     "single_windows": len(theirs.view),
                     "repeats": [round(r, 3) for r in plan.repeats],
+                    "cpu_ratio": round(cpu_ratio, 3),
                 },
             )
         )

@@ -266,19 +266,27 @@ def mix(
     ),
     option: list[str] = typer.Option(None, "--option", "-o", help=OPTION_HELP),
     preview: int = typer.Option(64, help="How many first positions to show as source letters."),
+    weight_by: str = typer.Option(
+        "samples", help="samples (weights are shares of samples) or tokens (shares of tokens, documents)."
+    ),
 ) -> None:
     """Preview a weighted mixture: each source's share, epoch length and repeats per epoch.
 
     Reads only the manifests. The numbers are those a ``guideloom.Mixture`` of the same sources,
     weights and stopping strategy gives the loader (see docs/mixing.md).
     """
-    from guideloom.loading.interleave import integer_weights
-    from guideloom.loading.mixture import MixturePlan
+    from fractions import Fraction
+
+    from guideloom.loading.interleave import decimal_fraction, integer_weights
+    from guideloom.loading.mixture import MixturePlan, document_tokens
 
     names: list[str] = []
     sizes: list[int] = []
-    weights: list[float] = []
+    weights: list[float | Fraction] = []
+    means: list[float] = []
     try:
+        if weight_by not in ("samples", "tokens"):
+            raise ValueError(f"--weight-by must be samples or tokens, got {weight_by!r}")
         options = parse_options(option)
         classes = set()
         for arg in sources:
@@ -296,6 +304,15 @@ def mix(
             classes.add(manifest.storage_class)
             if manifest.storage_class == "DocumentStorage":
                 sizes.append(manifest.total_records)
+                if weight_by == "tokens":
+                    total = document_tokens(manifest)
+                    if not total or manifest.total_records < 1:
+                        raise ValueError(
+                            f"{url}: --weight-by tokens needs its number of tokens, and its manifest "
+                            "records none (write it with storage.writer(metadata={'tokens': N}))"
+                        )
+                    weights[-1] = decimal_fraction(weight) * manifest.total_records / total
+                    means.append(total / manifest.total_records)
             elif sequence_length is None:
                 raise ValueError(f"{url} is a stream: pass --sequence-length")
             else:
@@ -303,7 +320,9 @@ def mix(
             names.append(location.display_url)
         if len(classes) > 1:
             raise ValueError(f"the sources mix storage classes {sorted(classes)}: a mixture reads one")
-        plan = MixturePlan(tuple(names), tuple(sizes), integer_weights(weights), stopping_strategy)
+        plan = MixturePlan(
+            tuple(names), tuple(sizes), integer_weights(weights), stopping_strategy, mean_tokens=tuple(means)
+        )
         lines = plan.lines(preview)
     except (GuideLoomError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -47,15 +48,30 @@ from typing import Any, Literal
 import numpy as np
 
 from guideloom.errors import MixtureError, ResumeStateError
-from guideloom.loading.interleave import Interleave, integer_weights
-from guideloom.loading.order import EpochOrder, ShuffleMode, derive_key
+from guideloom.loading.interleave import Interleave, decimal_fraction, integer_weights
+from guideloom.loading.order import EpochOrder, FeistelPermutation, ShuffleMode, _mix, derive_key
+from guideloom.storage import layout
+from guideloom.storage.shards import _MAX_OPEN_FILES
+from guideloom.storage.views import StreamDataset
 
-__all__ = ["Mixture", "MixtureDataset", "MixtureOrder", "MixturePlan", "StoppingStrategy"]
+__all__ = [
+    "Mixture",
+    "MixtureDataset",
+    "MixtureOrder",
+    "MixturePlan",
+    "StoppingStrategy",
+    "WeightBy",
+    "document_tokens",
+    "document_token_totals",
+]
 
 StoppingStrategy = Literal["all_exhausted", "first_exhausted"]
+WeightBy = Literal["samples", "tokens"]
 _STRATEGIES = ("all_exhausted", "first_exhausted")
 _PURPOSE_SOURCE = 5  # keys each source's order apart from the others (see order.derive_key)
 _GAP = 1024  # positions further apart than this are evaluated as separate ranges
+_IOV_MAX = 1024  # buffers of one preadv (the POSIX limit on Linux)
+_FDS_PER_BATCH = min(64, _MAX_OPEN_FILES)  # descriptors _read_local keeps at hand
 
 
 @dataclass(frozen=True)
@@ -64,7 +80,9 @@ class MixturePlan:
 
     ``sizes``: samples (windows or documents) per source; ``weights``: positive integers (see
     `guideloom.loading.interleave.integer_weights`); ``starts``: draws of each source
-    before this mixture began (a curriculum switch), 0 otherwise.
+    before this mixture began (a curriculum switch), 0 otherwise; ``mean_tokens``: each
+    source's mean tokens per sample, when the weights were given as shares of tokens (the
+    table then shows each source's share of tokens too).
     """
 
     names: tuple[str, ...]
@@ -72,6 +90,7 @@ class MixturePlan:
     weights: tuple[int, ...]
     stopping_strategy: str = "all_exhausted"
     starts: tuple[int, ...] = field(default=())
+    mean_tokens: tuple[float, ...] = field(default=())
 
     def __post_init__(self) -> None:
         if self.stopping_strategy not in _STRATEGIES:
@@ -105,6 +124,14 @@ class MixturePlan:
         return self.interleave.shares
 
     @property
+    def token_shares(self) -> tuple[float, ...]:
+        """Each source's expected share of the tokens (needs ``mean_tokens``; else empty)."""
+        if not self.mean_tokens:
+            return ()
+        tokens = [share * m for share, m in zip(self.shares, self.mean_tokens)]
+        return tuple(t / sum(tokens) for t in tokens)
+
+    @property
     def repeats(self) -> tuple[float, ...]:
         """How many times each source is read per mixture epoch (``draws / size``)."""
         return tuple(d / n for d, n in zip(self.draws, self.sizes))
@@ -128,13 +155,15 @@ class MixturePlan:
             f"mixture epoch  {self.epoch_length:,} samples ({self.stopping_strategy})",
             f"max deviation  {self.interleave.max_deviation:.3f} samples per source over any prefix",
             "",
-            f"  {'letter':6}  {'source':{width}}  {'share':>9}  {'samples':>12}  {'per epoch':>12}  repeats",
+            f"  {'letter':6}  {'source':{width}}  {'share':>9}  {'samples':>12}  {'per epoch':>12}  repeats"
+            + ("  token share" if self.mean_tokens else ""),
         ]
         for k, (name, share, size, draws, rep) in enumerate(
             zip(self.names, self.shares, self.sizes, self.draws, self.repeats)
         ):
             out.append(
                 f"  {_letter(k):6}  {name:{width}}  {share:9.4%}  {size:12,d}  {draws:12,d}  {rep:.3f}x"
+                + (f"  {self.token_shares[k]:11.4%}" if self.mean_tokens else "")
             )
         if preview:
             src, _ = self.interleave.sources(0, min(preview, self.epoch_length))
@@ -216,24 +245,104 @@ class MixtureOrder:
     def __call__(self, positions: np.ndarray | Sequence[int] | range) -> np.ndarray:
         """Indexes into the `MixtureDataset` (source offset + sample index) at ``positions``."""
         src, g = self.locate(np.asarray(positions, dtype=np.int64))
-        out = np.empty(src.size, dtype=np.int64)
-        for i in np.unique(src).tolist():
-            sel = src == i
-            size = self.plan.sizes[i]
-            epochs, pos = np.divmod(g[sel], size)
+        sizes = np.asarray(self.plan.sizes, dtype=np.int64)
+        epochs, pos = np.divmod(g, sizes[src])
+        # one group per (source, source epoch): a small, much repeated source spans many epochs
+        pairs, where = np.unique(epochs * len(sizes) + src, return_inverse=True)
+        orders = [self._source_order(int(k % len(sizes)), int(k // len(sizes))) for k in pairs.tolist()]
+        if self._settings["shuffle"] == "full":
+            samples = _permute_many([o._perm for o in orders], where, pos)
+        elif self._settings["shuffle"] == "none":
+            samples = pos
+        else:
             samples = np.empty(pos.size, dtype=np.int64)
-            # a small, much repeated source spans many of its epochs: group, don't rescan
-            by_epoch = np.argsort(epochs, kind="stable")
-            values, firsts = np.unique(epochs[by_epoch], return_index=True)
-            for e, lo, hi in zip(values.tolist(), firsts.tolist(), [*firsts[1:].tolist(), pos.size]):
-                rows = by_epoch[lo:hi]
-                samples[rows] = self._source_order(i, int(e))(pos[rows])
-            out[sel] = samples + self._offsets[i]
-        return out
+            by_group = np.argsort(where, kind="stable")
+            bounds = np.searchsorted(where[by_group], np.arange(len(orders) + 1)).tolist()
+            for order, lo, hi in zip(orders, bounds[:-1], bounds[1:]):
+                rows = by_group[lo:hi]
+                samples[rows] = order(pos[rows])
+        return samples + self._offsets[src]
+
+
+def _permute_many(perms: Sequence[FeistelPermutation], which: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``perms[which[k]](x[k])`` for every ``k``, all permutations evaluated in one pass.
+
+    The same arithmetic as `FeistelPermutation` (so the same orders), with each element's
+    half width, mask, round keys and domain as arrays: a mixture's sources share the NumPy
+    calls of every round and of every cycle-walking step instead of paying them per source.
+    """
+    half = np.array([p._half for p in perms], dtype=np.uint64)[which]
+    mask = np.array([p._mask for p in perms], dtype=np.uint64)[which]
+    keys = np.array([p._keys for p in perms], dtype=np.uint64).T[:, which]  # (rounds, elements)
+    domain = np.array([p.n for p in perms], dtype=np.uint64)[which]
+
+    def rounds(y: np.ndarray, h: np.ndarray, m: np.ndarray, k: np.ndarray) -> np.ndarray:
+        left, right = y >> h, y & m
+        for key in k:
+            left, right = right, left ^ (_mix(right ^ key) & m)
+        return (left << h) | right
+
+    y = rounds(x.astype(np.uint64), half, mask, keys)
+    outside = np.flatnonzero(y >= domain)
+    while outside.size:  # cycle-walking, as in FeistelPermutation
+        y[outside] = rounds(y[outside], half[outside], mask[outside], keys[:, outside])
+        outside = outside[y[outside] >= domain[outside]]
+    return y.astype(np.int64)
+
+
+def document_tokens(manifest: Any) -> int | None:
+    """A document dataset's total tokens as its manifest records them, or None.
+
+    Read from the manifest's metadata: ``"tokens"`` (what a writer records with
+    ``storage.writer(metadata={"tokens": n})``), else ``"ingest"`` -> ``"tokens"`` (what
+    ``guideloom ingest`` records).
+    """
+    meta = manifest.metadata or {}
+    for value in (meta.get("tokens"), (meta.get("ingest") or {}).get("tokens")):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def document_token_totals(
+    storages: Sequence[Any], names: Sequence[str], source_tokens: Mapping[str, int] | None = None
+) -> list[int]:
+    """Each document source's total tokens (its mean document length is that / its documents).
+
+    Totals come from ``source_tokens[name]`` if given, else from the manifest (see
+    `document_tokens`). Raises `MixtureError` naming a source whose total is unknown or not
+    a positive integer, or a ``source_tokens`` name that is no source.
+    """
+    given = dict(source_tokens or {})
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise MixtureError(
+            f"source_tokens names {unknown}, which are not sources of this mixture ({list(names)})"
+        )
+    out = []
+    for name, storage in zip(names, storages):
+        manifest = storage.manifest
+        total = given.get(name, document_tokens(manifest))
+        if total is None:
+            raise MixtureError(
+                f"source {name!r} ({storage.url}): weight_by='tokens' needs its number of tokens, and "
+                "its manifest records none; write it with storage.writer(metadata={'tokens': N}) or "
+                "pass Mixture(..., source_tokens={" + repr(name) + ": N})"
+            )
+        if isinstance(total, bool) or not isinstance(total, (int, np.integer)) or total < 1:
+            raise MixtureError(
+                f"source {name!r} ({storage.url}) has {total!r} tokens: a token count must be a positive integer"
+            )
+        if manifest.total_records < 1:
+            raise MixtureError(
+                f"source {name!r} ({storage.url}) has no documents: an empty source cannot be mixed"
+            )
+        out.append(int(total))
+    return out
 
 
 class Mixture:
-    """Several datasets of one layout read as one, each in a given proportion of samples.
+    """Several datasets of one layout read as one, each in a given proportion of samples (or tokens).
 
     Args:
         sources: a mapping ``name -> (storage or view, weight)``, or a sequence of
@@ -250,16 +359,32 @@ class Mixture:
             left it, so no sample already delivered in a source's current epoch is delivered
             again before that epoch ends. Build the mixture with the same ``after`` state when
             resuming the new run from its own checkpoints.
+        weight_by: ``"samples"`` (default: weights are shares of samples) or ``"tokens"``:
+            for document sources, weights are shares of *tokens*, turned into shares of
+            documents by each source's mean document length (its total tokens over its
+            documents), so a source of long documents gets proportionally fewer of them. The
+            token shares are then exact in expectation over a shuffled order and exact over
+            every complete pass over a source (docs/mixing.md states the bound). For streams,
+            every window holds ``sequence_length`` tokens, so both mean the same.
+        source_tokens: ``name -> total tokens`` of document sources, for ``weight_by="tokens"``
+            where a source's manifest does not record its tokens (see `document_tokens`).
 
     Raises:
         MixtureError: no sources, a weight that is not a positive finite number, sources of
-            different layouts or schemas, or an unknown ``stopping_strategy``.
+            different layouts or schemas, an unknown ``stopping_strategy`` or ``weight_by``, or
+            ``weight_by="tokens"`` for a document source whose tokens are not known (the
+            message names the source and how to record them).
 
     Attributes:
         names: The sources' names, in the order given.
         items: The storages or views, as given.
         storages: Each source's storage.
-        weights: The weights as coprime integers with the same proportions of samples.
+        weights: The weights as coprime integers with the same proportions of samples
+            (converted from shares of tokens with ``weight_by="tokens"``).
+        weight_by: `"samples"` or `"tokens"`, as given.
+        token_weights: The weights as given, for document sources weighted by tokens; else `()`.
+        mean_tokens: Each source's mean tokens per document, for document sources weighted by
+            tokens; else `()`.
         stopping_strategy: `"all_exhausted"` or `"first_exhausted"`.
         layout: The sources' layout: `"documents"`, `"stream"` or `"stream_with_meta"`.
         after: The curriculum state given as `after`, or None.
@@ -271,6 +396,8 @@ class Mixture:
         *,
         stopping_strategy: StoppingStrategy = "all_exhausted",
         after: dict[str, Any] | None = None,
+        weight_by: WeightBy = "samples",
+        source_tokens: Mapping[str, int] | None = None,
     ) -> None:
         pairs = list(sources.items()) if isinstance(sources, Mapping) else list(enumerate(sources))
         if not pairs:
@@ -304,10 +431,6 @@ class Mixture:
                 raise MixtureError(
                     f"source {name!r} has weight {w!r}: weights must be positive, finite numbers"
                 )
-        try:
-            self.weights = integer_weights(weights)
-        except ValueError as err:
-            raise MixtureError(f"{err} (sources: {', '.join(names)})") from None
         if stopping_strategy not in _STRATEGIES:
             raise MixtureError(
                 f"stopping_strategy must be 'all_exhausted' or 'first_exhausted', got {stopping_strategy!r}"
@@ -322,6 +445,32 @@ class Mixture:
                 )
             self._check_schema(name, storage)
         self.after = after
+        if weight_by not in ("samples", "tokens"):
+            raise MixtureError(
+                f"weight_by must be 'samples' (weights are shares of samples) or 'tokens' (shares "
+                f"of tokens, for documents), got {weight_by!r}"
+            )
+        self.weight_by = weight_by
+        self.token_weights: tuple[float, ...] = ()
+        self.mean_tokens: tuple[float, ...] = ()
+        if weight_by == "tokens" and self.layout == "documents":
+            self.token_weights = tuple(float(w) for w in weights)
+            totals = document_token_totals(self.storages, names, source_tokens)
+            self.mean_tokens = tuple(t / s.manifest.total_records for t, s in zip(totals, self.storages))
+            # exact: weight / (tokens / documents), as fractions
+            weights = [
+                decimal_fraction(w) * s.manifest.total_records / t
+                for w, s, t in zip(weights, self.storages, totals)
+            ]
+        elif source_tokens is not None:
+            raise MixtureError(
+                "source_tokens is only read with weight_by='tokens' for document sources: "
+                "stream windows all hold sequence_length tokens, so shares of windows are shares of tokens"
+            )
+        try:
+            self.weights = integer_weights(weights)
+        except ValueError as err:
+            raise MixtureError(f"{err} (sources: {', '.join(names)})") from None
 
     def _check_schema(self, name: str, storage: Any) -> None:
         first = self.storages[0]
@@ -402,7 +551,7 @@ class Mixture:
                 )
         sizes = tuple(len(v) for v in views)
         starts = self._starts(sizes, lengths.pop())
-        plan = MixturePlan(self.names, sizes, self.weights, self.stopping_strategy, starts)
+        plan = MixturePlan(self.names, sizes, self.weights, self.stopping_strategy, starts, self.mean_tokens)
         return MixtureDataset(self, views, plan)
 
     def _starts(self, sizes: tuple[int, ...], sequence_length: int | None) -> tuple[int, ...]:
@@ -473,6 +622,21 @@ class MixtureDataset:
         self.sequence_length = getattr(self.views[0], "sequence_length", None)
         self._starts = np.concatenate([[0], np.cumsum(plan.sizes)]).astype(np.int64)
         self.is_local = all(s.location.is_local for s in mixture.storages)
+        # local stream sources are read by _read_local, all in one pass into one array
+        self._local_windows = (
+            self.is_local
+            and self.layout == "stream"
+            and all(isinstance(v, StreamDataset) for v in self.views)
+            and len({v.stream_format.dtype for v in self.views}) == 1
+        )
+        if self._local_windows:  # every source's shards on one token axis
+            tokens = [int(v._shard_tokens.sum()) for v in self.views]
+            self._token_base = np.concatenate([[0], np.cumsum(tokens)[:-1]]).astype(np.int64)
+            self._shard_starts = np.concatenate(
+                [v._starts + base for v, base in zip(self.views, self._token_base.tolist())]
+            ).astype(np.int64)
+            self._shard_owner = [i for i, v in enumerate(self.views) for _ in range(len(v._starts))]
+            self._shard_local = [j for v in self.views for j in range(len(v._starts))]
         # The loader's default read_ahead (batches): a batch costs one read per source it
         # touches, so also on local disk a worker reads a few batches at once.
         self.read_ahead = 7
@@ -506,6 +670,8 @@ class MixtureDataset:
     def read_windows(self, indexes: Sequence[int]) -> dict[str, np.ndarray]:
         """Stream windows ``indexes`` as ``{field: (len(indexes), sequence_length) array}``."""
         src, local = self._split(indexes)
+        if self._local_windows:
+            return self.views[0]._split(self._read_local(src, local))
         out: dict[str, np.ndarray] = {}
         for i in np.unique(src).tolist():
             sel = np.flatnonzero(src == i)
@@ -514,6 +680,63 @@ class MixtureDataset:
                 if name not in out:
                     out[name] = np.empty((src.size, *values.shape[1:]), dtype=values.dtype)
                 out[name][sel] = values
+        return out
+
+    def _read_local(self, src: np.ndarray, local: np.ndarray) -> np.ndarray:
+        """Windows of local stream sources read straight into one output, in batch order.
+
+        The hot path of a local mixture: one output array for the whole batch (no per-source
+        arrays scattered into it afterwards), one vectorized lookup of every window's shard over
+        the shards of all sources (``_shard_starts``), and one positioned read per run of
+        windows that lie back to back in one shard file, even where the batch interleaves them
+        with other sources' windows (``preadv`` into several rows at once).
+        """
+        views, length = self.views, int(self.sequence_length or 0)
+        isz = views[0]._itemsize
+        width = length * isz
+        out = np.empty((src.size, length), dtype=views[0].stream_format.dtype)
+        if not src.size:
+            return out
+        flat = out.view(np.uint8).reshape(-1).data
+        g0 = self._token_base[src] + local * length  # tokens before the window, over all sources
+        first = np.searchsorted(self._shard_starts, g0, side="right") - 1
+        last = np.searchsorted(self._shard_starts, g0 + (length - 1), side="right") - 1
+        begin = (g0 - self._shard_starts[first]) * isz + layout.HEADER_SIZE
+        rows = np.argsort(src, kind="stable")  # each source's windows together, in batch order
+        r, f, b = rows.tolist(), first[rows].tolist(), begin[rows].tolist()
+        crossing = (first != last)[rows].tolist()
+        owner, shard_of = self._shard_owner, self._shard_local
+        # global shard -> descriptor, for this batch: safe while fewer than a source's LRU of
+        # open files (the descriptors used last are never the ones it closes)
+        fds: dict[int, int] = {}
+        n, k = len(r), 0
+        while k < n:
+            s, x = f[k], r[k]
+            if crossing[k]:  # a window that crosses a shard boundary: piece by piece
+                view = views[owner[s]]
+                for shard, a2, b2, off in view._pieces(int(local[x])):
+                    piece = flat[x * width + off * isz : x * width + (off + b2 - a2) * isz]
+                    view._access.read_into(shard, "data", a2 * isz, np.frombuffer(piece, np.uint8))
+                k += 1
+                continue
+            fd = fds.get(s)
+            if fd is None:
+                if len(fds) >= _FDS_PER_BATCH:
+                    fds.clear()  # descriptors the sources' LRU may since have closed
+                fd = fds[s] = views[owner[s]]._access.fd(shard_of[s], "data")
+            hi, following = k + 1, b[k] + width
+            while hi < n and hi - k < _IOV_MAX and f[hi] == s and not crossing[hi] and b[hi] == following:
+                hi, following = hi + 1, following + width
+            if hi == k + 1:  # the common case under a full shuffle: one window
+                buffers = [flat[x * width : (x + 1) * width]]
+            else:
+                buffers = [flat[y * width : (y + 1) * width] for y in r[k:hi]]
+            if os.preadv(fd, buffers, b[k]) != width * (hi - k):
+                access = views[owner[s]]._access
+                for y, at in zip(r[k:hi], b[k:hi]):  # one by one, to name the damaged shard
+                    row = np.frombuffer(flat[y * width : (y + 1) * width], np.uint8)
+                    access.read_into(shard_of[s], "data", at - layout.HEADER_SIZE, row)
+            k = hi
         return out
 
     def __getitems__(self, indexes: Sequence[int]) -> list[Any]:

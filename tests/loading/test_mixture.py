@@ -132,7 +132,9 @@ def test_resume_at_random_positions_into_other_world_sizes(
             mix, sequence_length=L, batch_size=batch_size, shuffle=True, seed=9, rank=rank, world_size=world
         )
 
-    reference = _windows(loader(0, 1, 1))  # the global order, one sample per step
+    one = loader(0, 1, 1)
+    reference = _windows(one)  # the global order, one sample per step
+    next_epoch = _windows(one)
     old = [loader(r, old_world) for r in range(old_world)]
     steps = int(fraction * len(old[0]))
     iters = [iter(x) for x in old]
@@ -146,6 +148,12 @@ def test_resume_at_random_positions_into_other_world_sizes(
         x.load_state_dict(state)
     per_rank = [[[source_of(row) for row in b["tokens"].tolist()] for b in x] for x in new]
     rest = [w for step in zip(*per_rank) for rank_batch in step for w in rank_batch]
+    if len(reference) - position < new_world:
+        # fewer samples left than ranks: none can be handed out evenly, so the epoch is complete
+        # under the new world size (docs: up to world_size - 1 are dropped) and the pass that
+        # follows is the next epoch
+        assert rest == next_epoch[: len(rest)] and len(rest) > 0
+        return
     assert rest == reference[position : position + len(rest)]
     assert len(reference) - position - len(rest) < new_world * (batch + 1)
 
@@ -342,3 +350,120 @@ def test_cli_mix_previews_shares_epoch_and_repeats(three: dict[str, Any]) -> Non
     assert bad.exit_code != 0 and "weight '0' is not a positive" in bad.output
     missing = CliRunner().invoke(app, ["mix", f"{urls['web']}=1"])
     assert missing.exit_code != 0 and "--sequence-length" in missing.output
+
+
+def _crosses_shards(view: Any) -> bool:
+    """Whether some window of a stream view spans two shards."""
+    first = np.arange(len(view)) * view.sequence_length
+    last = first + view.sequence_length - 1
+    return bool(
+        (np.searchsorted(view._starts, first, "right") != np.searchsorted(view._starts, last, "right")).any()
+    )
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from([3, 4]), st.lists(st.integers(0, 10**6), max_size=70))
+def test_a_local_batch_read_matches_each_sources_own_reads(
+    three: dict[str, Any], length: int, draws: list[int]
+) -> None:
+    # The local fast path reads every source's windows into one array (runs of back-to-back
+    # windows of one shard in one preadv; windows that cross a shard boundary, as 3-token
+    # windows do in these 64-token shards, piece by piece): it must give exactly what each
+    # source's own view reads, in batch order, repeats included.
+    mix = _mix(three, {"web": 0.5, "code": 0.3, "books": 0.2})
+    ds = mix.dataset(sequence_length=length)
+    assert ds._local_windows
+    views = {k: StreamDataset(three[k], sequence_length=length) for k in ("web", "code", "books")}
+    assert any(_crosses_shards(v) for v in views.values()) == (length == 3)
+    indexes = [d % len(ds) for d in draws]
+    expected = [views[name][j]["tokens"] for name, j in map(ds.source_of, indexes)]
+    got = ds.read_windows(indexes)["tokens"]
+    assert got.shape == (len(indexes), length)
+    assert [row.tolist() for row in got] == [row.tolist() for row in expected]
+
+
+def _documents(url: str, lengths: list[int], src: int, record_tokens: bool = True) -> DocumentStorage:
+    """Documents ``{"src", "i", "tokens": [..]}`` of the given token lengths; the manifest
+    records their total tokens (as a writer's metadata) unless ``record_tokens`` is False."""
+    storage = DocumentStorage(url, DocumentJsonFormat())
+    meta = {"tokens": sum(lengths)} if record_tokens else None
+    with storage.writer(metadata=meta) as writer:
+        for i, n in enumerate(lengths):
+            writer.append({"src": src, "i": i, "tokens": list(range(n))})
+    return DocumentStorage(url, DocumentJsonFormat())
+
+
+def test_token_weights_for_documents(tmp_path: Any) -> None:
+    # short: 120 documents of 5-15 tokens (mean 10); long: 10 documents of 50-150 (mean 100)
+    rng = np.random.default_rng(0)
+    short_lengths = (10 + rng.integers(-5, 6, 120)).tolist()
+    long_lengths = (100 + rng.integers(-50, 51, 10)).tolist()
+    short = _documents(str(tmp_path / "short"), short_lengths, 0)
+    long = _documents(str(tmp_path / "long"), long_lengths, 1)
+    mean = [sum(short_lengths) / 120, sum(long_lengths) / 10]
+    mix = Mixture({"short": (short, 1), "long": (long, 1)}, weight_by="tokens")
+    assert mix.mean_tokens == pytest.approx(mean)
+    plan = mix.plan()
+    # equal token shares: documents in inverse proportion to their mean length
+    assert plan.shares[0] / plan.shares[1] == pytest.approx(mean[1] / mean[0], rel=1e-9)
+    assert plan.token_shares == pytest.approx([0.5, 0.5], rel=1e-9)
+    assert "token share" in "\n".join(plan.lines())
+    loader = StatefulDataLoader.from_storage(mix, batch_size=7, shuffle=True, seed=2)
+    records = [r for b in loader for r in b]
+    tokens = np.zeros(2)
+    running_docs = np.zeros(2)
+    for p, r in enumerate(records, start=1):
+        running_docs[r["src"]] += 1
+        tokens[r["src"]] += len(r["tokens"])
+        # the documents of each source keep within one of their share (two sources: < 1)
+        assert np.abs(running_docs - p * np.array(plan.shares)).max() < 1
+    # the epoch (all_exhausted: until the 120 short documents are read) repeats long (each pass
+    # a whole number of its epochs plus a part); its tokens are the complete passes exactly
+    draws = plan.draws
+    assert draws[0] == 120 and len(records) == plan.epoch_length
+    full_passes, rest = divmod(draws[1], 10)
+    long_docs = [r for r in records if r["src"] == 1]
+    assert sum(len(r["tokens"]) for r in long_docs[: 10 * full_passes]) == full_passes * sum(long_lengths)
+    assert tokens[0] == sum(short_lengths)
+    # the token share over the epoch: within one mean document of each source's expected tokens
+    expected = np.array(draws) * np.array(mean)
+    assert np.abs(tokens - expected).max() <= max(long_lengths) * max(rest, 1)
+    # sample weights, as before, unchanged by the option's default
+    assert Mixture({"short": (short, 1), "long": (long, 1)}).plan().shares == (0.5, 0.5)
+    # guideloom mix shows the same plan, with each source's token share
+    from typer.testing import CliRunner
+
+    from guideloom.cli import app
+
+    result = CliRunner().invoke(app, ["mix", f"{short.url}=1", f"{long.url}=1", "--weight-by", "tokens"])
+    assert result.exit_code == 0, result.output
+    assert f"mixture epoch  {plan.epoch_length:,} samples" in result.output
+    rows = [line for line in result.output.splitlines() if short.url in line or long.url in line]
+    assert len(rows) == 2 and all(line.rstrip().endswith("50.0000%") for line in rows)
+
+
+def test_token_weights_need_token_counts(tmp_path: Any, three: dict[str, Any]) -> None:
+    known = _documents(str(tmp_path / "known"), [3, 4], 0)
+    unknown = _documents(str(tmp_path / "unknown"), [30, 40], 1, record_tokens=False)
+    with pytest.raises(MixtureError, match=r"source 'unknown' .*records none.*metadata=\{'tokens': N\}"):
+        Mixture({"known": (known, 1), "unknown": (unknown, 1)}, weight_by="tokens")
+    # given explicitly instead: the same conversion
+    mix = Mixture(
+        {"known": (known, 1), "unknown": (unknown, 1)}, weight_by="tokens", source_tokens={"unknown": 70}
+    )
+    assert mix.mean_tokens == (3.5, 35.0)
+    assert mix.weights == (10, 1)
+    with pytest.raises(MixtureError, match=r"source_tokens names \['nope'\]"):
+        Mixture({"known": (known, 1)}, weight_by="tokens", source_tokens={"nope": 3})
+    with pytest.raises(MixtureError, match="has 0 tokens"):
+        Mixture({"known": (known, 1)}, weight_by="tokens", source_tokens={"known": 0})
+    with pytest.raises(MixtureError, match="weight_by must be"):
+        Mixture({"known": (known, 1)}, weight_by="bytes")  # type: ignore[arg-type]
+    # streams: every window has sequence_length tokens, so token and sample shares agree
+    streams = _mix(three, {"web": 0.5, "code": 0.3, "books": 0.2})
+    by_tokens = Mixture(
+        {k: (three[k], w) for k, w in [("web", 0.5), ("code", 0.3), ("books", 0.2)]}, weight_by="tokens"
+    )
+    assert by_tokens.weights == streams.weights
+    with pytest.raises(MixtureError, match="source_tokens is only read"):
+        Mixture({"web": (three["web"], 1)}, source_tokens={"web": 5})

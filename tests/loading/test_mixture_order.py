@@ -42,6 +42,12 @@ def test_every_prefix_is_within_the_bound_of_its_weight(
     if len(weights) <= 4:  # the proven bound: every prefix within one sample of weight * p
         assert il.max_deviation < 1
         assert deviation < 1
+    # the bound docs/mixing.md states per number of sources: 1/2 for two, below
+    # ceil(log2 S) / 2 from three on (the least-depth tree is one of the candidates)
+    if len(weights) == 2:
+        assert il.max_deviation == 0.5
+    elif len(weights) >= 3:
+        assert il.max_deviation < math.ceil(math.log2(len(weights))) / 2
 
 
 @settings(max_examples=100, deadline=None)
