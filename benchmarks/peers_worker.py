@@ -81,7 +81,7 @@ def timed_epoch(loader: Any) -> dict[str, Any]:
 
 
 class GuideLoomPeer:
-    """This repository's GuideLoom, or Guide Labs' 1.1: the same public API for streams."""
+    """This repository's GuideLoom (``StreamStorage`` writer, ``StatefulDataLoader.from_storage``)."""
 
     packages = ("guideloom", "torch", "torchdata", "numpy")
 
@@ -129,6 +129,72 @@ class GuideLoomPeer:
 
     def run_pass(self, cmd: dict[str, Any]) -> dict[str, Any]:
         return timed_epoch(self.loader(cmd))
+
+
+def collate_int32(samples: Any) -> Any:
+    """GuideLoom 1.1's batches: its samples are ``{"tokens": uint16 array}``; one copy into the
+    ``int32`` tensor this repository's loader hands out (what ``nn.Embedding`` takes)."""
+    import numpy as np
+    import torch
+
+    out = np.empty((len(samples), len(samples[0]["tokens"]) if samples else 0), dtype=np.int32)
+    for row, sample in enumerate(samples):
+        out[row] = sample["tokens"]
+    return torch.from_numpy(out)
+
+
+class GuideLoom11Peer:
+    """Guide Labs' GuideLoom 1.1: ``StreamStorage(Path, StreamNumpyFormat(structured dtype))``;
+    its writer takes the shard number of every record, so records go to ~``shard_bytes`` shards
+    in order; its loader needs ``open()`` (untimed, like reading our manifest) and a collate."""
+
+    packages = ("guideloom", "torch", "torchdata", "numpy", "numba")
+
+    def __init__(self) -> None:
+        self.storages: dict[str, Any] = {}
+
+    def _storage(self, target: str) -> Any:
+        import numpy as np
+        from guideloom import StreamNumpyFormat, StreamStorage
+
+        return StreamStorage(Path(target), StreamNumpyFormat(np.dtype([("tokens", np.uint16)])))
+
+    def ingest(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        if cmd.get("s3"):
+            raise ValueError("guideloom11: only local storage is benchmarked here")
+        target = Path(cmd["target"])
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+        storage = self._storage(str(target))
+        per_shard = max(1, int(cmd["shard_bytes"]) // 2)  # uint16 tokens
+        written = 0
+        with storage.sync_writer() as writer:
+            for doc in _documents(cmd["corpus"]):
+                writer.append(written // per_shard, {"tokens": doc})
+                written += len(doc)
+        self.storages[cmd["name"]] = self._storage(str(target))
+        return {"shards": (written + per_shard - 1) // per_shard, "tokens": written}
+
+    def run_pass(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        from guideloom import StatefulDataLoader
+
+        workers = int(cmd["workers"])
+        loader = StatefulDataLoader.from_storage(
+            self.storages[cmd["name"]],
+            collate_int32,
+            sequence_length=int(cmd["sequence_length"]),
+            local_batch_size=int(cmd["batch_size"]),
+            num_workers=workers,
+            parallel_method=cmd.get("parallel", "process"),
+            shuffle=bool(cmd["shuffle"]),
+            shuffle_seed=int(cmd.get("seed", 0)),
+            drop_last=False,
+            # Its default (0) leaves workers idle (it warns so); 2 batches, as torch's default.
+            prefetch=2 if workers else 0,
+        )
+        with loader:
+            return timed_epoch(loader)
 
 
 class LitDataPeer:
@@ -202,6 +268,7 @@ class LitDataPeer:
         cache = None
         if ds["s3"]:
             cache = tempfile.mkdtemp(prefix="peers-litdata-cache-")
+            _litdata_allow_http()
             s3 = ds["s3"]
             source: Any = Dir(path=cache, url=ds["target"])
             options = {
@@ -226,6 +293,21 @@ class LitDataPeer:
         finally:
             if cache is not None:
                 shutil.rmtree(cache, ignore_errors=True)
+
+
+def _litdata_allow_http() -> None:
+    """Let LitData's chunk downloads reach the local server, which speaks plain http.
+
+    LitData 0.2.7x fetches chunks with obstore and passes it fixed client options, so obstore's
+    own ``AWS_ALLOW_HTTP`` variable is not consulted; without ``allow_http`` every GET fails
+    ("BadScheme"). Adding that one option keeps LitData's fast path (obstore) unchanged; on real
+    S3 (https) it is not needed. Forked DataLoader workers inherit it.
+    """
+    from litdata.streaming import downloader
+
+    options = getattr(downloader, "_OBSTORE_CLIENT_OPTIONS", None)
+    if isinstance(options, dict):
+        options["allow_http"] = "true"
 
 
 class _LitFn:
@@ -255,8 +337,10 @@ def _versions(packages: list[str] | tuple[str, ...]) -> dict[str, str | None]:
 
 
 def make_peer(system: str) -> Any:
-    if system in ("guideloom", "guideloom11"):
+    if system == "guideloom":
         return GuideLoomPeer()
+    if system == "guideloom11":
+        return GuideLoom11Peer()
     if system == "litdata":
         return LitDataPeer()
     raise SystemExit(f"peers_worker: unknown system {system!r}; choose from {', '.join(SYSTEMS)}")
