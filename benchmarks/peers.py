@@ -233,7 +233,7 @@ def build_env(spec: PeerSpec, root: Path, build: bool = True, log: Callable[[str
     """The peer's venv under ``root`` (created once); returns its interpreter."""
     venv = root / spec.system
     stamp = venv / ".peers-env.json"
-    wanted = {"requirements": list(spec.requirements)}
+    wanted: dict[str, Any] = {"requirements": list(spec.requirements)}
     if stamp.exists() and json.loads(stamp.read_text()).get("requirements") == wanted["requirements"]:
         return _venv_python(venv)
     if not build:
@@ -319,6 +319,10 @@ class PeerProcess:
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
         self._log.close()
 
 

@@ -143,6 +143,13 @@ def collate_int32(samples: Any) -> Any:
     return torch.from_numpy(out)
 
 
+def _guideloom11() -> Any:
+    """Guide Labs' ``guideloom`` module, untyped: the type checker knows only this repository's."""
+    import importlib
+
+    return importlib.import_module("guideloom")
+
+
 class GuideLoom11Peer:
     """Guide Labs' GuideLoom 1.1: ``StreamStorage(Path, StreamNumpyFormat(structured dtype))``;
     its writer takes the shard number of every record, so records go to ~``shard_bytes`` shards
@@ -155,9 +162,9 @@ class GuideLoom11Peer:
 
     def _storage(self, target: str) -> Any:
         import numpy as np
-        from guideloom import StreamNumpyFormat, StreamStorage
 
-        return StreamStorage(Path(target), StreamNumpyFormat(np.dtype([("tokens", np.uint16)])))
+        gl = _guideloom11()
+        return gl.StreamStorage(Path(target), gl.StreamNumpyFormat(np.dtype([("tokens", np.uint16)])))
 
     def ingest(self, cmd: dict[str, Any]) -> dict[str, Any]:
         if cmd.get("s3"):
@@ -177,10 +184,8 @@ class GuideLoom11Peer:
         return {"shards": (written + per_shard - 1) // per_shard, "tokens": written}
 
     def run_pass(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        from guideloom import StatefulDataLoader
-
         workers = int(cmd["workers"])
-        loader = StatefulDataLoader.from_storage(
+        loader = _guideloom11().StatefulDataLoader.from_storage(
             self.storages[cmd["name"]],
             collate_int32,
             sequence_length=int(cmd["sequence_length"]),
