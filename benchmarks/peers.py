@@ -360,6 +360,9 @@ def rows_from_passes(
         "tokens": ours[0]["first_tokens"] + ours[0]["tokens"],
         "peer_tokens": theirs[0]["first_tokens"] + theirs[0]["tokens"],
     }
+    disk = [p["local_disk_bytes"] for p in theirs if "local_disk_bytes" in p]
+    if disk:
+        extra["peer_local_disk_bytes"] = max(disk)
     if rate is end_to_end_rate:
         extra["steady_tokens_per_s"] = float(np.median([steady_rate(p) for p in ours]))
         extra["peer_steady_tokens_per_s"] = float(np.median([steady_rate(p) for p in theirs]))

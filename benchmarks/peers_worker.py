@@ -294,7 +294,12 @@ class LitDataPeer:
             loader = StreamingDataLoader(
                 dataset, batch_size=int(cmd["batch_size"]), num_workers=int(cmd["workers"])
             )
-            return timed_epoch(loader)
+            result = timed_epoch(loader)
+            if cache is not None:  # what the epoch left on local disk (LitData keeps its chunks)
+                result["local_disk_bytes"] = sum(
+                    p.stat().st_size for p in Path(cache).rglob("*") if p.is_file()
+                )
+            return result
         finally:
             if cache is not None:
                 shutil.rmtree(cache, ignore_errors=True)
