@@ -18,7 +18,9 @@ Rows (GuideLoom / peer; throughput is tokens/s from the first batch to the last;
 end to end, tokens of the whole epoch over the time from ``iter()`` to its last batch):
 
 - ``peer-gl11``: local disk, shuffle off / on, ``num_workers`` 0 and 2, and 2 thread workers
-  (``parallel_method="thread"`` on both). Target >= 1.0.
+  (``parallel_method="thread"`` on both). GuideLoom 1.1 reads through its memory-map reader
+  (``guideloom.io.MmapIO``; its default ``SeekIO`` reopens the file per sample and is about half
+  as fast; ``--gl11-reader`` picks another). Target >= 1.0.
 - ``peer-litdata``: local disk, shuffle off / on, ``num_workers`` 0 and 2.
 - ``peer-litdata-s3``: a shuffled epoch from the local S3 server (``benchmarks/s3env.py``: RGW
   when installed, else moto; ``GUIDELOOM_TEST_S3=moto`` picks moto), 2 workers, ~4 MiB shards
@@ -128,6 +130,7 @@ class PeersConfig:
     seed: int = 0
     quick: bool = False
     build: bool = True
+    gl11_reader: str = "mmap"  # GuideLoom 1.1's byte-range reader: mmap, pread or seek (its default)
     env_dir: Path = field(default_factory=lambda: env_dir())
 
 
@@ -150,6 +153,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--shard-bytes", type=int, default=d.shard_bytes, help="shard / chunk size in bytes")
     p.add_argument("--repeats", type=int, default=d.repeats, help="timed epochs per side and row")
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument(
+        "--gl11-reader",
+        default=d.gl11_reader,
+        choices=("mmap", "pread", "seek"),
+        help="GuideLoom 1.1's reader (guideloom.io MmapIO, PosixPreadIO or its default SeekIO)",
+    )
     p.add_argument(
         "--env-dir",
         default=None,
@@ -511,7 +520,12 @@ def run(cfg: PeersConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
                 target = str(cfg.workdir / f"{name}-local")
                 log(f"{name}: ingesting the local corpus ...")
                 ingest[f"{name} local"] = proc.call(
-                    op="ingest", name="local", corpus=str(corpus), target=target, shard_bytes=cfg.shard_bytes
+                    op="ingest",
+                    name="local",
+                    corpus=str(corpus),
+                    target=target,
+                    shard_bytes=cfg.shard_bytes,
+                    reader=cfg.gl11_reader,
                 )
             try:
                 results.extend(local_rows(cfg, ours, peers, log))
@@ -570,6 +584,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=args.seed,
             quick=args.quick,
             build=not args.no_build,
+            gl11_reader=args.gl11_reader,
             env_dir=Path(args.env_dir).expanduser() if args.env_dir else env_dir(),
         )
         t0 = time.perf_counter()

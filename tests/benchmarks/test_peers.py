@@ -31,8 +31,10 @@ def test_command_line_defaults() -> None:
 
 
 def test_command_line_subsets() -> None:
-    args = peers.parse_args(["--systems", "litdata", "--parts", "s3", "--repeats", "5", "--no-build"])
-    assert args.systems == ("litdata",)
+    args = peers.parse_args(
+        ["--systems", "litdata", "--parts", "s3", "--repeats", "5", "--no-build", "--gl11-reader", "seek"]
+    )
+    assert args.systems == ("litdata",) and args.gl11_reader == "seek"
     assert args.parts == ("s3",)
     assert args.repeats == 5 and args.no_build
 
@@ -44,6 +46,7 @@ def test_command_line_subsets() -> None:
         (["--parts", "gpu"], "unknown parts ['gpu']; choose from local,s3"),
         (["--systems", ""], "need at least one"),
         (["--tokens", "0"], "--tokens must be positive"),
+        (["--gl11-reader", "fast"], "invalid choice: 'fast'"),
     ],
 )
 def test_command_line_refuses_bad_input(
