@@ -4,6 +4,9 @@
 #   make test    venv + Debian's S3 (radosgw) and chromium when missing (best effort) + pytest
 #   make demo    python -m guideloom.demo
 #   make bench   python -m benchmarks
+#   make bench-peers  python -m benchmarks.peers: LitData and Guide Labs' GuideLoom 1.1 on the same
+#                corpus (optional, not in CI; builds their venvs once under $GUIDELOOM_PEERS_ENV,
+#                default ~/.cache/guideloom-peers; PEERS_ARGS passes options)
 #   make docs    mkdocs build --strict
 #   make lint    ruff + mypy on guideloom
 #
@@ -27,10 +30,11 @@ STAMP := $(VENV)/.guideloom-installed
 # versions known to work together, so pip does not backtrack through dozens of releases.
 TORCH_PIN := torch==2.13.0
 PYTEST_ARGS ?=
+PEERS_ARGS ?=
 LINT_PATHS ?= guideloom workers benchmarks
 APT_GET := DEBIAN_FRONTEND=noninteractive apt-get
 
-.PHONY: venv test demo bench docs lint system-packages
+.PHONY: venv test demo bench bench-peers docs lint system-packages
 
 venv: $(STAMP)
 
@@ -80,6 +84,9 @@ demo: venv
 
 bench: venv
 	$(PY) -m benchmarks
+
+bench-peers: venv
+	$(PY) -m benchmarks.peers $(PEERS_ARGS)
 
 docs: venv
 	# Material 9.7+ prints a notice about MkDocs 2.0 on every build; the variable silences it.
