@@ -195,39 +195,49 @@ class DocumentDataset(_View):
             return []
         shard_of = np.searchsorted(self._starts, idx, side="right") - 1
         local = idx - self._starts[shard_of]
+        decode = self.storage.format.decode  # type: ignore[attr-defined]
+        access = self._access
+        if access.local:
+            return self._read_local(shard_of.tolist(), local.tolist(), decode)
         n_idx = len(idx)
         # Offsets i and i + 1 of each document, from the index pages that hold them.
-        entries = self._access.gather(
+        entries = access.gather(
             "index",
             np.concatenate([shard_of, shard_of]),
             np.concatenate([local, local + 1]),
             layout.OFFSET_DTYPE.itemsize,
         ).view(layout.OFFSET_DTYPE)[:, 0]
         begin, end = entries[:n_idx].astype(np.int64), entries[n_idx:].astype(np.int64)
-        decode = self.storage.format.decode  # type: ignore[attr-defined]
-        access = self._access
-        if access.local:  # one positioned read per run of consecutive documents
-            h = layout.HEADER_SIZE
-            shards, starts, stops = shard_of.tolist(), begin.tolist(), end.tolist()
-            out: list[Any] = []
-            row, n = 0, len(shards)
-            while row < n:
-                s, hi = shards[row], row + 1
-                while hi < n and shards[hi] == s and starts[hi] == stops[hi - 1]:
-                    hi += 1
-                data = os.pread(access.fd(s, "data"), stops[hi - 1] - starts[row], h + starts[row])
-                if hi == row + 1:
-                    out.append(decode(data))
-                else:
-                    view, base = memoryview(data), starts[row]
-                    out.extend(decode(view[starts[r] - base : stops[r] - base]) for r in range(row, hi))
-                row = hi
-            return out
         requests = [
             ItemRequest(s, "data", a, b, 1)
             for s, a, b in zip(shard_of.tolist(), begin.tolist(), end.tolist())
         ]
         return [decode(b.data) for b in access.read(requests)]
+
+    def _read_local(self, shards: list[int], rows: list[int], decode: Any) -> list[Any]:
+        """The local-disk path: per run of consecutive documents of one shard, one positioned
+        read of their offsets and one of their bytes. The operating system's page cache holds
+        the index, so no page of it is kept (or looked up) in the process."""
+        access, h, n = self._access, layout.HEADER_SIZE, len(shards)
+        out: list[Any] = []
+        row = 0
+        while row < n:
+            s, first, hi = shards[row], rows[row], row + 1
+            while hi < n and shards[hi] == s and rows[hi] == rows[hi - 1] + 1:
+                hi += 1
+            (index,) = access.read([ItemRequest(s, "index", first, first + hi - row + 1, 8)])
+            offsets = index.view(layout.OFFSET_DTYPE).tolist()
+            base = offsets[0]
+            data = os.pread(access.fd(s, "data"), offsets[-1] - base, h + base)
+            if len(data) != offsets[-1] - base:
+                access.read([ItemRequest(s, "data", base, offsets[-1], 1)])  # names the shard
+            if hi == row + 1:
+                out.append(decode(data))
+            else:
+                view = memoryview(data)
+                out.extend(decode(view[a - base : b - base]) for a, b in zip(offsets, offsets[1:]))
+            row = hi
+        return out
 
 
 class _Windows(_View):
