@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import operator
 import os
+import struct
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +31,9 @@ from guideloom.storage.pagecache import PageCache
 from guideloom.storage.shards import ItemRequest, ShardAccess
 
 __all__ = ["DocumentDataset", "StreamDataset", "StreamWithMetaDataset"]
+
+_DIR_FIRST = struct.Struct("<Q8xQ8x")  # layout.SPAN_DIR_DTYPE: first, meta_first
+_DIR_AFTER = struct.Struct("<8xQ8xQ")  # layout.SPAN_DIR_DTYPE: after, meta_after
 
 
 class _View:
@@ -537,8 +542,10 @@ class StreamWithMetaDataset(_Windows):
             ShardCorruptError: A shard file is shorter than the manifest records.
             StorageAccessError: The storage refused a request or could not be reached.
         """
-        plans = self._plan(indexes)
         local = self._access.local
+        if local and self._has_dir:
+            return self._read_local_meta(self._indexes(indexes))
+        plans = self._plan(indexes)
         requests = [] if local else self._token_requests(plans)
         n_tokens = len(requests)
         n = sum(len(plan) for plan in plans)
@@ -602,6 +609,63 @@ class StreamWithMetaDataset(_Windows):
                 len(plans), rows_of_piece[has], flat[has], lengths, table, m0[has], blobs[first_meta:]
             ),
         )
+
+    def _read_local_meta(self, idx: np.ndarray) -> list[Any]:
+        """The local-disk path with a span directory: per piece of a window, one positioned
+        read each of its directory entries, its span rows and their meta bytes (the operating
+        system caches them; nothing is kept in the process). A batch's windows hold a few spans
+        each in most corpora, so plain loops over ints cost less here than array calls per batch,
+        which cost a microsecond or more each whatever their size."""
+        windows = self._split(self._read_local(idx))
+        length = self.sequence_length
+        g0 = idx * length
+        first = np.searchsorted(self._starts, g0, side="right") - 1
+        last = np.searchsorted(self._starts, g0 + (length - 1), side="right") - 1
+        local = (g0 - self._starts[first]).tolist()
+        access, h = self._access, layout.HEADER_SIZE
+        blocks = self._blocks.tolist()
+        decode = self.meta_format.decode_meta
+        batch_spans: list[list[Span]] = []
+        pread = os.pread
+        fds: dict[int, tuple[int, ...]] = {}
+        for w, s_, e_, a_ in zip(idx.tolist(), first.tolist(), last.tolist(), local):
+            pieces = [(s_, a_, a_ + length, 0)] if s_ == e_ else self._pieces(w)
+            spans: list[Span] = []
+            for shard, start, stop, off in pieces:
+                fd = fds.get(shard)
+                if fd is None:
+                    fd = fds[shard] = tuple(access.fd(shard, f) for f in ("span_dir", "spans", "meta"))
+                block = blocks[shard]
+                k0, k1 = start // block, -(-stop // block)
+                entries = pread(fd[0], (k1 - k0 + 1) * 32, h + k0 * 32)
+                if len(entries) != (k1 - k0 + 1) * 32:
+                    access.read([ItemRequest(shard, "span_dir", k0, k1 + 1, 32)])  # names the file
+                lo, m0 = _DIR_FIRST.unpack_from(entries, 0)
+                hi, m1 = _DIR_AFTER.unpack_from(entries, len(entries) - 32)
+                if hi <= lo:
+                    continue
+                rows = pread(fd[1], (hi - lo) * 32, h + lo * 32)
+                meta = pread(fd[2], m1 - m0, h + m0)
+                if len(rows) != (hi - lo) * 32 or len(meta) != m1 - m0:
+                    access.read(
+                        [ItemRequest(shard, "spans", lo, hi, 32), ItemRequest(shard, "meta", m0, m1, 1)]
+                    )
+                # The rows of the directory's blocks, cut to those overlapping the piece.
+                words = np.frombuffer(rows, "<u8").tolist()
+                r0 = bisect_right(words[1::4], start)
+                r1 = bisect_left(words[0::4], stop, r0)
+                view, shift = memoryview(meta), off - start
+                for r in range(4 * r0, 4 * r1, 4):
+                    s0, s1, q0, q1 = words[r : r + 4]
+                    spans.append(
+                        (
+                            (s0 if s0 > start else start) + shift,
+                            (s1 if s1 < stop else stop) + shift,
+                            decode(view[q0 - m0 : q1 - m0]),
+                        )
+                    )
+            batch_spans.append(spans)
+        return self.meta_format.align_batch(windows, batch_spans)
 
     def _batch_spans(
         self,

@@ -98,9 +98,11 @@ def test_the_writer_records_a_directory_that_bounds_every_window(tmp_path, conce
     assert int(layout.span_block_tokens(1000, 1000)) == 32  # one span per token: 32 per block
 
 
-def test_windows_match_a_brute_force_lookup_with_and_without_the_directory(tmp_path, concepts_format):
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_windows_match_a_brute_force_lookup_with_and_without_the_directory(tmp_path, concepts_format, where):
+    # Local disk takes positioned reads per window; memory:// the batched path object stores take.
     records = _uneven_records(1)
-    url = tmp_path / "m"
+    url = str(tmp_path / "m") if where == "local" else f"memory://{tmp_path.name}/m"
     storage = StreamWithMetaStorage(url, concepts_format)
     _write(storage, records, shard_size=40_000)
     ds = StreamWithMetaDataset(storage, SEQ, index_cache_bytes=8192)
@@ -111,7 +113,7 @@ def test_windows_match_a_brute_force_lookup_with_and_without_the_directory(tmp_p
     assert got == expected
     assert sum(len(e) for batch in expected for e in batch) > 3000
 
-    _strip_directories(str(url))
+    _strip_directories(url)
     old = StreamWithMetaDataset(StreamWithMetaStorage(url, concepts_format), SEQ, index_cache_bytes=8192)
     assert not old._has_dir and old.manifest.version == 1
     assert [[sample["spans"] for sample in old.__getitems__(batch)] for batch in batches] == expected
