@@ -45,13 +45,22 @@ __all__ = [
     "check_relative_path",
     "parse_manifest",
     "parse_part_record",
+    "version_for",
 ]
 
 # Version 2 adds the span directory (``spans.dir``) to shards of streams with metadata; every
 # version in READABLE_VERSIONS is read (version 1 datasets have no directory: readers search
-# the span table instead).
+# the span table instead). A dataset without span directories is still written as version 1,
+# so older GuideLoom reads it; `version_for` picks the version a set of files needs.
 MANIFEST_VERSION = 2
 READABLE_VERSIONS = (1, 2)
+
+
+def version_for(file_names: Any) -> Literal[1, 2]:
+    """The manifest version that describes shards with these file names (``"span_dir"``: 2)."""
+    return 2 if "span_dir" in file_names else 1
+
+
 INT64_MAX = 2**63 - 1
 # Counts and sizes are int64 everywhere they are used (NumPy offsets, file positions): a larger
 # value cannot describe real data, so validation refuses it instead of overflowing later.
@@ -380,6 +389,7 @@ class Manifest(_Frozen):
                 an unknown storage class, a shard path that is not relative).
         """
         return cls(
+            version=version_for(table.files),
             storage_class=storage_class,  # type: ignore[arg-type]
             format=format,
             shard_table=table,
@@ -415,6 +425,7 @@ class Manifest(_Frozen):
         shards = [s for p in parts for s in p.shards]
         first = parts[0]
         return cls(
+            version=version_for(shards[0].files if shards else ()),
             storage_class=first.storage_class,
             format=first.format,
             shard_table=ShardTable.from_shards(shards),

@@ -27,7 +27,7 @@ from guideloom.formats import (
     StreamWithMetaStorageFormat,
     check_spans,
 )
-from guideloom.manifest import FileInfo, FormatSpecModel, PartRecord, ShardInfo, now_iso
+from guideloom.manifest import FileInfo, FormatSpecModel, PartRecord, ShardInfo, now_iso, version_for
 from guideloom.storage import layout
 
 if TYPE_CHECKING:
@@ -270,6 +270,7 @@ class Writer:
         self._flush()
         self._closed = True
         record = PartRecord(
+            version=version_for(self._shards[0].files if self._shards else ()),
             storage_class=self.storage.storage_class,  # type: ignore[arg-type]
             format=FormatSpecModel(**self.storage.format.spec()),
             shards=tuple(self._shards),

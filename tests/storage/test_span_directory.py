@@ -162,3 +162,24 @@ def test_uneven_spans_cost_one_round_of_index_requests_per_batch(s3_bucket, s3_o
         one_batch(old, batch)
         rounds.append(old._access.cache.fetches - fetches)
     assert max(rounds) > 1
+
+
+def test_only_datasets_with_span_directories_need_manifest_version_2(tmp_path):
+    """Streams and documents have nothing new on disk: they stay readable by older GuideLoom."""
+    from guideloom import DocumentMsgpackFormat, DocumentStorage, StreamStorage
+
+    stream = StreamStorage(tmp_path / "s", StreamNumpyFormat({"tokens": np.uint16}))
+    with stream.writer() as w:
+        w.append({"tokens": np.arange(10)})
+    docs = DocumentStorage(tmp_path / "d", DocumentMsgpackFormat())
+    with docs.writer(part=0) as w:
+        w.append("a")
+    docs.commit(num_parts=1)
+    assert stream.manifest.version == 1 and docs.manifest.version == 1
+    assert json.loads((tmp_path / "s" / "manifest.json").read_text())["version"] == 1
+    meta = StreamWithMetaStorage(tmp_path / "m", ConceptsFormat(StreamNumpyFormat({"tokens": np.uint16})))
+    with meta.writer(part=0) as w:
+        w.append({"tokens": np.arange(10)}, spans=[(2, 4, ["x"])])
+    meta.commit(num_parts=1)
+    assert meta.manifest.version == 2
+    assert StreamWithMetaDataset(meta, 5)[0]["spans"] == [(2, 4, ["x"])]
