@@ -87,7 +87,12 @@ class ShardAccess:
 
     @property
     def local(self) -> bool:
-        return self.location.is_local
+        """Whether the shards are on local disk (positioned reads) rather than behind range
+        requests; asked once per batch, so it is worked out once."""
+        local = self.__dict__.get("_local")
+        if local is None:
+            local = self._local = self.location.is_local
+        return local
 
     def read(self, requests: Sequence[ItemRequest]) -> list[np.ndarray]:
         """The bytes of each request's items, as ``uint8`` arrays, in request order."""

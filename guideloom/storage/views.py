@@ -32,6 +32,8 @@ from guideloom.storage.shards import ItemRequest, ShardAccess
 
 __all__ = ["DocumentDataset", "StreamDataset", "StreamWithMetaDataset"]
 
+_OFFSET_PAIR = struct.Struct("<QQ")  # two entries of a document offset table (layout.OFFSET_DTYPE)
+
 _DIR_FIRST = struct.Struct("<Q8xQ8x")  # layout.SPAN_DIR_DTYPE: first, meta_first
 _DIR_AFTER = struct.Struct("<8xQ8xQ")  # layout.SPAN_DIR_DTYPE: after, meta_after
 
@@ -224,21 +226,33 @@ class DocumentDataset(_View):
         read of their offsets and one of their bytes. The operating system's page cache holds
         the index, so no page of it is kept (or looked up) in the process."""
         access, h, n = self._access, layout.HEADER_SIZE, len(shards)
+        pread = os.pread
+        fds: dict[int, tuple[int, int]] = {}  # shard -> (index, data) descriptors, once a batch
         out: list[Any] = []
         row = 0
         while row < n:
             s, first, hi = shards[row], rows[row], row + 1
             while hi < n and shards[hi] == s and rows[hi] == rows[hi - 1] + 1:
                 hi += 1
-            (index,) = access.read([ItemRequest(s, "index", first, first + hi - row + 1, 8)])
-            offsets = index.view(layout.OFFSET_DTYPE).tolist()
-            base = offsets[0]
-            data = os.pread(access.fd(s, "data"), offsets[-1] - base, h + base)
-            if len(data) != offsets[-1] - base:
-                access.read([ItemRequest(s, "data", base, offsets[-1], 1)])  # names the shard
-            if hi == row + 1:
+            fd = fds.get(s)
+            if fd is None:
+                fd = fds[s] = (access.fd(s, "index"), access.fd(s, "data"))
+            count = hi - row + 1
+            index = pread(fd[0], 8 * count, h + 8 * first)
+            if len(index) != 8 * count:
+                access.read([ItemRequest(s, "index", first, first + count, 8)])  # names the file
+            if count == 2:
+                base, stop = _OFFSET_PAIR.unpack(index)
+                data = pread(fd[1], stop - base, h + base)
+                if len(data) != stop - base:
+                    access.read([ItemRequest(s, "data", base, stop, 1)])
                 out.append(decode(data))
             else:
+                offsets = np.frombuffer(index, layout.OFFSET_DTYPE).tolist()
+                base = offsets[0]
+                data = pread(fd[1], offsets[-1] - base, h + base)
+                if len(data) != offsets[-1] - base:
+                    access.read([ItemRequest(s, "data", base, offsets[-1], 1)])
                 view = memoryview(data)
                 out.extend(decode(view[a - base : b - base]) for a, b in zip(offsets, offsets[1:]))
             row = hi
