@@ -178,6 +178,7 @@ class DocumentDataset(_View):
         super().__init__(storage, index_cache_bytes=index_cache_bytes)
         counts = np.array(self.manifest.shard_table.records, dtype=np.int64)
         self._starts = np.concatenate([[0], np.cumsum(counts)])[:-1] if len(counts) else counts
+        self._starts_list: list[int] = self._starts.tolist()
         self._len = int(counts.sum())
 
     def __getitems__(self, indexes: Sequence[int]) -> list[Any]:
@@ -197,13 +198,23 @@ class DocumentDataset(_View):
             ShardCorruptError: A shard file is shorter than the manifest records.
             StorageAccessError: The storage refused a request or could not be reached.
         """
+        decode = self.storage.format.decode  # type: ignore[attr-defined]
+        access = self._access
+        if access.local and len(indexes) <= 64:
+            # A batch of a few documents: Python ints and bisection cost less than array calls.
+            shards, rows = [], []
+            starts = self._starts_list
+            for i in indexes:
+                i = self._index(i)
+                s = bisect_right(starts, i) - 1
+                shards.append(s)
+                rows.append(i - starts[s])
+            return self._read_local(shards, rows, decode)
         idx = self._indexes(indexes)
         if len(idx) == 0:
             return []
         shard_of = np.searchsorted(self._starts, idx, side="right") - 1
         local = idx - self._starts[shard_of]
-        decode = self.storage.format.decode  # type: ignore[attr-defined]
-        access = self._access
         if access.local:
             return self._read_local(shard_of.tolist(), local.tolist(), decode)
         n_idx = len(idx)
