@@ -94,6 +94,9 @@ def test_the_writer_records_a_directory_that_bounds_every_window(tmp_path, conce
             first = next((r for r, s in enumerate(spans) if s["stop"] > x), len(spans))
             after = next((r for r, s in enumerate(spans) if s["start"] >= x), len(spans))
             assert (entry["first"], entry["after"]) == (first, after)
+    from guideloom.storage.checks import verify_shards
+
+    assert [err for _, err in verify_shards(storage.location, manifest) if err] == []  # headers, checksums
     assert int(layout.span_block_tokens(10**6, 0)) == layout.SPAN_DIR_MAX_BLOCK
     assert int(layout.span_block_tokens(1000, 1000)) == 32  # one span per token: 32 per block
 
