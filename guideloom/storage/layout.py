@@ -70,7 +70,7 @@ SPAN_DTYPE = np.dtype([("start", "<u8"), ("stop", "<u8"), ("meta_start", "<u8"),
 # One directory entry per block boundary x = k * block: the first span row that stops after x,
 # the first that starts at or after x, and the byte offsets into ``meta`` where they begin.
 SPAN_DIR_DTYPE = np.dtype([("first", "<u8"), ("after", "<u8"), ("meta_first", "<u8"), ("meta_after", "<u8")])
-SPAN_DIR_ROWS_PER_BLOCK = 32  # spans per directory block on average: one 1 KiB page of rows
+SPAN_DIR_ROWS_PER_BLOCK = 16  # spans per directory block on average (512 bytes of rows)
 SPAN_DIR_MAX_BLOCK = 2**16  # tokens per block at most (shards with few spans)
 
 
@@ -79,7 +79,8 @@ def span_block_tokens(tokens: Any, spans: Any) -> np.ndarray:
     ``spans`` spans (ints or arrays, elementwise): the largest power of two at most
     `SPAN_DIR_MAX_BLOCK` such that a block holds about `SPAN_DIR_ROWS_PER_BLOCK` spans on
     average. Spans are disjoint and non-empty, so a block of ``b`` tokens never holds more
-    than ``b`` of them, and the directory is at most 1/32 of the span table's size. Computed
+    than ``b`` of them, and the directory is at most 1/8 of the span table's size (32 bytes per
+    8 spans or more). Computed
     from the shard's counts in the manifest, so it is stored nowhere."""
     tokens = np.asarray(tokens, dtype=np.int64)
     spans = np.asarray(spans, dtype=np.int64)

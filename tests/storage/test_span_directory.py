@@ -98,7 +98,7 @@ def test_the_writer_records_a_directory_that_bounds_every_window(tmp_path, conce
 
     assert [err for _, err in verify_shards(storage.location, manifest) if err] == []  # headers, checksums
     assert int(layout.span_block_tokens(10**6, 0)) == layout.SPAN_DIR_MAX_BLOCK
-    assert int(layout.span_block_tokens(1000, 1000)) == 32  # one span per token: 32 per block
+    assert int(layout.span_block_tokens(1000, 1000)) == 16  # one span per token: 16 per block
 
 
 @pytest.mark.parametrize("where", ["local", "memory"])
