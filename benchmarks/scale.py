@@ -130,13 +130,33 @@ def synthetic_spans(root: Path, n: int) -> str:
         for a in range(0, n, step):
             i = np.arange(a, min(n, a + step), dtype="<u8")
             np.stack([i * TOKENS_PER_SPAN, i * TOKENS_PER_SPAN + 2, i, i + 1], axis=1).tofile(f)
+    directory = _span_directory(n)
+    with open(root / table.path(0, "span_dir"), "wb") as f:
+        f.write(layout.ShardHeader("spans.dir", 32, len(directory)).pack())
+        directory.tofile(f)
     sizes = {
         "data": layout.HEADER_SIZE + tokens * isz,
         "meta": layout.HEADER_SIZE + n,
         "spans": layout.HEADER_SIZE + 32 * n,
+        "span_dir": layout.HEADER_SIZE + 32 * len(directory),
     }
     _patch_manifest(root, 1, tokens, n, sizes)
     return str(root)
+
+
+def _span_directory(n: int) -> np.ndarray:
+    """The span directory of `synthetic_spans`'s table (span ``i`` is tokens ``[4i, 4i + 2)``,
+    meta byte ``i``), worked out per block instead of from the whole table in memory."""
+    from guideloom.storage import layout
+
+    tokens = n * TOKENS_PER_SPAN
+    block = int(layout.span_block_tokens(tokens, n))
+    bounds = np.arange(int(layout.span_dir_entries(tokens, n)), dtype=np.int64) * block
+    out = np.empty(len(bounds), layout.SPAN_DIR_DTYPE)
+    # first row stopping after x: 4i + 2 > x; first row starting at or after x: 4i >= x
+    out["first"] = out["meta_first"] = np.minimum(n, np.maximum(0, (bounds - 2) // TOKENS_PER_SPAN + 1))
+    out["after"] = out["meta_after"] = np.minimum(n, -(-bounds // TOKENS_PER_SPAN))
+    return out
 
 
 class ByteMetaFormat(StreamWithMetaStorageFormat):

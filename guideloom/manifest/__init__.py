@@ -15,6 +15,7 @@ from guideloom.manifest.models import (
     now_iso,
     parse_manifest,
     parse_part_record,
+    version_for,
 )
 
 __all__ = [
@@ -32,4 +33,5 @@ __all__ = [
     "now_iso",
     "parse_manifest",
     "parse_part_record",
+    "version_for",
 ]

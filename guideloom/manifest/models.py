@@ -45,9 +45,22 @@ __all__ = [
     "check_relative_path",
     "parse_manifest",
     "parse_part_record",
+    "version_for",
 ]
 
-MANIFEST_VERSION = 1
+# Version 2 adds the span directory (``spans.dir``) to shards of streams with metadata; every
+# version in READABLE_VERSIONS is read (version 1 datasets have no directory: readers search
+# the span table instead). A dataset without span directories is still written as version 1,
+# so older GuideLoom reads it; `version_for` picks the version a set of files needs.
+MANIFEST_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+
+
+def version_for(file_names: Any) -> Literal[1, 2]:
+    """The manifest version that describes shards with these file names (``"span_dir"``: 2)."""
+    return 2 if "span_dir" in file_names else 1
+
+
 INT64_MAX = 2**63 - 1
 # Counts and sizes are int64 everywhere they are used (NumPy offsets, file positions): a larger
 # value cannot describe real data, so validation refuses it instead of overflowing later.
@@ -120,7 +133,7 @@ class FormatSpecModel(_Frozen):
 class PartRecord(_Frozen):
     """The completion record one writer process leaves for its part."""
 
-    version: Literal[1] = 1
+    version: Literal[1, 2] = 2  # MANIFEST_VERSION
     storage_class: StorageClassName
     format: FormatSpecModel
     part: int = Field(ge=0)
@@ -144,7 +157,7 @@ class PartRecord(_Frozen):
 
 
 _CHECKSUM = r"^xxh3_64:[0-9a-f]{16}$"
-_KINDS = ("tokens", "docs", "docs.idx", "meta", "spans")
+_KINDS = ("tokens", "docs", "docs.idx", "meta", "spans", "spans.dir")
 
 
 class FileColumn(_Frozen):
@@ -277,7 +290,8 @@ class Manifest(_Frozen):
     """What a committed dataset holds. Readers open a dataset by reading only this.
 
     Attributes:
-        version: The manifest format version this GuideLoom reads (1).
+        version: The manifest format version (2; version 1, without span directories, is
+            read too).
         storage_class: The storage class that wrote the dataset.
         format: The format's spec: class name, module and configuration.
         num_parts: How many parts (writers) the dataset was written by.
@@ -291,7 +305,7 @@ class Manifest(_Frozen):
         shard_table: Every shard's counts and files, as columns.
     """
 
-    version: Literal[1] = 1
+    version: Literal[1, 2] = 2  # MANIFEST_VERSION
     storage_class: StorageClassName
     format: FormatSpecModel
     num_parts: Count
@@ -375,6 +389,7 @@ class Manifest(_Frozen):
                 an unknown storage class, a shard path that is not relative).
         """
         return cls(
+            version=version_for(table.files),
             storage_class=storage_class,  # type: ignore[arg-type]
             format=format,
             shard_table=table,
@@ -410,6 +425,7 @@ class Manifest(_Frozen):
         shards = [s for p in parts for s in p.shards]
         first = parts[0]
         return cls(
+            version=version_for(shards[0].files if shards else ()),
             storage_class=first.storage_class,
             format=first.format,
             shard_table=ShardTable.from_shards(shards),
@@ -526,10 +542,10 @@ def _parse(model: type[BaseModel], data: bytes, where: str) -> Any:
         raw = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as bad:
         raise ManifestError(f"{where} is not valid JSON ({bad}); the file is damaged") from bad
-    if isinstance(raw, dict) and raw.get("version") not in (None, MANIFEST_VERSION):
+    if isinstance(raw, dict) and raw.get("version") not in (None, *READABLE_VERSIONS):
         raise ManifestError(
-            f"{where} has version {raw.get('version')!r}; this GuideLoom reads version "
-            f"{MANIFEST_VERSION}. Upgrade guideloom to read it"
+            f"{where} has version {raw.get('version')!r}; this GuideLoom reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}. Upgrade guideloom to read it"
         ) from err
     raise ManifestError(f"{where} is invalid: {err}") from err
 

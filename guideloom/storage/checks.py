@@ -174,6 +174,8 @@ def _expected_count(kind: str, shard: ShardInfo, size: int) -> int:
         return shard.records + 1
     if kind == "spans":
         return shard.spans
+    if kind == "spans.dir":
+        return int(layout.span_dir_entries(shard.tokens, shard.spans))
     return size - layout.HEADER_SIZE  # docs, meta: bytes
 
 

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import operator
 import os
+import struct
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from guideloom.errors import ShardCorruptError
 from guideloom.formats import StreamNumpyFormat, StreamWithMetaStorageFormat
 from guideloom.formats.meta import Span
 from guideloom.storage import layout
@@ -28,6 +31,11 @@ from guideloom.storage.pagecache import PageCache
 from guideloom.storage.shards import ItemRequest, ShardAccess
 
 __all__ = ["DocumentDataset", "StreamDataset", "StreamWithMetaDataset"]
+
+_OFFSET_PAIR = struct.Struct("<QQ")  # two entries of a document offset table (layout.OFFSET_DTYPE)
+
+_DIR_FIRST = struct.Struct("<Q8xQ8x")  # layout.SPAN_DIR_DTYPE: first, meta_first
+_DIR_AFTER = struct.Struct("<8xQ8xQ")  # layout.SPAN_DIR_DTYPE: after, meta_after
 
 
 class _View:
@@ -170,6 +178,7 @@ class DocumentDataset(_View):
         super().__init__(storage, index_cache_bytes=index_cache_bytes)
         counts = np.array(self.manifest.shard_table.records, dtype=np.int64)
         self._starts = np.concatenate([[0], np.cumsum(counts)])[:-1] if len(counts) else counts
+        self._starts_list: list[int] = self._starts.tolist()
         self._len = int(counts.sum())
 
     def __getitems__(self, indexes: Sequence[int]) -> list[Any]:
@@ -189,44 +198,76 @@ class DocumentDataset(_View):
             ShardCorruptError: A shard file is shorter than the manifest records.
             StorageAccessError: The storage refused a request or could not be reached.
         """
+        decode = self.storage.format.decode  # type: ignore[attr-defined]
+        access = self._access
+        if access.local and len(indexes) <= 64:
+            # A batch of a few documents: Python ints and bisection cost less than array calls.
+            shards, rows = [], []
+            starts = self._starts_list
+            for i in indexes:
+                i = self._index(i)
+                s = bisect_right(starts, i) - 1
+                shards.append(s)
+                rows.append(i - starts[s])
+            return self._read_local(shards, rows, decode)
         idx = self._indexes(indexes)
         if len(idx) == 0:
             return []
         shard_of = np.searchsorted(self._starts, idx, side="right") - 1
         local = idx - self._starts[shard_of]
+        if access.local:
+            return self._read_local(shard_of.tolist(), local.tolist(), decode)
         n_idx = len(idx)
         # Offsets i and i + 1 of each document, from the index pages that hold them.
-        entries = self._access.gather(
+        entries = access.gather(
             "index",
             np.concatenate([shard_of, shard_of]),
             np.concatenate([local, local + 1]),
             layout.OFFSET_DTYPE.itemsize,
         ).view(layout.OFFSET_DTYPE)[:, 0]
         begin, end = entries[:n_idx].astype(np.int64), entries[n_idx:].astype(np.int64)
-        decode = self.storage.format.decode  # type: ignore[attr-defined]
-        access = self._access
-        if access.local:  # one positioned read per run of consecutive documents
-            h = layout.HEADER_SIZE
-            shards, starts, stops = shard_of.tolist(), begin.tolist(), end.tolist()
-            out: list[Any] = []
-            row, n = 0, len(shards)
-            while row < n:
-                s, hi = shards[row], row + 1
-                while hi < n and shards[hi] == s and starts[hi] == stops[hi - 1]:
-                    hi += 1
-                data = os.pread(access.fd(s, "data"), stops[hi - 1] - starts[row], h + starts[row])
-                if hi == row + 1:
-                    out.append(decode(data))
-                else:
-                    view, base = memoryview(data), starts[row]
-                    out.extend(decode(view[starts[r] - base : stops[r] - base]) for r in range(row, hi))
-                row = hi
-            return out
         requests = [
             ItemRequest(s, "data", a, b, 1)
             for s, a, b in zip(shard_of.tolist(), begin.tolist(), end.tolist())
         ]
         return [decode(b.data) for b in access.read(requests)]
+
+    def _read_local(self, shards: list[int], rows: list[int], decode: Any) -> list[Any]:
+        """The local-disk path: per run of consecutive documents of one shard, one positioned
+        read of their offsets and one of their bytes. The operating system's page cache holds
+        the index, so no page of it is kept (or looked up) in the process."""
+        access, h, n = self._access, layout.HEADER_SIZE, len(shards)
+        pread = os.pread
+        fds: dict[int, tuple[int, int]] = {}  # shard -> (index, data) descriptors, once a batch
+        out: list[Any] = []
+        row = 0
+        while row < n:
+            s, first, hi = shards[row], rows[row], row + 1
+            while hi < n and shards[hi] == s and rows[hi] == rows[hi - 1] + 1:
+                hi += 1
+            fd = fds.get(s)
+            if fd is None:
+                fd = fds[s] = (access.fd(s, "index"), access.fd(s, "data"))
+            count = hi - row + 1
+            index = pread(fd[0], 8 * count, h + 8 * first)
+            if len(index) != 8 * count:
+                access.read([ItemRequest(s, "index", first, first + count, 8)])  # names the file
+            if count == 2:
+                base, stop = _OFFSET_PAIR.unpack(index)
+                data = pread(fd[1], stop - base, h + base)
+                if len(data) != stop - base:
+                    access.read([ItemRequest(s, "data", base, stop, 1)])
+                out.append(decode(data))
+            else:
+                offsets = np.frombuffer(index, layout.OFFSET_DTYPE).tolist()
+                base = offsets[0]
+                data = pread(fd[1], offsets[-1] - base, h + base)
+                if len(data) != offsets[-1] - base:
+                    access.read([ItemRequest(s, "data", base, offsets[-1], 1)])
+                view = memoryview(data)
+                out.extend(decode(view[a - base : b - base]) for a, b in zip(offsets, offsets[1:]))
+            row = hi
+        return out
 
 
 class _Windows(_View):
@@ -452,17 +493,35 @@ class StreamWithMetaDataset(_Windows):
         self.meta_format = fmt
         if index_cache_bytes is not None:
             self._access.cache = PageCache(index_cache_bytes)
-        self._span_counts = np.array(self.manifest.shard_table.spans, dtype=np.int64)
+        table = self.manifest.shard_table
+        self._span_counts = np.array(table.spans, dtype=np.int64)
+        # Datasets written since manifest version 2 have a span directory per shard: a window's
+        # span rows are then found with one read of it. Older ones are searched (`_span_rows`).
+        self._has_dir = "span_dir" in table.files
+        if self._has_dir:
+            self._blocks = layout.span_block_tokens(self._shard_tokens, self._span_counts)
+            expected = layout.HEADER_SIZE + layout.SPAN_DIR_DTYPE.itemsize * layout.span_dir_entries(
+                self._shard_tokens, self._span_counts
+            )
+            bad = np.flatnonzero(np.asarray(table.files["span_dir"].size, dtype=np.int64) != expected)
+            if len(bad):
+                i = int(bad[0])
+                raise ShardCorruptError(
+                    f"{table.shard_name(i)}: the manifest records a {table.files['span_dir'].size[i]}-"
+                    f"byte span directory, but its counts (tokens={table.tokens[i]}, "
+                    f"spans={table.spans[i]}) need {int(expected[i])} bytes; the manifest was "
+                    "altered. Rewrite the dataset"
+                )
 
-    def _span_rows(self, pieces: list[tuple[int, int, int, int]]) -> tuple[np.ndarray, np.ndarray]:
-        """For each piece ``(shard, start, stop, offset)``: the rows ``[lo, hi)`` of its shard's
-        span table whose spans overlap tokens ``[start, stop)``. Two searches per piece (first
-        span ending after ``start``, first span starting at or after ``stop``), probing the span
-        table's pages first where a uniform spread of spans over the shard's tokens puts them."""
+    def _span_rows(self, pieces: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Datasets without a span directory (manifest version 1): for each piece ``(shard,
+        start, stop, offset)`` (a row of ``pieces``), the rows ``[lo, hi)`` of its shard's span
+        table whose spans overlap tokens ``[start, stop)``. Two searches per piece (first span
+        ending after ``start``, first span starting at or after ``stop``), probing the span
+        table's pages first where a uniform spread of spans over the shard's tokens puts them;
+        very uneven spans can take a few rounds."""
         n = len(pieces)
-        shard = np.fromiter((p[0] for p in pieces), np.int64, n)
-        start = np.fromiter((p[1] for p in pieces), np.int64, n)
-        stop = np.fromiter((p[2] for p in pieces), np.int64, n)
+        shard, start, stop = pieces[:, 0], pieces[:, 1], pieces[:, 2]
         counts = self._span_counts[shard]
         density = counts / np.maximum(self._shard_tokens[shard], 1)
         guess_lo = (start * density).astype(np.int64)
@@ -508,50 +567,167 @@ class StreamWithMetaDataset(_Windows):
             ShardCorruptError: A shard file is shorter than the manifest records.
             StorageAccessError: The storage refused a request or could not be reached.
         """
-        plans = self._plan(indexes)
         local = self._access.local
+        if local and self._has_dir:
+            return self._read_local_meta(self._indexes(indexes))
+        plans = self._plan(indexes)
         requests = [] if local else self._token_requests(plans)
-        n_token_requests = len(requests)
-        pieces = [piece for plan in plans for piece in plan]
-        lo, hi = self._span_rows(pieces) if pieces else (np.empty(0, np.int64), np.empty(0, np.int64))
-        lengths = hi - lo
-        shard = np.fromiter((p[0] for p in pieces), np.int64, len(pieces))
-        # Every overlapping span of the batch: one gather (its pages were read by the search).
+        n_tokens = len(requests)
+        n = sum(len(plan) for plan in plans)
+        flat = np.array([piece for plan in plans for piece in plan], dtype=np.int64).reshape(n, 4)
+        shard, start, stop, offset = flat.T
+        rows_of_piece = np.repeat(np.arange(len(plans)), [len(plan) for plan in plans])
+        span_bytes = layout.SPAN_DTYPE.itemsize
+        if self._has_dir:
+            # One round of index reads: the directory entries at both ends of every piece bound
+            # its span rows and their meta bytes; those are then read with the tokens.
+            k0, k1 = layout.span_candidates(start, stop, self._blocks[shard])
+            ends = self._access.gather(
+                "span_dir",
+                np.concatenate([shard, shard]),
+                np.concatenate([k0, k1]),
+                layout.SPAN_DIR_DTYPE.itemsize,
+            ).view("<u8")
+            lo, hi = ends[:n, 0].astype(np.int64), ends[n:, 1].astype(np.int64)
+            m0, m1 = ends[:n, 2].astype(np.int64), ends[n:, 3].astype(np.int64)
+            has = np.flatnonzero(hi > lo)
+            first_span = len(requests)
+            requests.extend(
+                ItemRequest(s_, "spans", a, b, span_bytes)
+                for s_, a, b in zip(shard[has].tolist(), lo[has].tolist(), hi[has].tolist())
+            )
+        else:
+            lo, hi = self._span_rows(flat) if n else (np.empty(0, np.int64), np.empty(0, np.int64))
+            has = np.flatnonzero(hi > lo)
+        lengths = (hi - lo)[has]
         total = int(lengths.sum())
-        first = np.cumsum(lengths) - lengths
-        rows = np.arange(total, dtype=np.int64) - np.repeat(first - lo, lengths)
-        table = self._access.gather(
-            "spans", np.repeat(shard, lengths), rows, layout.SPAN_DTYPE.itemsize
-        ).view("<u8")
-        hits: list[tuple[list[list[int]], int]] = []
-        for k, (s, _, _, _) in enumerate(pieces):
-            if lengths[k] > 0:
-                hit = table[first[k] : first[k] + lengths[k]].tolist()
-                hits.append((hit, len(requests)))
-                requests.append(ItemRequest(s, "meta", hit[0][2], hit[-1][3], 1))
-            else:
-                hits.append(([], -1))
+        if not self._has_dir:
+            # Every overlapping span of the batch: one gather (its pages were read by the search).
+            first = np.cumsum(lengths) - lengths
+            rows = np.arange(total, dtype=np.int64) - np.repeat(first - lo[has], lengths)
+            table = self._access.gather("spans", np.repeat(shard[has], lengths), rows, span_bytes)
+            table = table.view("<u8").reshape(total, 4)
+            ends_at = np.cumsum(lengths) - 1
+            m0 = np.zeros(n, np.int64)
+            m1 = np.zeros(n, np.int64)
+            m0[has], m1[has] = table[first, 2], table[ends_at, 3]
+        first_meta = len(requests)
+        requests.extend(
+            ItemRequest(s_, "meta", a, b, 1)
+            for s_, a, b in zip(shard[has].tolist(), m0[has].tolist(), m1[has].tolist())
+        )
         blobs = self._access.read(requests)
+        if self._has_dir:
+            spans_blobs = blobs[first_span:first_meta]
+            table = (
+                np.concatenate(spans_blobs).view("<u8").reshape(total, 4)
+                if total
+                else (np.empty((0, 4), np.uint64))
+            )
         if local:
             windows = self._split(self._read_local(self._indexes(indexes)))
         else:
-            windows = self._split(self._elements(plans, blobs[:n_token_requests]))
+            windows = self._split(self._elements(plans, blobs[:n_tokens]))
+        return self.meta_format.align_batch(
+            windows,
+            self._batch_spans(
+                len(plans), rows_of_piece[has], flat[has], lengths, table, m0[has], blobs[first_meta:]
+            ),
+        )
+
+    def _read_local_meta(self, idx: np.ndarray) -> list[Any]:
+        """The local-disk path with a span directory: per piece of a window, one positioned
+        read each of its directory entries, its span rows and their meta bytes (the operating
+        system caches them; nothing is kept in the process). A batch's windows hold a few spans
+        each in most corpora, so plain loops over ints cost less here than array calls per batch,
+        which cost a microsecond or more each whatever their size."""
+        windows = self._split(self._read_local(idx))
+        length = self.sequence_length
+        g0 = idx * length
+        first = np.searchsorted(self._starts, g0, side="right") - 1
+        last = np.searchsorted(self._starts, g0 + (length - 1), side="right") - 1
+        local = (g0 - self._starts[first]).tolist()
+        access, h = self._access, layout.HEADER_SIZE
+        blocks = self._blocks.tolist()
         decode = self.meta_format.decode_meta
         batch_spans: list[list[Span]] = []
-        k = 0
-        for plan in plans:
+        pread = os.pread
+        fds: dict[int, tuple[int, ...]] = {}
+        for w, s_, e_, a_ in zip(idx.tolist(), first.tolist(), last.tolist(), local):
+            pieces = [(s_, a_, a_ + length, 0)] if s_ == e_ else self._pieces(w)
             spans: list[Span] = []
-            for _, a, b, off in plan:
-                hit, req = hits[k]
-                k += 1
-                if req < 0:
+            for shard, start, stop, off in pieces:
+                fd = fds.get(shard)
+                if fd is None:
+                    fd = fds[shard] = tuple(access.fd(shard, f) for f in ("span_dir", "spans", "meta"))
+                block = blocks[shard]
+                k0, k1 = start // block, -(-stop // block)
+                entries = pread(fd[0], (k1 - k0 + 1) * 32, h + k0 * 32)
+                if len(entries) != (k1 - k0 + 1) * 32:
+                    access.read([ItemRequest(shard, "span_dir", k0, k1 + 1, 32)])  # names the file
+                lo, m0 = _DIR_FIRST.unpack_from(entries, 0)
+                hi, m1 = _DIR_AFTER.unpack_from(entries, len(entries) - 32)
+                if hi <= lo:
                     continue
-                view = blobs[req].data
-                base = hit[0][2]
-                shift = off - a
-                spans.extend(
-                    (max(s0, a) + shift, min(s1, b) + shift, decode(view[m0 - base : m1 - base]))
-                    for s0, s1, m0, m1 in hit
-                )
+                rows = pread(fd[1], (hi - lo) * 32, h + lo * 32)
+                meta = pread(fd[2], m1 - m0, h + m0)
+                if len(rows) != (hi - lo) * 32 or len(meta) != m1 - m0:
+                    access.read(
+                        [ItemRequest(shard, "spans", lo, hi, 32), ItemRequest(shard, "meta", m0, m1, 1)]
+                    )
+                # The rows of the directory's blocks, cut to those overlapping the piece.
+                words = np.frombuffer(rows, "<u8").tolist()
+                r0 = bisect_right(words[1::4], start)
+                r1 = bisect_left(words[0::4], stop, r0)
+                view, shift = memoryview(meta), off - start
+                for r in range(4 * r0, 4 * r1, 4):
+                    s0, s1, q0, q1 = words[r : r + 4]
+                    spans.append(
+                        (
+                            (s0 if s0 > start else start) + shift,
+                            (s1 if s1 < stop else stop) + shift,
+                            decode(view[q0 - m0 : q1 - m0]),
+                        )
+                    )
             batch_spans.append(spans)
         return self.meta_format.align_batch(windows, batch_spans)
+
+    def _batch_spans(
+        self,
+        batch: int,
+        rows_of_piece: np.ndarray,
+        pieces: np.ndarray,
+        lengths: np.ndarray,
+        table: np.ndarray,
+        meta_base: np.ndarray,
+        metas: Sequence[np.ndarray],
+    ) -> list[list[Span]]:
+        """Each row's spans, clipped to its window and in window coordinates, from the span rows
+        read for the batch's pieces (``lengths[k]`` rows of ``table`` for piece ``pieces[k]``,
+        possibly some that do not overlap it) and each piece's meta bytes (``metas[k]``, which
+        start at meta offset ``meta_base[k]`` of its shard). Whole-batch array work; Python only
+        decodes the annotations."""
+        out: list[list[Span]] = [[] for _ in range(batch)]
+        if not len(table):
+            return out
+        piece = np.repeat(np.arange(len(lengths)), lengths)
+        shard_, start, stop, offset = (pieces[:, c][piece] for c in range(4))
+        s0, s1 = table[:, 0].astype(np.int64), table[:, 1].astype(np.int64)
+        keep = np.flatnonzero((s1 > start) & (s0 < stop))
+        piece, start, stop, offset = piece[keep], start[keep], stop[keep], offset[keep]
+        shift = offset - start
+        w0 = (np.maximum(s0[keep], start) + shift).tolist()
+        w1 = (np.minimum(s1[keep], stop) + shift).tolist()
+        # Meta bytes of the batch joined end to end: piece k's begin at cut[k].
+        cut = np.cumsum([0] + [len(m) for m in metas[:-1]]) - meta_base
+        joined = (np.concatenate(metas) if len(metas) > 1 else metas[0]).data
+        a = (table[keep, 2].astype(np.int64) + cut[piece]).tolist()
+        b = (table[keep, 3].astype(np.int64) + cut[piece]).tolist()
+        decode = self.meta_format.decode_meta
+        spans = [(x, y, decode(joined[p:q])) for x, y, p, q in zip(w0, w1, a, b)]
+        rows = rows_of_piece[piece]
+        bounds = np.searchsorted(rows, np.arange(batch + 1)).tolist()
+        for r in range(batch):
+            if bounds[r] < bounds[r + 1]:
+                out[r] = spans[bounds[r] : bounds[r + 1]]
+        return out

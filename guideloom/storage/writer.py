@@ -27,7 +27,7 @@ from guideloom.formats import (
     StreamWithMetaStorageFormat,
     check_spans,
 )
-from guideloom.manifest import FileInfo, FormatSpecModel, PartRecord, ShardInfo, now_iso
+from guideloom.manifest import FileInfo, FormatSpecModel, PartRecord, ShardInfo, now_iso, version_for
 from guideloom.storage import layout
 
 if TYPE_CHECKING:
@@ -204,6 +204,8 @@ class Writer:
             for col, name in enumerate(layout.SPAN_DTYPE.names or ()):
                 spans[name] = table[:, col]
             buf.add("spans", spans.data.cast("B"))
+            directory = layout.span_directory(spans, buf.tokens, self._meta_size)
+            buf.add("spans.dir", directory.data.cast("B"))
         files: dict[str, FileInfo] = {}
         for file_kind, chunks in buf.chunks.items():
             itemsize, count = self._items(file_kind, buf)
@@ -215,7 +217,7 @@ class Writer:
                 size += len(chunk)
             rel = layout.shard_file_path(self.part, index, file_kind, self._prefix)
             self.storage.location.write(rel, [header, *chunks])
-            name = {"tokens": "data", "docs": "data", "docs.idx": "index"}.get(file_kind, file_kind)
+            name = _FILE_NAMES.get(file_kind, file_kind)
             files[name] = FileInfo(path=rel, size=size, checksum=layout.checksum(hasher))
         self._shards.append(
             ShardInfo(
@@ -241,6 +243,8 @@ class Writer:
             return layout.OFFSET_DTYPE.itemsize, buf.records + 1
         if file_kind == "spans":
             return layout.SPAN_DTYPE.itemsize, buf.spans
+        if file_kind == "spans.dir":
+            return layout.SPAN_DIR_DTYPE.itemsize, int(layout.span_dir_entries(buf.tokens, buf.spans))
         return 1, sum(len(c) for c in buf.chunks[file_kind])  # docs, meta: bytes
 
     # -- finishing ----------------------------------------------------------------------------
@@ -266,6 +270,7 @@ class Writer:
         self._flush()
         self._closed = True
         record = PartRecord(
+            version=version_for(self._shards[0].files if self._shards else ()),
             storage_class=self.storage.storage_class,  # type: ignore[arg-type]
             format=FormatSpecModel(**self.storage.format.spec()),
             shards=tuple(self._shards),
@@ -311,6 +316,9 @@ class Writer:
         """Records appended so far (refused records not counted)."""
         return self._records
 
+
+# The manifest's name of each file kind (the others are named by their kind).
+_FILE_NAMES = {"tokens": "data", "docs": "data", "docs.idx": "index", "spans.dir": "span_dir"}
 
 _FILE_KINDS = {
     "documents": ("docs",),

@@ -335,7 +335,7 @@ def test_manifest_of_unknown_version(dataset_url):
     manifest = json.loads(fs.cat_file(f"{root}/manifest.json"))
     manifest["version"] = 99
     fs.pipe_file(f"{root}/manifest.json", json.dumps(manifest).encode())
-    with pytest.raises(ManifestError, match="version 99; this GuideLoom reads version 1. Upgrade"):
+    with pytest.raises(ManifestError, match="version 99; this GuideLoom reads versions 1, 2. Upgrade"):
         StreamStorage(url, tokens_format(), storage_options=options)
     fs.pipe_file(f"{root}/manifest.json", b"{not json")
     with pytest.raises(ManifestError, match="manifest.json is not valid JSON"):

@@ -93,8 +93,10 @@ def test_random_batch_from_a_million_document_shard_fetches_a_few_kib_of_index(
 
 
 def test_reading_random_documents_keeps_the_index_cache_within_its_bound(tmp_path):
+    # memory:// reads by range requests as object stores do (local files skip the page cache:
+    # their offsets come with one positioned read per run of documents).
     n = 200_000
-    storage = DocumentStorage(tmp_path / "docs", DocumentMsgpackFormat())
+    storage = DocumentStorage(f"memory://{tmp_path.name}/docs", DocumentMsgpackFormat())
     with storage.writer(shard_size=400_000) as w:
         for i in range(n):
             w.append([i, "x" * (i % 7)])
@@ -112,6 +114,22 @@ def test_reading_random_documents_keeps_the_index_cache_within_its_bound(tmp_pat
     assert largest <= bound
     assert cache.misses > bound // ds._access.page_bytes  # far more pages passed through than fit
     assert len(cache) <= bound // ds._access.page_bytes
+
+
+def test_local_documents_read_offsets_per_run_without_the_page_cache(tmp_path):
+    storage = DocumentStorage(tmp_path / "docs", DocumentMsgpackFormat())
+    with storage.writer(shard_size=20_000) as w:
+        for i in range(5000):
+            w.append([i, "y" * (i % 13)])
+    n = len(storage.manifest.shards)
+    assert n > 2
+    ds = DocumentDataset(storage)
+    rng = np.random.default_rng(2)
+    batches = [list(range(0, 64)), list(range(4990, 5000)) + list(range(0, 3))]
+    batches += [rng.integers(-5000, 5000, 16).tolist() for _ in range(20)]
+    for batch in batches:  # runs crossing shards, repeats, negative indexes
+        assert ds.__getitems__(batch) == [[i % 5000, "y" * ((i % 5000) % 13)] for i in batch]
+    assert ds._access.cache.misses == 0 and len(ds._access.cache) == 0
 
 
 def test_the_index_cache_knob_reaches_a_document_view_through_the_environment(tmp_path, monkeypatch):
@@ -162,7 +180,8 @@ def _expected(records, sequence_length: int, window: int) -> list[tuple[int, int
 
 def test_spans_of_random_windows_are_exact_with_a_small_bounded_cache(tmp_path, concepts_format):
     records = _skewed_records(3, 900)
-    storage = StreamWithMetaStorage(tmp_path / "m", concepts_format)
+    # memory:// reads by range requests, through the page cache, as object stores do.
+    storage = StreamWithMetaStorage(f"memory://{tmp_path.name}/m", concepts_format)
     with storage.writer(shard_size=60_000) as w:
         for tokens, spans in records:
             w.append({"tokens": tokens}, spans=spans)
