@@ -121,10 +121,27 @@ class StreamWithMetaStorageFormat(Format):
         Returns:
             One sample per row, in row order.
         """
+        if type(self).align is StreamWithMetaStorageFormat.align:
+            return AlignedBatch(windows, spans)
         return [
             self.align({name: values[row] for name, values in windows.items()}, row_spans)
             for row, row_spans in enumerate(spans)
         ]
+
+
+class AlignedBatch(list):  # type: ignore[type-arg]
+    """What the default `align_batch` returns: the samples `align` would build (one
+    ``{**window, "spans": spans}`` dict per row), together with the batch's own arrays.
+
+    It is a plain list of those samples to every reader; the default collate sees the arrays
+    and turns each field into one tensor without stacking the rows back together."""
+
+    def __init__(self, windows: dict[str, np.ndarray], spans: list[list[Span]]) -> None:
+        super().__init__(
+            {**{n: v[row] for n, v in windows.items()}, "spans": s} for row, s in enumerate(spans)
+        )
+        self.windows = windows
+        self.spans = spans
 
 
 def check_spans(spans: Sequence[Any], length: int, where: str) -> list[Span]:
