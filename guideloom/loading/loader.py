@@ -597,7 +597,11 @@ class StatefulDataLoader(_TorchdataLoader):
                     "read_ahead (batches) and read_ahead_bytes both given: set one; read_ahead "
                     "fixes the group, read_ahead_bytes sizes it by bytes"
                 )
-            if isinstance(read_ahead, bool) or not isinstance(read_ahead, (int, np.integer)) or read_ahead < 0:
+            if (
+                isinstance(read_ahead, bool)
+                or not isinstance(read_ahead, (int, np.integer))
+                or read_ahead < 0
+            ):
                 raise ValueError(f"read_ahead must be a non-negative integer (batches), got {read_ahead!r}")
             return int(read_ahead) + 1, False
         if mixture is not None:  # a batch costs one read per source: the mixture's own default
