@@ -83,7 +83,7 @@ import os
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -117,19 +117,38 @@ class _Group(list):  # type: ignore[type-arg]
     sizes: list[int] = []
 
 
+class _Whole(NamedTuple):
+    """A stream group read as one ``{field: (rows, sequence_length)}`` dict, with its batch sizes."""
+
+    data: Any
+    sizes: list[int]
+
+
 class _GroupCollate:
-    """Worker processes: collate each batch of a group; the main process unrolls the list."""
+    """Worker processes: collate each batch of a group; the main process unrolls the list.
+
+    A stream group with the default collate is collated whole, as one tensor per field, and
+    split into its batches in the main process (views, no copy): one shared-memory handle per
+    field crosses the pipe instead of one per batch (each is a file descriptor in transit, and a
+    group may hold a thousand batches)."""
 
     def __init__(self, collate: Callable[[Any], Any]) -> None:
         self.collate = collate
 
-    def __call__(self, parts: list[Any]) -> list[Any]:
+    def __call__(self, parts: Any) -> Any:
+        if isinstance(parts, _Whole):
+            return _Whole(self.collate(parts.data), parts.sizes)
         return [self.collate(p) for p in parts]
 
 
-def _unrolled(groups: Iterator[list[Any]]) -> Iterator[Any]:
+def _unrolled(groups: Iterator[Any]) -> Iterator[Any]:
     for group in groups:
-        yield from group
+        if isinstance(group, _Whole):
+            bounds = np.cumsum([0, *group.sizes]).tolist()
+            for lo, hi in zip(bounds[:-1], bounds[1:]):
+                yield {k: v[lo:hi] for k, v in group.data.items()}
+        else:
+            yield from group
 
 
 def _grouped(batches: Iterator[list[int]], size: int, ramp: bool) -> Iterator[list[list[int]]]:
@@ -215,6 +234,8 @@ class _BatchSource(Dataset):  # type: ignore[type-arg]
         sizes = getattr(indexes, "sizes", None)
         if sizes is None:
             return self._read(list(indexes))
+        if self.use_windows:
+            return _Whole(self._read(list(indexes)), list(sizes))
         bounds = np.cumsum([0, *sizes]).tolist()
         flat = list(indexes)
         return self.read_group([flat[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])])
