@@ -68,6 +68,15 @@ _BACKEND_MODULES = (
 )
 _RETRIES = 3
 _MAX_CONCURRENT_RANGES = 64  # range requests in flight at once for one batch
+# s3fs's client (aiobotocore) keeps at most 10 connections by default, which would queue most of
+# the ranges above; GuideLoom asks for as many as it sends, unless the user set the option.
+_S3_PROTOCOLS = ("s3://", "s3a://")
+POOL_OPTION = "max_pool_connections"  # in s3fs's config_kwargs (botocore's Config)
+# Merging ranges that are close, not only touching: a gap of up to DEFAULT_MAX_GAP bytes is read
+# through when that saves a request, as long as all gaps read through stay within
+# DEFAULT_GAP_BUDGET of the bytes asked for (read amplification <= 1 + budget).
+DEFAULT_MAX_GAP = 256 * 2**10  # a few milliseconds of transfer: less than a request costs
+DEFAULT_GAP_BUDGET = 0.05
 
 
 class _DeadlineExceeded(Exception):
@@ -158,7 +167,7 @@ class Location:
     def fs(self) -> fsspec.AbstractFileSystem:
         if self._fs is None or self._pid != os.getpid():
             try:
-                fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
+                fs, root = fsspec.core.url_to_fs(self.url, **self._fs_options())
             except ImportError as err:
                 raise UnknownProtocolError(
                     f"{self.display_url}: the package for this protocol is not installed ({err}); "
@@ -173,6 +182,16 @@ class Location:
                 raise
             self._fs, self._root, self._pid = fs, root.rstrip("/"), os.getpid()
         return self._fs
+
+    def _fs_options(self) -> dict[str, Any]:
+        """The options given to fsspec: the user's, plus an S3 connection pool as large as the
+        number of ranges fetched at once (where the user did not choose one)."""
+        options = dict(self.storage_options)
+        if self.url.startswith(_S3_PROTOCOLS):
+            config = dict(options.get("config_kwargs") or {})
+            config.setdefault(POOL_OPTION, _MAX_CONCURRENT_RANGES)
+            options["config_kwargs"] = config
+        return options
 
     @property
     def is_local(self) -> bool:
@@ -323,15 +342,18 @@ class Location:
         rels: Sequence[str],
         starts: Sequence[int],
         ends: Sequence[int],
-        max_gap: int = 0,
+        max_gap: int | None = None,
+        gap_budget: float = DEFAULT_GAP_BUDGET,
         *,
         totals: dict[str, int] | None = None,
     ) -> list[bytes]:
         """Many byte ranges at once, each ``[start, end)`` of file ``rel``.
 
-        Ranges of one file that touch or overlap (or lie at most ``max_gap`` bytes apart) are
-        merged into one request; remote filesystems fetch the merged ranges concurrently
-        (``cat_ranges``). A result shorter than asked means the file is shorter than expected;
+        Ranges of one file that touch or overlap are merged into one request; so are ranges at
+        most ``max_gap`` bytes apart (default: `DEFAULT_MAX_GAP` on remote filesystems, 0 on
+        local disk), smallest gaps first, while the gap bytes read through stay within
+        ``gap_budget`` of the bytes asked for. Remote filesystems fetch the requests
+        concurrently. A result shorter than asked means the file is shorter than expected;
         callers check lengths. ``totals``, when given, is filled with ``rel`` -> the size of the
         whole file where it comes for free with the bytes: local files (``fstat``) and S3 (the
         ``Content-Range`` header of the ranged GET). A file that grew past what a caller expects
@@ -339,7 +361,9 @@ class Location:
         """
         if not rels:
             return []
-        merged = merge_ranges(rels, starts, ends, max_gap)
+        if max_gap is None:
+            max_gap = 0 if self.is_local else DEFAULT_MAX_GAP
+        merged = merge_ranges(rels, starts, ends, max_gap, gap_budget)
         paths = [self.path(r) for r, _, _ in merged.requests]
         req_starts = [s for _, s, _ in merged.requests]
         req_ends = [e for _, _, e in merged.requests]
@@ -566,19 +590,29 @@ class _Merged:
         self.slices: list[tuple[int, int, int]] = []  # per asked range: (request, start, end)
 
 
-def merge_ranges(rels: Sequence[str], starts: Sequence[int], ends: Sequence[int], max_gap: int) -> _Merged:
-    """Plan requests: ranges of one file closer than ``max_gap`` bytes become one request."""
+def merge_ranges(
+    rels: Sequence[str],
+    starts: Sequence[int],
+    ends: Sequence[int],
+    max_gap: int,
+    gap_budget: float | None = None,
+) -> _Merged:
+    """Plan requests: ranges of one file that touch or overlap become one request, and so do
+    ranges at most ``max_gap`` bytes apart. With ``gap_budget`` (a fraction), gaps are read
+    through smallest first only while their bytes add up to at most ``gap_budget`` times the
+    bytes asked for, so the plan fetches at most ``1 + gap_budget`` times what was asked."""
     order = sorted(range(len(rels)), key=lambda i: (rels[i], starts[i]))
+    bridged = _bridged_gaps(order, rels, starts, ends, max_gap, gap_budget)
     out = _Merged()
     out.slices = [(0, 0, 0)] * len(rels)
     current = -1
-    for i in order:
+    for k, i in enumerate(order):
         rel, start, end = rels[i], int(starts[i]), int(ends[i])
         if end < start:
             raise ValueError(f"byte range [{start}, {end}) of {rel} is reversed")
         if current >= 0:
             c_rel, c_start, c_end = out.requests[current]
-            if c_rel == rel and start <= c_end + max_gap:
+            if c_rel == rel and (start <= c_end or (k in bridged and start <= c_end + max_gap)):
                 out.requests[current] = (rel, c_start, max(c_end, end))
                 out.slices[i] = (current, start - c_start, end - c_start)
                 continue
@@ -586,6 +620,45 @@ def merge_ranges(rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]
         current = len(out.requests) - 1
         out.slices[i] = (current, 0, end - start)
     return out
+
+
+def _bridged_gaps(
+    order: list[int],
+    rels: Sequence[str],
+    starts: Sequence[int],
+    ends: Sequence[int],
+    max_gap: int,
+    gap_budget: float | None,
+) -> set[int]:
+    """Positions ``k`` in ``order`` whose range may be joined to the request before it across a
+    gap: every gap of at most ``max_gap`` bytes without a budget, else the smallest such gaps
+    while their sum stays within ``gap_budget`` of the bytes asked for."""
+    if max_gap <= 0:
+        return set()
+    gaps: list[tuple[int, int]] = []  # (gap bytes, position in order)
+    reach = -1  # end of the bytes covered so far in the current file
+    asked = 0
+    for k, i in enumerate(order):
+        start, end = int(starts[i]), int(ends[i])
+        asked += max(0, end - start)
+        if k and rels[i] == rels[order[k - 1]]:
+            gap = start - reach
+            if 0 < gap <= max_gap:
+                gaps.append((gap, k))
+            reach = max(reach, end)
+        else:
+            reach = end
+    if gap_budget is None:
+        return {k for _, k in gaps}
+    allowed = gap_budget * asked
+    chosen: set[int] = set()
+    spent = 0
+    for gap, k in sorted(gaps):
+        if spent + gap > allowed:
+            break
+        spent += gap
+        chosen.add(k)
+    return chosen
 
 
 def _safe(err: BaseException) -> str:

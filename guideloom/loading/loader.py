@@ -14,10 +14,21 @@ Who fetches: with ``num_workers=0`` the training loop's own thread; with worker 
 (``parallel_method="process"``, the default) torchdata's workers, each batch pickled back through
 a pipe; with ``parallel_method="thread"`` a pool of threads in this process
 (`guideloom.loading.threads`), which hands batches over by reference. All three run the
-same batch path: sampler -> groups of ``read_ahead + 1`` consecutive batches -> one read per
-group (``_BatchSource.read_group``) -> collate -> pin -> (one batch ahead) copy to ``device``
+same batch path: sampler -> groups of consecutive batches -> one read per group
+(``_BatchSource.read_group``) -> collate -> pin -> (one batch ahead) copy to ``device``
 (`guideloom.loading.placement`). A second kind of batch source only has to provide
 ``read_group`` to use it.
+
+Read-ahead: a group is the unit of fetching. On remote storage it is sized in bytes
+(``read_ahead_bytes``, default `DEFAULT_READ_AHEAD_BYTES`, or ``$GUIDELOOM_READ_AHEAD_BYTES``):
+the largest power of two of batches whose bytes fit, reached by doubling from one batch
+(groups of 1, 1, 2, 4, ... batches), so the first batch costs one small round of requests and
+every later group starts at a multiple of its own size. A group of whole shuffle buffers holds
+whole blocks of consecutive windows, each of which its read fetches with one request (merged
+ranges). Each worker, thread or process, is handed whole groups: the batches of a group are
+consecutive, so a block is never split between workers (which would fetch it twice, or in
+pieces). ``read_ahead=`` (batches) sets a fixed group of ``read_ahead + 1`` batches instead.
+Memory: each worker holds at most ``prefetch_factor`` groups plus the one it is reading.
 
 The state is ``(epoch, position)``: ``position`` counts the samples handed out in the epoch over
 all ranks, up to the last batch the caller has *received* (not what was dispatched to workers
@@ -68,10 +79,11 @@ In a training loop::
 from __future__ import annotations
 
 import math
+import os
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -92,32 +104,109 @@ __all__ = ["StatefulDataLoader"]
 _LAYOUTS = ("documents", "stream", "stream_with_meta")
 _REFUSED_KWARGS = ("sampler", "batch_sampler", "generator")
 _CHUNK_POSITIONS = 16384  # most positions evaluated in one call of the order
-_DEFAULT_READ_AHEAD = 3  # remote storage: batches a worker fetches together with the current one
+DEFAULT_READ_AHEAD_BYTES = 4 * 2**20  # remote storage: bytes of batches one group fetches at most
+READ_AHEAD_ENV = "GUIDELOOM_READ_AHEAD_BYTES"
 _DEFAULT_RUN_SIZE = 8
 
 
-class _Batch(list):  # type: ignore[type-arg]
-    """A batch of sample indexes, plus the batches the same worker will be handed next.
+class _Group(list):  # type: ignore[type-arg]
+    """The sample indexes of consecutive batches, handed to one worker process as one item;
+    ``sizes`` are the batches' lengths. Grouping changes when bytes are fetched, never which
+    samples a batch holds."""
 
-    ``ahead`` is only a hint for fetching: it never changes which samples a batch holds.
+    sizes: list[int] = []
+
+
+class _Whole(NamedTuple):
+    """A stream group read as one ``{field: (rows, sequence_length)}`` dict, with its batch sizes."""
+
+    data: Any
+    sizes: list[int]
+
+
+class _GroupCollate:
+    """Worker processes: collate each batch of a group; the main process unrolls the list.
+
+    A stream group with the default collate is collated whole, as one tensor per field, and
+    split into its batches in the main process (views, no copy): one shared-memory handle per
+    field crosses the pipe instead of one per batch (each is a file descriptor in transit, and a
+    group may hold a thousand batches)."""
+
+    def __init__(self, collate: Callable[[Any], Any]) -> None:
+        self.collate = collate
+
+    def __call__(self, parts: Any) -> Any:
+        if isinstance(parts, _Whole):
+            return _Whole(self.collate(parts.data), parts.sizes)
+        return [self.collate(p) for p in parts]
+
+
+def _unrolled(groups: Iterator[Any]) -> Iterator[Any]:
+    for group in groups:
+        if isinstance(group, _Whole):
+            bounds = np.cumsum([0, *group.sizes]).tolist()
+            for lo, hi in zip(bounds[:-1], bounds[1:]):
+                yield {k: v[lo:hi] for k, v in group.data.items()}
+        else:
+            yield from group
+
+
+def _grouped(batches: Iterator[list[int]], size: int, ramp: bool) -> Iterator[list[list[int]]]:
+    """Consecutive batches in groups of ``size``, each fetched with one read; with ``ramp`` the
+    groups grow 1, 1, 2, 4, ... (each as large as all before it) up to ``size``.
+
+    A group's range requests run concurrently, so its first batch costs about one round trip,
+    as a lone batch would.
     """
+    group: list[list[int]] = []
+    done, target = 0, 1 if ramp else size
+    for batch in batches:
+        group.append(list(batch))
+        if len(group) >= target:
+            yield group
+            done += len(group)
+            group = []
+            target = min(size, max(1, done)) if ramp else size
+    if group:
+        yield group
 
-    ahead: list[list[int]] = []
+
+def _sample_bytes(view: Any) -> int:
+    """Bytes one sample of ``view`` takes in storage (a document: the average)."""
+    length = getattr(view, "sequence_length", None)
+    if length is not None:
+        return int(length) * int(view.stream_format.itemsize)
+    return max(1, int(view.manifest.total_bytes) // max(1, len(view)))
+
+
+def _read_ahead_bytes(value: Any) -> int:
+    if value is None:
+        raw = os.environ.get(READ_AHEAD_ENV)
+        if raw is None or not raw.strip():
+            return DEFAULT_READ_AHEAD_BYTES
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(
+                f"{READ_AHEAD_ENV}={raw!r} is not a whole number of bytes; set it to e.g. 4194304 (4 MiB)"
+            ) from None
+        where = f"{READ_AHEAD_ENV}={raw!r}"
+    else:
+        where = f"read_ahead_bytes={value!r}"
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{where} must be a non-negative whole number of bytes (0: one batch per read)")
+    return int(value)
 
 
 class _BatchSource(Dataset):  # type: ignore[type-arg]
-    """The view as the DataLoader sees it: ``__getitems__`` fetches one batch in one read.
-
-    Read-ahead: when a batch carries ``ahead`` (the next batches this worker will receive), the
-    samples of all of them are fetched in the same call, which on object storage means one
-    round of concurrent range requests instead of one round trip per batch. The extra batches
-    wait in a small cache, replaced at the next read-ahead, until their turn comes.
+    """The view as the DataLoader sees it: ``__getitems__`` fetches one batch, or one group of
+    consecutive batches (a `_Group`, from worker processes' sampler), in one read: on object
+    storage one round of merged, concurrent range requests instead of one round trip per batch.
     """
 
     def __init__(self, view: Any, use_windows: bool) -> None:
         self.view = view
         self.use_windows = use_windows  # stream fast path: dict of (B, L) arrays in one call
-        self._ready: dict[tuple[int, ...], Any] = {}
 
     def __len__(self) -> int:
         return len(self.view)
@@ -142,16 +231,14 @@ class _BatchSource(Dataset):  # type: ignore[type-arg]
         ]
 
     def __getitems__(self, indexes: list[int]) -> Any:
-        key = tuple(indexes)
-        ready = self._ready.pop(key, None)
-        if ready is not None:
-            return ready
-        ahead = [b for b in getattr(indexes, "ahead", []) if b]
-        if not ahead:
+        sizes = getattr(indexes, "sizes", None)
+        if sizes is None:
             return self._read(list(indexes))
-        parts = self.read_group([list(indexes), *ahead])
-        self._ready = {tuple(b): part for b, part in zip(ahead, parts[1:])}
-        return parts[0]
+        if self.use_windows:
+            return _Whole(self._read(list(indexes)), list(sizes))
+        bounds = np.cumsum([0, *sizes]).tolist()
+        flat = list(indexes)
+        return self.read_group([flat[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])])
 
 
 class _Progress:
@@ -200,11 +287,13 @@ class _Pass:
 class _OrderedBatchSampler(Sampler[list[int]]):
     """Yields this rank's batches of sample indexes for the configured (rest of an) epoch."""
 
-    def __init__(self, rank: int, workers: int = 1, read_ahead: int = 0) -> None:
+    def __init__(self, rank: int, grouping: tuple[int, bool] | None = None) -> None:
+        """``grouping``: ``(size, ramp)`` to yield `_Group`s of consecutive batches (worker
+        processes: the DataLoader hands item j to worker j % workers, so each worker gets whole
+        groups); None yields single batches."""
         super().__init__()
         self.rank = rank
-        self.workers = max(1, workers)  # the DataLoader hands batch j to worker j % workers
-        self.read_ahead = read_ahead
+        self.grouping = grouping
         self.order: EpochOrder | None = None
         self.schedule: EpochSchedule | None = None
 
@@ -212,32 +301,13 @@ class _OrderedBatchSampler(Sampler[list[int]]):
         self.order, self.schedule = order, schedule
 
     def __iter__(self) -> Iterator[list[int]]:
-        if not self.read_ahead:
+        if self.grouping is None:
             yield from self._batches()
             return
-        # Every (read_ahead + 1)-th batch of a worker names that worker's next read_ahead
-        # batches, so the worker fetches them all at once (see _BatchSource).
-        workers, group = self.workers, self.read_ahead + 1
-        window: list[list[int]] = []
-        span = workers * self.read_ahead + 1
-        source = self._batches()
-        j = 0
-        for batch in source:
-            window.append(batch)
-            while len(window) >= span:
-                yield self._tag(window, j, workers, group)
-                window.pop(0)
-                j += 1
-        while window:
-            yield self._tag(window, j, workers, group)
-            window.pop(0)
-            j += 1
-
-    def _tag(self, window: list[list[int]], j: int, workers: int, group: int) -> _Batch:
-        batch = _Batch(window[0])
-        if (j // workers) % group == 0:
-            batch.ahead = window[workers::workers][: group - 1]
-        return batch
+        for group in _grouped(self._batches(), *self.grouping):
+            item = _Group(i for b in group for i in b)
+            item.sizes = [len(b) for b in group]
+            yield item
 
     def _batches(self) -> Iterator[list[int]]:
         order, schedule = self.order, self.schedule
@@ -335,22 +405,6 @@ def _thread_settings(method: Any, num_workers: int, kwargs: dict[str, Any]) -> t
     return num_workers, prefetch, float(timeout)
 
 
-def _thread_groups(batches: Iterator[list[int]], size: int) -> Iterator[list[list[int]]]:
-    """Consecutive batches in groups of ``size`` (``read_ahead + 1``), each fetched with one read.
-
-    A group's range requests run concurrently, so its first batch costs about one round trip,
-    as a lone batch would.
-    """
-    group: list[list[int]] = []
-    for batch in batches:
-        group.append(list(batch))
-        if len(group) >= size:
-            yield group
-            group = []
-    if group:
-        yield group
-
-
 class StatefulDataLoader(_TorchdataLoader):
     """A torchdata ``StatefulDataLoader`` over a GuideLoom view, resumable exactly and in O(1).
 
@@ -382,6 +436,7 @@ class StatefulDataLoader(_TorchdataLoader):
         shuffle_buffer_blocks: int = 4,
         shuffle_run_size: int | None = None,
         read_ahead: int | None = None,
+        read_ahead_bytes: int | None = None,
         parallel_method: str = "process",
         device: str | torch.device | None = None,
         pin_memory: bool = False,
@@ -410,8 +465,13 @@ class StatefulDataLoader(_TorchdataLoader):
             shuffle_run_size: `shuffle="block"`: consecutive samples kept together inside a
                 buffer; it must divide `shuffle_block_size`; default `gcd(8, shuffle_block_size)`.
             read_ahead: Batches a worker fetches together with the current one, in one round of
-                concurrent range requests; default 3 on remote storage, 0 on local disk. It
-                changes when bytes are fetched, never which samples a batch holds.
+                concurrent range requests (a fixed group of `read_ahead + 1` batches); default:
+                sized by `read_ahead_bytes` on remote storage, 0 on local disk. It changes when
+                bytes are fetched, never which samples a batch holds.
+            read_ahead_bytes: Remote storage, when `read_ahead` is not given: the most bytes of
+                batches one read fetches (a group of a power of two of batches, grown from one
+                batch; see the module docstring); default `$GUIDELOOM_READ_AHEAD_BYTES`, or
+                4 MiB. Each worker holds at most `prefetch_factor + 1` such groups.
             parallel_method: `"process"` (torchdata's worker processes) or `"thread"` (threads
                 of this process, batches handed over without a copy).
             device: Copy every batch's tensors to this device (e.g. `"cuda"`) with
@@ -486,13 +546,7 @@ class StatefulDataLoader(_TorchdataLoader):
             source, collate = _BatchSource(dataset, use_windows=False), collate_documents
 
         kwargs.setdefault("snapshot_every_n_steps", None)  # our state needs no torchdata snapshots
-        if read_ahead is None:  # worth it where a request costs a round trip
-            if mixture is not None:  # or where each batch is split into one read per source
-                read_ahead = mixture.read_ahead
-            else:
-                read_ahead = 0 if storage.location.is_local else _DEFAULT_READ_AHEAD
-        if isinstance(read_ahead, bool) or not isinstance(read_ahead, (int, np.integer)) or read_ahead < 0:
-            raise ValueError(f"read_ahead must be a non-negative integer (batches), got {read_ahead!r}")
+        grouping = self._grouping(read_ahead, read_ahead_bytes, dataset, storage, mixture, batch_size)
         if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 0:
             raise ValueError(f"num_workers must be a non-negative integer, got {num_workers!r}")
         threads = _thread_settings(parallel_method, int(num_workers), kwargs)
@@ -502,19 +556,21 @@ class StatefulDataLoader(_TorchdataLoader):
         torch_workers = 0 if threads is not None else int(num_workers)
         if self._pin and torch_workers and accelerator_available():
             kwargs["pin_memory"] = True  # torch's pin-memory thread serves its worker processes
-        # Only torchdata's worker processes need the sampler to tag read-ahead batches; thread
+        # torchdata's worker processes get whole groups from the sampler (one item each); thread
         # workers and num_workers=0 group consecutive batches themselves (see _groups).
-        sampler = _OrderedBatchSampler(
-            rank, workers=torch_workers, read_ahead=int(read_ahead) if torch_workers else 0
-        )
-        self._read_ahead = int(read_ahead)
+        sampler = _OrderedBatchSampler(rank, grouping if torch_workers else None)
+        self._grouping_setting = grouping
         self._collate = collate
         with warnings.catch_warnings():
             # torchdata 0.11 calls the deprecated torch.set_vital in its constructor; the warning
             # is about torchdata's own code and says nothing a user can act on.
             warnings.filterwarnings("ignore", message=".*set_vital.*is deprecated", category=UserWarning)
             super().__init__(
-                source, batch_sampler=sampler, num_workers=torch_workers, collate_fn=collate, **kwargs
+                source,
+                batch_sampler=sampler,
+                num_workers=torch_workers,
+                collate_fn=_GroupCollate(collate) if torch_workers else collate,
+                **kwargs,
             )
         # DataLoader sets these to None/False for a batch_sampler; report the real settings.
         object.__setattr__(self, "batch_size", batch_size)
@@ -551,6 +607,38 @@ class StatefulDataLoader(_TorchdataLoader):
         self._copies: SourceCopies | None = None  # thread workers' private views, made lazily
         self._prepare(epoch=0, position=0)
 
+    @staticmethod
+    def _grouping(
+        read_ahead: Any, read_ahead_bytes: Any, view: Any, storage: Any, mixture: Any, batch_size: int
+    ) -> tuple[int, bool]:
+        """``(batches per group, ramp)`` from the read-ahead settings (see the module docstring)."""
+        if read_ahead is not None:
+            if read_ahead_bytes is not None:
+                raise ValueError(
+                    "read_ahead (batches) and read_ahead_bytes both given: set one; read_ahead "
+                    "fixes the group, read_ahead_bytes sizes it by bytes"
+                )
+            if (
+                isinstance(read_ahead, bool)
+                or not isinstance(read_ahead, (int, np.integer))
+                or read_ahead < 0
+            ):
+                raise ValueError(f"read_ahead must be a non-negative integer (batches), got {read_ahead!r}")
+            return int(read_ahead) + 1, False
+        if mixture is not None:  # a batch costs one read per source: the mixture's own default
+            if read_ahead_bytes is not None:
+                raise ValueError(
+                    "read_ahead_bytes is not supported for a Mixture (its batches mix sources of "
+                    "different sizes); set read_ahead (batches) instead"
+                )
+            return int(mixture.read_ahead) + 1, False
+        budget = _read_ahead_bytes(read_ahead_bytes)
+        if read_ahead_bytes is None and storage.location.is_local:
+            return 1, False  # positioned reads: nothing to save by grouping
+        batch_bytes = batch_size * _sample_bytes(view)
+        fit = max(1, budget // batch_bytes)
+        return 1 << (fit.bit_length() - 1), fit > 1
+
     @classmethod
     def from_storage(
         cls,
@@ -581,9 +669,13 @@ class StatefulDataLoader(_TorchdataLoader):
         ``batch_size`` that is a multiple of the run size, a remote batch costs one range request
         per run instead of one per sample, for less mixing; see `guideloom.loading.order`). ``rank`` and
         ``world_size`` default to torch.distributed's when it is initialized. ``read_ahead``
-        (batches; default 3 for remote storage, 0 on local disk) lets each worker fetch its next
+        (batches) lets each worker fetch its next
         batches together with the current one, in one round of concurrent range requests; it
         changes when bytes are fetched, never which samples a batch holds.
+        ``read_ahead_bytes`` (default ``$GUIDELOOM_READ_AHEAD_BYTES`` or 4 MiB) sizes that read
+        by bytes instead, on remote storage: groups of consecutive batches, grown from one
+        batch to the most that fit, so a block-shuffled group fetches whole blocks of windows
+        with one request each.
 
         ``parallel_method``: ``"process"`` (default: torchdata's worker processes; every batch
         is pickled through a pipe) or ``"thread"``: ``num_workers`` threads of the training
@@ -619,8 +711,9 @@ class StatefulDataLoader(_TorchdataLoader):
             pin_memory: Put batches in pinned host memory (skipped without an accelerator).
             **kwargs: `shuffle_block_size` (samples per block, default 64),
                 `shuffle_buffer_blocks` (blocks per buffer, default 4), `shuffle_run_size`
-                (samples; default `gcd(8, shuffle_block_size)`), `read_ahead` (batches; default
-                3 on remote storage, 0 on local disk), and torchdata's own options
+                (samples; default `gcd(8, shuffle_block_size)`), `read_ahead` (batches; a
+                fixed group of `read_ahead + 1`), `read_ahead_bytes` (remote storage: bytes per
+                read, default 4 MiB), and torchdata's own options
                 (`prefetch_factor` in batches per worker, `persistent_workers`,
                 `multiprocessing_context`, `timeout` in seconds, `worker_init_fn`, ...).
 
@@ -735,8 +828,11 @@ class StatefulDataLoader(_TorchdataLoader):
         elif self.num_workers == 0:
             batches = self._inline_batches()
         else:
-            batches = super().__iter__()
-        closers.append(batches)
+            torch_batches = super().__iter__()
+            closers.append(torch_batches)  # it yields one list of collated batches per group
+            batches = _unrolled(torch_batches)
+        if not closers:
+            closers.append(batches)
         if self._device is not None:
             batches = Placed(batches, self._device)
         progress = _Progress()
@@ -751,7 +847,7 @@ class StatefulDataLoader(_TorchdataLoader):
         return pin(batch) if self._pin else batch
 
     def _groups(self) -> Iterator[list[list[int]]]:
-        return _thread_groups(iter(self._sampler), self._read_ahead + 1)
+        return _grouped(iter(self._sampler), *self._grouping_setting)
 
     def _inline_batches(self) -> Iterator[Any]:
         """``num_workers=0``: the same fetch-and-collate path as a thread, run in the loop's

@@ -397,10 +397,13 @@ def test_read_ahead_fetches_each_worker_batch_once_in_fewer_rounds(
             results[ahead, workers] = (batches, ok_bytes)
             if workers == 0:  # the spy sees the main process's calls only
                 assert len(calls) == (50 if ahead == 0 else 13)  # 50 batches; read-ahead groups of 4
-    reference, reference_bytes = results[0, 0]
+    reference, _ = results[0, 0]
+    delivered = sum(len(b) for b in reference) * SEQUENCE_LENGTH * storage.format.itemsize
     for (ahead, workers), (batches, bytes_out) in results.items():
         assert batches == reference, (ahead, workers)  # read-ahead never changes the batches
-        assert bytes_out == reference_bytes  # and every window is fetched exactly once
+        # Every window is fetched once; small gaps between ranges (here: between shards of 600
+        # bytes) may be read through, within the 5 % gap budget of guideloom.io.location.
+        assert delivered <= bytes_out <= 1.05 * delivered, (ahead, workers, bytes_out, delivered)
 
 
 def test_spawned_workers_give_the_same_batches(stream: Any) -> None:
