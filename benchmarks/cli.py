@@ -16,16 +16,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
 import sys
-import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import Config, Row, machine_description, print_table, write_json
+from benchmarks.harness import (
+    Config,
+    Row,
+    results_payload,
+    timed_run,
+    workdir,
+)
 
 __all__ = ["ROWS", "main", "run"]
 
@@ -80,19 +84,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-@contextlib.contextmanager
-def _workdir(path: str | None) -> Iterator[Path]:
-    if path:
-        Path(path).mkdir(parents=True, exist_ok=True)
-        yield Path(path)
-        return
-    tmp = Path(tempfile.mkdtemp(prefix="guideloom-bench-"))
-    try:
-        yield tmp
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def run(
     cfg: Config, rows: list[str], s3_endpoint: Any = None, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
@@ -139,25 +130,16 @@ def run(
                 failures[name] = f"{type(err).__name__}: {err}"
                 log(f"row {name} FAILED:\n{traceback.format_exc()}")
             durations[name] = round(time.perf_counter() - t0, 1)
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(cfg).items()}
-    return {
-        "machine": machine_description(),
-        "s3_server": server,
-        "config": config,
-        "row_seconds": durations,
-        "rows": [r.to_json() for r in results],
-        "failures": failures,
-        "_rows": results,
-    }
+    return results_payload(cfg, results, failures, s3_server=server, row_seconds=durations)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     rows = [r for r in args.rows.split(",") if r]
-    with _workdir(args.workdir) as workdir:
+    with workdir(args.workdir) as work:
         cfg = Config(
-            workdir=workdir,
+            workdir=work,
             tokens=args.tokens,
             s3_tokens=args.s3_tokens,
             documents=args.documents,
@@ -169,13 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             s3_shuffles=tuple(args.s3_shuffles.split(",")),
             quick=args.quick,
         )
-        t0 = time.perf_counter()
-        payload = run(cfg, rows, log=lambda m: print(m, file=sys.stderr, flush=True))
-        payload["total_seconds"] = round(time.perf_counter() - t0, 1)
-    results = payload.pop("_rows")
-    write_json(args.json, payload)
-    print()
-    print_table(results)
+        payload = timed_run(lambda log: run(cfg, rows, log=log), args.json)
     m = payload["machine"]
     print(
         f"\n{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; S3: "

@@ -10,13 +10,16 @@ ceiling ("<= 1.2").
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -254,3 +257,48 @@ def write_json(path: str | Path, payload: dict[str, Any]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
+
+
+@contextlib.contextmanager
+def workdir(path: str | None, prefix: str = "guideloom-bench-") -> Iterator[Path]:
+    """``path`` (created if missing, kept), or a temporary directory removed afterwards."""
+    if path:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        yield Path(path)
+        return
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def results_payload(
+    cfg: Any, results: Sequence[Row], failures: dict[str, str], **extra: Any
+) -> dict[str, Any]:
+    """The JSON document of a run: machine, ``extra`` fields, config, rows and failures
+    (``_rows`` keeps the `Row` objects for printing; `write_json` writes them as JSON too)."""
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(cfg).items()}
+    return {
+        "machine": machine_description(),
+        **extra,
+        "config": config,
+        "rows": [r.to_json() for r in results],
+        "failures": failures,
+        "_rows": list(results),
+    }
+
+
+def timed_run(
+    run: Callable[[Callable[[str], None]], dict[str, Any]], json_path: str | Path
+) -> dict[str, Any]:
+    """Call ``run(log)`` (progress on stderr), time it, write its payload to ``json_path`` and
+    print its table; the payload, with ``total_seconds``."""
+    t0 = time.perf_counter()
+    payload = run(lambda m: print(m, file=sys.stderr, flush=True))
+    payload["total_seconds"] = round(time.perf_counter() - t0, 1)
+    results = payload.pop("_rows")
+    write_json(json_path, payload)
+    print()
+    print_table(results)
+    return payload

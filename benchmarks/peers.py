@@ -45,16 +45,20 @@ import select
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks.harness import Row, interleaved, machine_description, print_table, write_json
+from benchmarks.harness import (
+    Row,
+    interleaved,
+    results_payload,
+    timed_run,
+    workdir,
+)
 
 __all__ = [
     "ENV_VAR",
@@ -477,19 +481,6 @@ def s3_rows(
     return rows
 
 
-@contextlib.contextmanager
-def _workdir(path: str | None) -> Iterator[Path]:
-    if path:
-        Path(path).mkdir(parents=True, exist_ok=True)
-        yield Path(path)
-        return
-    tmp = Path(tempfile.mkdtemp(prefix="guideloom-peers-"))
-    try:
-        yield tmp
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def run(cfg: PeersConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Build (once) and start every system, ingest, time the rows; the JSON payload."""
     pythons = {s: build_env(PEERS[s], cfg.env_dir, cfg.build, log) for s in cfg.systems}
@@ -557,24 +548,14 @@ def run(cfg: PeersConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
             except PeerError as err:
                 failures["s3"] = str(err)
                 log(f"s3 rows FAILED: {err}")
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(cfg).items()}
-    return {
-        "machine": machine_description(),
-        "peers": versions,
-        "ingest": ingest,
-        "s3_server": server,
-        "config": config,
-        "rows": [r.to_json() for r in results],
-        "failures": failures,
-        "_rows": results,
-    }
+    return results_payload(cfg, results, failures, peers=versions, ingest=ingest, s3_server=server)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    with _workdir(args.workdir) as workdir:
+    with workdir(args.workdir, "guideloom-peers-") as work:
         cfg = PeersConfig(
-            workdir=workdir,
+            workdir=work,
             systems=args.systems,
             parts=args.parts,
             tokens=args.tokens,
@@ -587,13 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             gl11_reader=args.gl11_reader,
             env_dir=Path(args.env_dir).expanduser() if args.env_dir else env_dir(),
         )
-        t0 = time.perf_counter()
-        payload = run(cfg, log=lambda m: print(m, file=sys.stderr, flush=True))
-        payload["total_seconds"] = round(time.perf_counter() - t0, 1)
-    results = payload.pop("_rows")
-    write_json(args.json, payload)
-    print()
-    print_table(results)
+        payload = timed_run(lambda log: run(cfg, log=log), args.json)
     m = payload["machine"]
     print(
         f"\n{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {payload['total_seconds']} s; JSON: {args.json}"
