@@ -191,6 +191,8 @@ class Location:
             config = dict(options.get("config_kwargs") or {})
             config.setdefault(POOL_OPTION, _MAX_CONCURRENT_RANGES)
             options["config_kwargs"] = config
+            if "session" not in options and "profile" not in options:
+                options["session"] = _s3_session()
         return options
 
     @property
@@ -559,6 +561,35 @@ class Location:
                 self._call("rm", self.path(rel), recursive=recursive)
             except FileNotFoundError:
                 pass
+
+
+_BOTOCORE_LOADER: Any = None  # botocore's data loader: the JSON models it has read stay cached
+_S3_SESSION: tuple[Any, Any] = (None, None)  # ((pid, AWS_* environment), aiobotocore session)
+
+
+def _s3_session() -> Any:
+    """One aiobotocore session per process, all sharing one botocore data loader.
+
+    A new S3 client reads botocore's models of S3 (a few MB of JSON) before its first request,
+    about 0.13 s here. DataLoader workers are forked from the training process, so a loader that
+    the parent has filled is inherited already parsed: each worker's session registers it, and
+    its first request skips that work. One session per process also keeps fsspec's instance
+    cache sharing one filesystem between the datasets of a process, as without a session. A
+    session caches the credentials it found, so a change to the ``AWS_*`` environment starts a
+    new one."""
+    global _BOTOCORE_LOADER, _S3_SESSION
+    key = (os.getpid(), tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
+    held, session = _S3_SESSION
+    if held != key or session is None:
+        from aiobotocore.session import AioSession
+
+        session = AioSession()
+        if _BOTOCORE_LOADER is None:
+            _BOTOCORE_LOADER = session.get_component("data_loader")
+        else:
+            session.register_component("data_loader", _BOTOCORE_LOADER)
+        _S3_SESSION = (key, session)
+    return session
 
 
 async def _s3_ranged_get(fs: Any, path: str, start: int, end: int) -> tuple[bytes, int | None]:
