@@ -8,9 +8,10 @@ positioned reads keep it flat. Measured against a read-only map with ``MADV_RAND
 4 KiB windows, one process): the map copies at 0.95-0.99x of a raw memmap gather and ``preadv``
 at 0.87x, but on a filesystem with large page-cache folios (ext4 on Linux 6.18 here) each fault
 maps about a megabyte, 16 MB of file pages after one batch of 16 windows; dropping them often
-enough to stay within 64 MiB (``MADV_DONTNEED``) brought the map down to 0.55x. On any other filesystem the requests of one batch
-are merged where adjacent and fetched together with concurrent range requests. Every file is
-checked against the manifest's size before its bytes are used.
+enough to stay within 64 MiB (``MADV_DONTNEED``) brought the map down to 0.55x. On any other
+filesystem the requests of one batch are merged where adjacent and fetched together with
+concurrent range requests. Every file is checked against the manifest's size before its bytes
+are used.
 
 Index files (document offsets, span tables) are never read whole: `ShardAccess.gather`
 and `ShardAccess.search` read fixed-size pages of them through a `PageCache`
@@ -26,6 +27,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Sequence
+from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
@@ -90,14 +92,11 @@ class ShardAccess:
         if fds is not None:
             fds.clear()
 
-    @property
+    @cached_property
     def local(self) -> bool:
         """Whether the shards are on local disk (positioned reads) rather than behind range
         requests; asked once per batch, so it is worked out once."""
-        local = self.__dict__.get("_local")
-        if local is None:
-            local = self._local = self.location.is_local
-        return local
+        return self.location.is_local
 
     def read(self, requests: Sequence[ItemRequest]) -> list[np.ndarray]:
         """The bytes of each request's items, as ``uint8`` arrays, in request order."""
@@ -107,16 +106,15 @@ class ShardAccess:
                 a, b = layout.item_range(r.start, r.stop, r.itemsize)
                 data = os.pread(self.fd(r.shard, r.file), b - a, a)
                 if len(data) != b - a:
-                    self._short(r.shard, self._path(r.shard, r.file), a, b, len(data))
+                    self._short(r.shard, r.file, a, b, len(data))
                 out.append(np.frombuffer(data, dtype=np.uint8))
             return out
-        rels, starts, ends = [], [], []
+        starts, ends = [], []
         for r in requests:
             a, b = layout.item_range(r.start, r.stop, r.itemsize)
-            rels.append(self._path(r.shard, r.file))
             starts.append(a)
             ends.append(b)
-        blobs = self._fetch(rels, starts, ends, [r.shard for r in requests])
+        blobs = self._fetch([(r.shard, r.file) for r in requests], starts, ends)
         return [np.frombuffer(b, dtype=np.uint8) for b in blobs]
 
     def read_into(self, shard: int, file: str, start: int, out: np.ndarray) -> None:
@@ -124,7 +122,7 @@ class ShardAccess:
         got = os.preadv(self.fd(shard, file), [out.data], layout.HEADER_SIZE + start)
         if got != len(out):
             a = layout.HEADER_SIZE + start
-            self._short(shard, self._path(shard, file), a, a + len(out), got)
+            self._short(shard, file, a, a + len(out), got)
 
     def gather(self, file: str, shards: np.ndarray, rows: np.ndarray, itemsize: int) -> np.ndarray:
         """Item ``rows[k]`` of file ``file`` of shard ``shards[k]``, for every ``k``, as one
@@ -254,12 +252,16 @@ class ShardAccess:
             for (file, s, _), a, b in zip(keys, starts, ends):
                 data = os.pread(self.fd(s, file), b - a, a)
                 if len(data) != b - a:
-                    self._short(s, self._path(s, file), a, b, len(data))
+                    self._short(s, file, a, b, len(data))
                 out.append(data)
             return out
-        return self._fetch([self._path(s, f) for f, s, _ in keys], starts, ends, [s for _, s, _ in keys])
+        return self._fetch([(s, f) for f, s, _ in keys], starts, ends)
 
-    def _fetch(self, rels: list[str], starts: list[int], ends: list[int], shards: list[int]) -> list[bytes]:
+    def _fetch(self, files: list[tuple[int, str]], starts: list[int], ends: list[int]) -> list[bytes]:
+        """Bytes ``[starts[k], ends[k])`` of file kind ``files[k][1]`` of shard ``files[k][0]``,
+        each checked against the manifest: its length, and the whole file's size where the
+        storage reports it with the bytes."""
+        rels = [self._path(s, f) for s, f in files]
         totals: dict[str, int] = {}
         try:
             blobs = self.location.read_ranges(rels, starts, ends, totals=totals)
@@ -268,18 +270,15 @@ class ShardAccess:
                 f"a shard file of {self.location.display_url} is missing ({err}); run "
                 "`guideloom verify` to list the damaged shards, then restore or rewrite them"
             ) from err
-        for blob, rel, a, b, s in zip(blobs, rels, starts, ends, shards):
+        for blob, rel, (s, f), a, b in zip(blobs, rels, files, starts, ends):
             if len(blob) != b - a:
-                self._short(s, rel, a, b, len(blob))
+                self._short(s, f, a, b, len(blob))
             # The server said how big the whole object is (S3's Content-Range): a file that grew
             # or was replaced is caught here, without a request of its own.
             total = totals.get(rel)
-            if total is not None and total != self._expected(s, rel):
-                self._resized(s, self.location.describe(rel), total, self._expected(s, rel))
+            if total is not None and total != self._size(s, f):
+                self._resized(s, self.location.describe(rel), total, self._size(s, f))
         return blobs
-
-    def _expected(self, shard: int, rel: str) -> int:
-        return next(self._size(shard, f) for f in self.table.files if self._path(shard, f) == rel)
 
     def _resized(self, shard: int, where: str, size: int, expected: int) -> None:
         raise ShardCorruptError(
@@ -288,12 +287,12 @@ class ShardAccess:
             "rewrite the dataset"
         )
 
-    def _short(self, shard: int, rel: str, start: int, end: int, got: int) -> None:
-        size = self._expected(shard, rel)
+    def _short(self, shard: int, file: str, start: int, end: int, got: int) -> None:
         raise ShardCorruptError(
-            f"{self.table.shard_name(shard)}: {self.location.describe(rel)} ended early: bytes "
-            f"[{start}, {end}) were asked for, {got} came back; the manifest records "
-            f"{size} bytes. The file is truncated: restore it or rewrite the dataset"
+            f"{self.table.shard_name(shard)}: {self.location.describe(self._path(shard, file))} "
+            f"ended early: bytes [{start}, {end}) were asked for, {got} came back; the manifest "
+            f"records {self._size(shard, file)} bytes. The file is truncated: restore it or "
+            "rewrite the dataset"
         )
 
     def fd(self, shard: int, file: str) -> int:
