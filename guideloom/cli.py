@@ -269,6 +269,7 @@ def mix(
     weight_by: str = typer.Option(
         "samples", help="samples (weights are shares of samples) or tokens (shares of tokens, documents)."
     ),
+    schedule: str = typer.Option("auto", help="auto, tree or quota: how positions are dealt to sources."),
 ) -> None:
     """Preview a weighted mixture: each source's share, epoch length and repeats per epoch.
 
@@ -321,7 +322,12 @@ def mix(
         if len(classes) > 1:
             raise ValueError(f"the sources mix storage classes {sorted(classes)}: a mixture reads one")
         plan = MixturePlan(
-            tuple(names), tuple(sizes), integer_weights(weights), stopping_strategy, mean_tokens=tuple(means)
+            tuple(names),
+            tuple(sizes),
+            integer_weights(weights),
+            stopping_strategy,
+            mean_tokens=tuple(means),
+            schedule=schedule,
         )
         lines = plan.lines(preview)
     except (GuideLoomError, ValueError) as err:

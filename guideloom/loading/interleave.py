@@ -3,7 +3,9 @@
 A mixture of ``S`` sources with weights ``w_i`` (proportions of samples, summing to 1) hands out
 positions ``p = 0, 1, 2, ...``. `Interleave` says, for any ``p``, which source position
 ``p`` draws from and how many draws that source had before it, at a cost of ``O(S)`` integer
-operations and without any per-sample table: there is nothing to replay on resume.
+operations and without any per-sample table: there is nothing to replay on resume. (The
+``"quota"`` schedule below keeps one period of the weights, at most 65,536 positions,
+independent of the datasets' sizes.)
 
 The construction: a binary tree over the sources (chosen from the weights alone, see below); at
 an internal node whose left subtree has weight ``a`` of the node's weight, the node's ``t``-th
@@ -14,16 +16,34 @@ the counts of both children are within 1/2 of their share at every ``t``. Descen
 gives the source and its draw index; a whole range of consecutive positions is evaluated with a
 few vectorized integer operations per tree level.
 
-Deviation. After any prefix of ``p`` positions, source ``i`` has had ``n_i(p)`` draws with
+Two schedules (``schedule=``), chosen per weighting by ``"auto"``:
+
+``"tree"``: after any prefix of ``p`` positions, source ``i`` has had ``n_i(p)`` draws with
 ``|n_i(p) - w_i * p| <= 1/2 * (1 + sum over the leaf's non-root ancestors A of w_i / W_A)``
 (the errors of the splits on the path, each scaled by the share of the leaf below that node).
 Each term ``w_i / W_A`` is below 1, so a leaf at depth ``d`` is within ``d / 2``. For up to 4
-sources the tree has depth at most 2 and the bound is below 1: every prefix is within one
-sample of its weight, for every source. For more sources the tree is the one (of a least-depth
-tree, a Huffman tree and a weight-balanced split) with the smallest bound, which
-`Interleave.max_deviation` reports: below 1 for many weightings, and always below
-``ceil(log2 S) / 2`` (the least-depth tree's), so below 3/2 for 5 to 8 sources. Within one
-for any number of sources is not proven here (a worst prefix of 1.21 was measured for five).
+sources the tree has depth at most 2 and the bound is below 1. For more sources the tree is the
+one (of a least-depth tree, a Huffman tree and a weight-balanced split) with the smallest bound,
+always below ``ceil(log2 S) / 2`` and below 1 for many weightings, but not for all: no tree of
+such splits is within one for every weighting.
+
+``"quota"``: the schedule is periodic: after ``T = sum(weights)`` positions (integer weights)
+every source has had exactly its weight, so one period decides every position. `_QuotaPeriod`
+builds that period once, by earliest-deadline-first over each source's draws, each draw allowed
+in the slots where it keeps the source within ``1 - 1/(2S - 2)`` of its share (Tijdeman's
+bound for the chairman assignment problem, the best possible for every weighting; for 2
+sources 1/2). Earliest-deadline-first meets every such window whenever some schedule does, and
+Tijdeman proved one does, so every prefix of every source is within one sample. It keeps the
+period (2 bytes a position) and each source's counts every 64 positions: position ``p`` is
+looked up at ``p mod T``, ``counts(p)`` adds at most 63 table entries to a checkpoint. It is
+built for ``T <= 65,536`` (weights with a common denominator of at most that: short decimals,
+small integers), in about 0.2 s at the largest.
+
+``"auto"`` takes the tree where its proven bound is below 1 (every mixture of up to 4 sources:
+the schedules of earlier versions are unchanged there), else the quota period where ``T``
+allows, else the tree. `Interleave.max_deviation` is the bound of the schedule in use: the
+tree's proven bound, or the quota period's exact worst prefix (measured over the whole period,
+so over every prefix).
 
 Why not random sampling by weight: drawing each position's source at random gives prefix
 counts that wander by about ``sqrt(w * (1 - w) * p)`` (about 300 samples after a million
@@ -45,10 +65,14 @@ from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["Interleave", "decimal_fraction", "integer_weights"]
+__all__ = ["SCHEDULES", "Interleave", "check_schedule", "decimal_fraction", "integer_weights"]
+
+SCHEDULES = ("auto", "tree", "quota")
 
 _WEIGHT_BITS = 40  # float weights become integers out of 2**40
 _MAX_RANGE = 1 << 14  # positions evaluated in one vectorized pass (keeps products within int64)
+QUOTA_MAX_PERIOD = 1 << 16  # the largest period (sum of integer weights) the quota schedule tabulates
+_CHECKPOINT = 64  # positions between the quota period's stored counts
 
 
 def decimal_fraction(w: float | Fraction) -> Fraction:
@@ -152,14 +176,94 @@ def _bounds(root: _Node) -> dict[int, float]:
     return out
 
 
-class Interleave:
-    """The closed-form schedule of a mixture: ``sources(p0, p1)`` and ``counts(p)``.
+class _QuotaPeriod:
+    """One period of the quota schedule (see the module docstring), tabulated.
 
-    ``weights`` are positive integers (see `integer_weights`); the schedule depends on
-    them alone (not on a seed: it is the same deterministic stride pattern every epoch).
+    ``weights`` are positive integers with ``T = sum(weights) <= QUOTA_MAX_PERIOD``. Draw ``k``
+    of source ``i`` (from 0) may take slot ``t`` (position, from 0) when it keeps the source's
+    count within ``delta = 1 - 1/(2S - 2)`` of ``w_i * p`` on both sides of it: released at
+    ``ceil((k + 1 - delta) T / W_i) - 1``, due by ``floor((k + delta) T / W_i)``. Each slot
+    goes to the released draw due first (ties to the lower source number), which is
+    deterministic and meets every deadline (asserted while building).
     """
 
     def __init__(self, weights: Sequence[int]) -> None:
+        w = [int(x) for x in weights]
+        n, total = len(w), sum(w)
+        m = max(2 * n - 2, 2)  # delta = (m - 1) / m; 1/2 for one or two sources
+        period = np.empty(total, dtype=np.uint8 if n <= 256 else np.uint16)
+        drawn = [0] * n
+        waiting = [(0, i) for i in range(n)]  # (release slot, source) of each source's next draw
+        ready: list[tuple[int, int]] = []  # (deadline slot, source)
+        push, pop = heapq.heappush, heapq.heappop
+        for t in range(total):
+            while waiting and waiting[0][0] <= t:
+                i = pop(waiting)[1]
+                push(ready, ((drawn[i] * m + m - 1) * total // (m * w[i]), i))
+            deadline, i = pop(ready)
+            if deadline < t:  # cannot happen (Tijdeman's theorem); checked, not assumed
+                raise AssertionError(f"quota schedule missed a deadline for weights {w}")
+            period[t] = i
+            k = drawn[i] = drawn[i] + 1
+            if k < w[i]:
+                release = -(-((k + 1) * m - (m - 1)) * total // (m * w[i])) - 1
+                push(waiting, (max(release, t + 1), i))
+        self.weights, self.total, self.period = tuple(w), total, period
+        # counts of every source before positions 0, 64, 128, ... (and after the whole period)
+        marks = np.arange(0, total + 1, _CHECKPOINT)
+        self._marks = np.empty((len(marks), n), dtype=np.int64)
+        exact = np.empty(n)
+        ideal = np.arange(total + 1, dtype=np.int64)
+        for i in range(n):  # one pass per source keeps the memory at a few arrays of T
+            running = np.concatenate([[0], np.cumsum(period == i, dtype=np.int64)])
+            self._marks[:, i] = running[marks]
+            exact[i] = np.abs(running * total - w[i] * ideal).max() / total
+        self.bounds = {i: float(exact[i]) for i in range(n)}
+
+    def counts(self, p: int) -> list[int]:
+        laps, r = divmod(int(p), self.total)
+        j = r // _CHECKPOINT
+        extra = np.bincount(self.period[j * _CHECKPOINT : r], minlength=len(self.weights))
+        return [laps * w + int(c) + int(e) for w, c, e in zip(self.weights, self._marks[j], extra)]
+
+    def sources(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        n = stop - start
+        at = (np.arange(n, dtype=np.int64) + start % self.total) % self.total
+        src = self.period[at].astype(np.int64)
+        # draw index: the source's count before ``start`` plus its rank among the range's positions
+        order = np.argsort(src, kind="stable")
+        first = np.searchsorted(src[order], np.arange(len(self.weights)))
+        draw = np.empty(n, dtype=np.int64)
+        draw[order] = np.arange(n, dtype=np.int64) - first[src[order]]
+        return src, draw + np.asarray(self.counts(start), dtype=np.int64)[src]
+
+
+def check_schedule(weights: Sequence[int], schedule: str) -> None:
+    """Raise ``ValueError`` unless ``schedule`` is known and can deal these integer weights."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {', '.join(map(repr, SCHEDULES))}, got {schedule!r}")
+    total = sum(int(w) for w in weights)
+    if schedule == "quota" and total > QUOTA_MAX_PERIOD:
+        raise ValueError(
+            f"the quota schedule tabulates one period of sum(weights) = {total:,} positions, "
+            f"more than {QUOTA_MAX_PERIOD:,}: round the weights to fewer digits, or use "
+            "schedule='tree' (or 'auto')"
+        )
+
+
+class Interleave:
+    """The schedule of a mixture: ``sources(p0, p1)`` and ``counts(p)``, at any positions.
+
+    ``weights`` are positive integers (see `integer_weights`); the schedule depends on
+    them alone (not on a seed: it is the same deterministic pattern every epoch).
+    ``schedule`` is ``"auto"``, ``"tree"`` or ``"quota"`` (see the module docstring);
+    `schedule` (the attribute) is the one in use.
+
+    Raises ``ValueError`` for weights that are not positive integers, an unknown schedule, or
+    ``"quota"`` for weights summing to more than `QUOTA_MAX_PERIOD`.
+    """
+
+    def __init__(self, weights: Sequence[int], schedule: str = "auto") -> None:
         if not weights or any(int(w) < 1 for w in weights):
             raise ValueError(f"an interleave needs positive integer weights, got {list(weights)!r}")
         self.weights = tuple(int(w) for w in weights)
@@ -173,8 +277,19 @@ class Interleave:
             scored = [(max(_bounds(t).values()), k) for k, t in enumerate(trees)]
             self._root = trees[min(scored)[1]]
             self.bounds = _bounds(self._root)
+        total = sum(self.weights)
+        check_schedule(self.weights, schedule)
+        if schedule == "auto":
+            tree_ok = max(self.bounds.values()) < 1
+            schedule = "tree" if tree_ok or total > QUOTA_MAX_PERIOD else "quota"
+        self.schedule = schedule
+        """The schedule in use: ``"tree"`` or ``"quota"``."""
+        self._quota = _QuotaPeriod(self.weights) if schedule == "quota" else None
+        if self._quota is not None:
+            self.bounds = self._quota.bounds
         self.max_deviation = max(self.bounds.values())
-        """The largest proven ``|n_i(p) - w_i p|`` over sources and prefixes (below 1 for <= 4 sources)."""
+        """The largest ``|n_i(p) - w_i p|`` over sources and prefixes: the tree's proven bound,
+        or the quota period's exact worst prefix (at most ``1 - 1/(2S - 2)``)."""
 
     @property
     def shares(self) -> tuple[float, ...]:
@@ -183,6 +298,8 @@ class Interleave:
 
     def counts(self, p: int) -> list[int]:
         """Draws of each source among positions ``[0, p)`` (exact, O(S) Python integers)."""
+        if self._quota is not None:
+            return self._quota.counts(p)
         out = [0] * self.num_sources
 
         def walk(node: _Node, t: int) -> None:
@@ -210,7 +327,10 @@ class Interleave:
         draw = np.empty(stop - start, dtype=np.int64)
         for lo in range(start, stop, _MAX_RANGE):
             hi = min(stop, lo + _MAX_RANGE)
-            s, d = self._range(self._root, lo, hi)
+            if self._quota is not None:
+                s, d = self._quota.sources(lo, hi)
+            else:
+                s, d = self._range(self._root, lo, hi)
             src[lo - start : hi - start], draw[lo - start : hi - start] = s, d
         return src, draw
 

@@ -48,7 +48,13 @@ from typing import Any, Literal
 import numpy as np
 
 from guideloom.errors import MixtureError, ResumeStateError
-from guideloom.loading.interleave import Interleave, decimal_fraction, integer_weights
+from guideloom.loading.interleave import (
+    SCHEDULES,
+    Interleave,
+    check_schedule,
+    decimal_fraction,
+    integer_weights,
+)
 from guideloom.loading.order import EpochOrder, FeistelPermutation, ShuffleMode, _mix, derive_key
 from guideloom.storage import layout
 from guideloom.storage.shards import _MAX_OPEN_FILES
@@ -59,6 +65,7 @@ __all__ = [
     "MixtureDataset",
     "MixtureOrder",
     "MixturePlan",
+    "Schedule",
     "StoppingStrategy",
     "WeightBy",
     "document_tokens",
@@ -67,6 +74,7 @@ __all__ = [
 
 StoppingStrategy = Literal["all_exhausted", "first_exhausted"]
 WeightBy = Literal["samples", "tokens"]
+Schedule = Literal["auto", "tree", "quota"]
 _STRATEGIES = ("all_exhausted", "first_exhausted")
 _PURPOSE_SOURCE = 5  # keys each source's order apart from the others (see order.derive_key)
 _GAP = 1024  # positions further apart than this are evaluated as separate ranges
@@ -82,7 +90,8 @@ class MixturePlan:
     `guideloom.loading.interleave.integer_weights`); ``starts``: draws of each source
     before this mixture began (a curriculum switch), 0 otherwise; ``mean_tokens``: each
     source's mean tokens per sample, when the weights were given as shares of tokens (the
-    table then shows each source's share of tokens too).
+    table then shows each source's share of tokens too); ``schedule``: the interleave's
+    schedule (``"auto"``, ``"tree"`` or ``"quota"``, see `guideloom.loading.interleave`).
     """
 
     names: tuple[str, ...]
@@ -91,8 +100,13 @@ class MixturePlan:
     stopping_strategy: str = "all_exhausted"
     starts: tuple[int, ...] = field(default=())
     mean_tokens: tuple[float, ...] = field(default=())
+    schedule: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise MixtureError(
+                f"schedule must be 'auto' (the default), 'tree' or 'quota', got {self.schedule!r}"
+            )
         if self.stopping_strategy not in _STRATEGIES:
             raise MixtureError(
                 f"stopping_strategy must be 'all_exhausted' (repeat smaller sources until every "
@@ -107,7 +121,10 @@ class MixturePlan:
 
     @cached_property
     def interleave(self) -> Interleave:
-        return Interleave(self.weights)
+        try:
+            return Interleave(self.weights, self.schedule)
+        except ValueError as err:
+            raise MixtureError(f"{err} (sources: {', '.join(self.names)})") from None
 
     @cached_property
     def epoch_length(self) -> int:
@@ -142,18 +159,25 @@ class MixturePlan:
         return [s + epoch * d + c for s, d, c in zip(self.starts, self.draws, counts)]
 
     def identity(self) -> dict[str, Any]:
-        """What a loader state records about the mixture (plain ints and strings)."""
-        return {
+        """What a loader state records about the mixture (plain ints and strings).
+
+        ``schedule`` is recorded only when it is not ``"tree"``, the one schedule of states saved
+        before there was a choice, so those states still match their mixtures."""
+        out: dict[str, Any] = {
             "stopping_strategy": self.stopping_strategy,
             "sources": [list(x) for x in zip(self.sizes, self.weights, self.starts)],
         }
+        if self.interleave.schedule != "tree":
+            out["schedule"] = self.interleave.schedule
+        return out
 
     def lines(self, preview: int = 64) -> list[str]:
         """A human-readable table of the plan, plus the first ``preview`` positions' sources."""
         width = max(6, *(len(n) for n in self.names))
         out = [
             f"mixture epoch  {self.epoch_length:,} samples ({self.stopping_strategy})",
-            f"max deviation  {self.interleave.max_deviation:.3f} samples per source over any prefix",
+            f"max deviation  {self.interleave.max_deviation:.3f} samples per source over any prefix "
+            f"({self.interleave.schedule} schedule)",
             "",
             f"  {'letter':6}  {'source':{width}}  {'share':>9}  {'samples':>12}  {'per epoch':>12}  repeats"
             + ("  token share" if self.mean_tokens else ""),
@@ -368,12 +392,19 @@ class Mixture:
             every window holds ``sequence_length`` tokens, so both mean the same.
         source_tokens: ``name -> total tokens`` of document sources, for ``weight_by="tokens"``
             where a source's manifest does not record its tokens (see `document_tokens`).
+        schedule: How positions are dealt to sources: ``"auto"`` (default), ``"tree"`` or
+            ``"quota"``; see `guideloom.loading.interleave` and docs/mixing.md. ``"auto"`` keeps
+            every prefix within one sample of its weight wherever the weights allow it in closed
+            form or in one tabulated period. Pass ``"tree"`` to continue a state saved before
+            ``"quota"`` existed, for a mixture that ``"auto"`` now deals by quota (the loader's
+            error says when).
 
     Raises:
         MixtureError: no sources, a weight that is not a positive finite number, sources of
             different layouts or schemas, an unknown ``stopping_strategy`` or ``weight_by``, or
             ``weight_by="tokens"`` for a document source whose tokens are not known (the
-            message names the source and how to record them).
+            message names the source and how to record them), an unknown ``schedule``, or
+            ``"quota"`` for weights whose common denominator is above 65,536.
 
     Attributes:
         names: The sources' names, in the order given.
@@ -386,6 +417,7 @@ class Mixture:
         mean_tokens: Each source's mean tokens per document, for document sources weighted by
             tokens; else `()`.
         stopping_strategy: `"all_exhausted"` or `"first_exhausted"`.
+        schedule: `"auto"`, `"tree"` or `"quota"`, as given.
         layout: The sources' layout: `"documents"`, `"stream"` or `"stream_with_meta"`.
         after: The curriculum state given as `after`, or None.
     """
@@ -398,6 +430,7 @@ class Mixture:
         after: dict[str, Any] | None = None,
         weight_by: WeightBy = "samples",
         source_tokens: Mapping[str, int] | None = None,
+        schedule: Schedule = "auto",
     ) -> None:
         pairs = list(sources.items()) if isinstance(sources, Mapping) else list(enumerate(sources))
         if not pairs:
@@ -436,6 +469,9 @@ class Mixture:
                 f"stopping_strategy must be 'all_exhausted' or 'first_exhausted', got {stopping_strategy!r}"
             )
         self.stopping_strategy = stopping_strategy
+        if schedule not in SCHEDULES:
+            raise MixtureError(f"schedule must be 'auto' (the default), 'tree' or 'quota', got {schedule!r}")
+        self.schedule = schedule
         self.layout = self.storages[0].layout
         for name, storage in zip(names, self.storages):
             if storage.layout != self.layout:
@@ -469,6 +505,7 @@ class Mixture:
             )
         try:
             self.weights = integer_weights(weights)
+            check_schedule(self.weights, schedule)  # before any source is opened
         except ValueError as err:
             raise MixtureError(f"{err} (sources: {', '.join(names)})") from None
 
@@ -551,7 +588,9 @@ class Mixture:
                 )
         sizes = tuple(len(v) for v in views)
         starts = self._starts(sizes, lengths.pop())
-        plan = MixturePlan(self.names, sizes, self.weights, self.stopping_strategy, starts, self.mean_tokens)
+        plan = MixturePlan(
+            self.names, sizes, self.weights, self.stopping_strategy, starts, self.mean_tokens, self.schedule
+        )
         return MixtureDataset(self, views, plan)
 
     def _starts(self, sizes: tuple[int, ...], sequence_length: int | None) -> tuple[int, ...]:
@@ -581,6 +620,7 @@ class Mixture:
             tuple(o[1] for o in old),
             saved.mixture["stopping_strategy"],
             tuple(o[2] for o in old),
+            schedule=saved.mixture.get("schedule", "tree"),
         )
         return tuple(plan.drawn_after(saved.epoch, saved.position))
 
@@ -604,7 +644,9 @@ class Mixture:
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{n!r}: {w}" for n, w in zip(self.names, self.weights))
-        return f"Mixture({{{parts}}}, stopping_strategy={self.stopping_strategy!r})"
+        return (
+            f"Mixture({{{parts}}}, stopping_strategy={self.stopping_strategy!r}, schedule={self.schedule!r})"
+        )
 
 
 class MixtureDataset:
@@ -781,6 +823,14 @@ def mixture_difference(
             f"mixture has {current['stopping_strategy']!r}." + fix
         )
     old, new = saved["sources"], current["sources"]
+    then, now = saved.get("schedule", "tree"), current.get("schedule", "tree")
+    if then != now and [s[:2] for s in old] == [s[:2] for s in new]:
+        return (
+            f"the loader state was saved with the {then!r} schedule, but this mixture deals its "
+            f"positions by {now!r} (schedule='auto' takes 'quota' where the 'tree' is not within "
+            f"one sample; states saved before GuideLoom had 'quota' are 'tree'). Build the "
+            f"Mixture with schedule={then!r} to continue that run exactly."
+        )
     if len(old) != len(new):
         return (
             f"the loader state was saved from a mixture of {len(old)} sources, but this one has {len(new)}."

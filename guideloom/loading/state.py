@@ -28,7 +28,8 @@ A loader over a `guideloom.loading.mixture.Mixture` adds one key (absent otherwi
 
         "mixture": {"stopping_strategy": "all_exhausted",
                     "sources": [[48828, 3, 0], ...],      # per source: samples, weight, start draw
-                    "fingerprints": ["…", ...]},          # per source: manifest fingerprint
+                    "fingerprints": ["…", ...],           # per source: manifest fingerprint
+                    "schedule": "quota"},                 # only when it is not "tree"
 
 and then ``fingerprint`` and ``num_samples`` are the mixture's (a hash of this key, and the
 mixture epoch's length). It must match too; a mismatch names the source that differs.
@@ -184,10 +185,13 @@ def _mixture_section(section: Any) -> dict[str, Any] | None:
             isinstance(s, list) and len(s) == 3 and all(type(x) is int and x >= 0 for x in s)
             for s in section["sources"]
         )
+        and section.get("schedule", "quota") == "quota"
     )
     if not ok:
         raise ResumeStateError(
             "corrupt loader state: 'mixture' should hold stopping_strategy, sources "
-            "([samples, weight, start] per source) and fingerprints"
+            "([samples, weight, start] per source), fingerprints and, when it is not 'tree', "
+            "schedule ('quota')"
         )
-    return {k: section[k] for k in ("stopping_strategy", "sources", "fingerprints")}
+    keys = ("stopping_strategy", "sources", "fingerprints", "schedule")
+    return {k: section[k] for k in keys if k in section}

@@ -97,6 +97,65 @@ def test_exact_resume_of_a_mixture(three: dict[str, Any]) -> None:
     assert_exact_resume(make_loader, worker_counts=(0,), world_sizes=(1, 3), elastic=((4, 2), (2, 5)))
 
 
+def test_five_sources_by_quota_stay_within_one_and_resume_exactly(tmp_path: Any) -> None:
+    """Weights for which no tree of splits proves within one: "auto" deals them by the quota
+    period; every prefix of the delivered order is within one sample of its share, the state
+    records the schedule, and resuming is exact, also into other world sizes."""
+    weights = [2, 2, 2, 1, 3]
+    five = {f"s{i}": write_stream(str(tmp_path / f"s{i}"), 4 + 3 * i, i * 10**6) for i in range(5)}
+    mix = Mixture({k: (v, w) for (k, v), w in zip(five.items(), weights)})
+    loader = StatefulDataLoader.from_storage(mix, sequence_length=L, batch_size=4, shuffle=True, seed=2)
+    plan = loader.view.plan
+    assert plan.interleave.schedule == "quota" and plan.interleave.max_deviation < 1
+    got = _windows(loader)
+    assert len(got) == plan.epoch_length
+    running = np.zeros(5)
+    for p, (src, _) in enumerate(got, start=1):
+        running[src] += 1
+        assert np.abs(running - p * np.array(plan.shares)).max() < 1
+    for i in range(5):  # each source: whole passes in its own order, no repeat within one
+        mine = [w for s_, w in got if s_ == i]
+        n = 4 + 3 * i
+        for e in range(len(mine) // n):
+            assert sorted(mine[e * n : (e + 1) * n]) == list(range(n))
+    state = loader.state_dict()
+    assert state["guideloom_loader"]["mixture"]["schedule"] == "quota"
+
+    def make_loader(**kwargs: Any) -> Any:
+        return StatefulDataLoader.from_storage(
+            mix, sequence_length=L, batch_size=3, shuffle=True, seed=5, **kwargs
+        )
+
+    assert_exact_resume(make_loader, worker_counts=(0,), world_sizes=(1, 2), elastic=((3, 2),))
+
+    # a state saved with the tree (as every state before the quota schedule) says how to continue it
+    tree = Mixture({k: (v, w) for (k, v), w in zip(five.items(), weights)}, schedule="tree")
+    tree_loader = StatefulDataLoader.from_storage(tree, sequence_length=L, batch_size=4, shuffle=True, seed=2)
+    it = iter(tree_loader)
+    for _ in range(3):
+        next(it)
+    saved = json.loads(json.dumps(tree_loader.state_dict()))
+    assert "schedule" not in saved["guideloom_loader"]["mixture"]
+    expected = [source_of(row) for b in it for row in b["tokens"].tolist()]
+    with pytest.raises(ResumeStateError, match="saved with the 'tree' schedule.*schedule='tree'"):
+        StatefulDataLoader.from_storage(
+            mix, sequence_length=L, batch_size=4, shuffle=True, seed=2
+        ).load_state_dict(saved)
+    again = StatefulDataLoader.from_storage(
+        Mixture({k: (v, w) for (k, v), w in zip(five.items(), weights)}, schedule="tree"),
+        sequence_length=L,
+        batch_size=4,
+        shuffle=True,
+        seed=2,
+    )
+    again.load_state_dict(saved)
+    assert _windows(again) == expected
+    with pytest.raises(MixtureError, match="schedule must be 'auto'"):
+        Mixture({"s0": (five["s0"], 1)}, schedule="fair")  # type: ignore[arg-type]
+    with pytest.raises(MixtureError, match="quota schedule tabulates .*sources: s0, s1"):
+        Mixture({"s0": (five["s0"], 1e-6), "s1": (five["s1"], 1)}, schedule="quota")
+
+
 def test_block_shuffle_and_first_exhausted_resume(three: dict[str, Any]) -> None:
     mix = _mix(three, {"web": 1, "code": 1, "books": 1}, stopping_strategy="first_exhausted")
 
@@ -350,6 +409,13 @@ def test_cli_mix_previews_shares_epoch_and_repeats(three: dict[str, Any]) -> Non
     assert bad.exit_code != 0 and "weight '0' is not a positive" in bad.output
     missing = CliRunner().invoke(app, ["mix", f"{urls['web']}=1"])
     assert missing.exit_code != 0 and "--sequence-length" in missing.output
+    assert "(tree schedule)" in result.output
+    quota = CliRunner().invoke(app, [*args, "--schedule", "quota"])
+    assert quota.exit_code == 0 and "(quota schedule)" in quota.output
+    schedule = _mix(three, {"web": 0.5, "code": 0.3, "books": 0.2}, schedule="quota").plan(L).interleave
+    assert f"max deviation  {schedule.max_deviation:.3f}" in quota.output
+    wrong = CliRunner().invoke(app, [*args, "--schedule", "fair"])
+    assert wrong.exit_code == 2 and "schedule must be 'auto'" in wrong.output
 
 
 def _crosses_shards(view: Any) -> bool:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guideloom.errors import MixtureError
-from guideloom.loading.interleave import Interleave, integer_weights
+from guideloom.loading.interleave import QUOTA_MAX_PERIOD, Interleave, integer_weights
 from guideloom.loading.mixture import MixtureOrder, MixturePlan
 from guideloom.loading.order import EpochOrder, derive_key
 
@@ -39,15 +39,69 @@ def test_every_prefix_is_within_the_bound_of_its_weight(
     ideal = np.outer(np.arange(start, start + length + 1, dtype=np.float64), il.shares)
     deviation = np.abs(counts - ideal).max()
     assert deviation <= il.max_deviation + 1e-6
-    if len(weights) <= 4:  # the proven bound: every prefix within one sample of weight * p
+    if len(weights) <= 4 or sum(il.weights) <= QUOTA_MAX_PERIOD:
+        # every prefix within one sample of weight * p: the tree's proof for up to 4 sources,
+        # else (for a tree bound of 1 or more) the quota period
         assert il.max_deviation < 1
         assert deviation < 1
+    if il.schedule == "quota":
+        assert il.max_deviation <= 1 - 1 / (2 * len(weights) - 2) + 1e-12
     # the bound docs/mixing.md states per number of sources: 1/2 for two, below
     # ceil(log2 S) / 2 from three on (the least-depth tree is one of the candidates)
     if len(weights) == 2:
         assert il.max_deviation == 0.5
     elif len(weights) >= 3:
         assert il.max_deviation < math.ceil(math.log2(len(weights))) / 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    weights=st.lists(st.integers(1, 400), min_size=2, max_size=16).filter(lambda w: sum(w) <= 4000),
+    start=st.integers(0, 10**15),
+    length=st.integers(1, 2000),
+)
+def test_the_quota_schedule_meets_tijdemans_bound_on_every_prefix(
+    weights: list[int], start: int, length: int
+) -> None:
+    """Over one whole period (so over every prefix of every epoch, as the schedule repeats), each
+    source is within 1 - 1/(2S - 2) of its share; counts and draw indexes agree with stepping."""
+    il = Interleave(integer_weights(weights), "quota")
+    period = sum(il.weights)
+    src, draw = il.sources(0, period)
+    running = np.vstack(
+        [np.zeros(il.num_sources, np.int64), np.cumsum(np.eye(il.num_sources, dtype=np.int64)[src], 0)]
+    )
+    exact = np.abs(running * period - np.outer(np.arange(period + 1), il.weights)).max() / period
+    bound = 1 - 1 / (2 * len(weights) - 2) if len(weights) > 2 else 0.5
+    assert exact <= bound + 1e-12
+    assert exact == pytest.approx(il.max_deviation)
+    assert running[-1].tolist() == list(il.weights)  # a period deals each source its weight
+    for i in range(il.num_sources):  # draw indexes count each source up from 0
+        assert draw[src == i].tolist() == list(range(il.weights[i]))
+    # far into the run: the closed form at both ends agrees with the range in between
+    counts = _prefix_counts(il, start, start + length)
+    assert counts[-1].tolist() == il.counts(start + length)
+    laps, r = divmod(start, period)
+    assert il.counts(start) == [laps * w + int(c) for w, c in zip(il.weights, running[r])]
+
+
+def test_auto_keeps_the_tree_where_it_is_within_one_and_deals_by_quota_elsewhere() -> None:
+    for weights in ([7, 3], [5, 3, 2], [1000000, 1, 3, 50], [4, 2, 1, 1, 1]):
+        il = Interleave(weights)
+        assert il.schedule == "tree" and il.max_deviation < 1
+        tree = Interleave(weights, "tree")
+        assert np.array_equal(il.sources(10**9, 10**9 + 500)[0], tree.sources(10**9, 10**9 + 500)[0])
+    weights = [2, 2, 2, 1, 3]  # the tree proves only 1.0 here
+    assert Interleave(weights, "tree").max_deviation >= 1
+    il = Interleave(weights)
+    assert il.schedule == "quota" and il.max_deviation < 1
+    # weights whose period is too long to tabulate stay on the tree, with its bound
+    big = Interleave(integer_weights([1e-6, 1, 1, 1, 1]))
+    assert big.schedule == "tree" and sum(big.weights) > QUOTA_MAX_PERIOD
+    with pytest.raises(ValueError, match="quota schedule tabulates one period of sum.weights. = 4,000,001"):
+        Interleave(big.weights, "quota")
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        Interleave([1, 2], "random")
 
 
 @settings(max_examples=100, deadline=None)
