@@ -19,7 +19,7 @@ same batch path: sampler -> groups of consecutive batches -> one read per group
 (`guideloom.loading.placement`). A second kind of batch source only has to provide
 ``read_group`` to use it.
 
-Read-ahead: a group is the unit of fetching. On remote storage it is sized in bytes
+Read-ahead: a group is the unit of fetching, on local disk as on remote storage. It is sized in bytes
 (``read_ahead_bytes``, default `DEFAULT_READ_AHEAD_BYTES`, or ``$GUIDELOOM_READ_AHEAD_BYTES``):
 the largest power of two of batches whose bytes fit, reached by doubling from one batch
 (groups of 1, 1, 2, 4, ... batches), so the first batch costs one small round of requests and
@@ -104,7 +104,7 @@ __all__ = ["StatefulDataLoader"]
 _LAYOUTS = ("documents", "stream", "stream_with_meta")
 _REFUSED_KWARGS = ("sampler", "batch_sampler", "generator")
 _CHUNK_POSITIONS = 16384  # most positions evaluated in one call of the order
-DEFAULT_READ_AHEAD_BYTES = 4 * 2**20  # remote storage: bytes of batches one group fetches at most
+DEFAULT_READ_AHEAD_BYTES = 4 * 2**20  # bytes of batches one group fetches at most
 READ_AHEAD_ENV = "GUIDELOOM_READ_AHEAD_BYTES"
 _DEFAULT_RUN_SIZE = 8
 
@@ -466,9 +466,9 @@ class StatefulDataLoader(_TorchdataLoader):
                 buffer; it must divide `shuffle_block_size`; default `gcd(8, shuffle_block_size)`.
             read_ahead: Batches a worker fetches together with the current one, in one round of
                 concurrent range requests (a fixed group of `read_ahead + 1` batches); default:
-                sized by `read_ahead_bytes` on remote storage, 0 on local disk. It changes when
-                bytes are fetched, never which samples a batch holds.
-            read_ahead_bytes: Remote storage, when `read_ahead` is not given: the most bytes of
+                sized by `read_ahead_bytes`. It changes when bytes are fetched, never which
+                samples a batch holds.
+            read_ahead_bytes: When `read_ahead` is not given: the most bytes of
                 batches one read fetches (a group of a power of two of batches, grown from one
                 batch; see the module docstring); default `$GUIDELOOM_READ_AHEAD_BYTES`, or
                 4 MiB. Each worker holds at most `prefetch_factor + 1` such groups.
@@ -546,7 +546,7 @@ class StatefulDataLoader(_TorchdataLoader):
             source, collate = _BatchSource(dataset, use_windows=False), collate_documents
 
         kwargs.setdefault("snapshot_every_n_steps", None)  # our state needs no torchdata snapshots
-        grouping = self._grouping(read_ahead, read_ahead_bytes, dataset, storage, mixture, batch_size)
+        grouping = self._grouping(read_ahead, read_ahead_bytes, dataset, mixture, batch_size)
         if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 0:
             raise ValueError(f"num_workers must be a non-negative integer, got {num_workers!r}")
         threads = _thread_settings(parallel_method, int(num_workers), kwargs)
@@ -609,7 +609,7 @@ class StatefulDataLoader(_TorchdataLoader):
 
     @staticmethod
     def _grouping(
-        read_ahead: Any, read_ahead_bytes: Any, view: Any, storage: Any, mixture: Any, batch_size: int
+        read_ahead: Any, read_ahead_bytes: Any, view: Any, mixture: Any, batch_size: int
     ) -> tuple[int, bool]:
         """``(batches per group, ramp)`` from the read-ahead settings (see the module docstring)."""
         if read_ahead is not None:
@@ -632,9 +632,10 @@ class StatefulDataLoader(_TorchdataLoader):
                     "different sizes); set read_ahead (batches) instead"
                 )
             return int(mixture.read_ahead) + 1, False
+        # Local disk too: a group is one pass of the order, one positioned read per run of
+        # windows and one collate, and one item through a worker's pipe, instead of one per batch
+        # (2-4x the batches/s of lone batches with num_workers=0, 10-18x with worker processes).
         budget = _read_ahead_bytes(read_ahead_bytes)
-        if read_ahead_bytes is None and storage.location.is_local:
-            return 1, False  # positioned reads: nothing to save by grouping
         batch_bytes = batch_size * _sample_bytes(view)
         fit = max(1, budget // batch_bytes)
         return 1 << (fit.bit_length() - 1), fit > 1

@@ -80,14 +80,26 @@ def test_document_batches_are_lists_unless_collate_fn(
     assert padded.shape[0] == 3 and padded.dtype == torch.int64
 
 
-def test_one_batched_read_per_batch(stream: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    loader = StatefulDataLoader.from_storage(stream, sequence_length=SEQUENCE_LENGTH, batch_size=5)
-    calls: list[list[int]] = []
-    view = loader.view
-    original = view.read_windows
-    monkeypatch.setattr(view, "read_windows", lambda idx: calls.append(list(idx)) or original(idx))
-    batches = list(loader)
+def test_one_batched_read_per_group_of_batches(stream: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On local disk too, consecutive batches are read together: groups of 1, 1, 2, 4, ...
+    batches, one read each; ``read_ahead=0`` reads every batch on its own."""
+
+    def reads(**kwargs: Any) -> tuple[list[list[int]], list[Any]]:
+        loader = StatefulDataLoader.from_storage(stream, sequence_length=SEQUENCE_LENGTH, batch_size=5, **kwargs)
+        calls: list[list[int]] = []
+        view = loader.view
+        original = view.read_windows
+        monkeypatch.setattr(view, "read_windows", lambda idx: calls.append(list(idx)) or original(idx))
+        return calls, list(loader)
+
+    calls, batches = reads(read_ahead=0)
     assert len(calls) == len(batches) and [len(c) for c in calls] == [len(b["tokens"]) for b in batches]
+    calls, grouped = reads()
+    assert len(batches) > 4 and len(calls) < len(batches)
+    assert [len(c) for c in calls[:4]] == [5, 5, 10, 20]  # the ramp, in samples
+    assert sum(len(c) for c in calls) == sum(len(b["tokens"]) for b in grouped)
+    for a, b in zip(batches, grouped):  # the same batches either way
+        assert torch.equal(a["tokens"], b["tokens"])
 
 
 # -- epochs, ranks, workers ---------------------------------------------------------------
