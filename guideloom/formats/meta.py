@@ -18,7 +18,7 @@ from guideloom.errors import SpanError
 from guideloom.formats.base import Format
 from guideloom.formats.stream import StreamNumpyFormat
 
-__all__ = ["Span", "StreamWithMetaStorageFormat", "check_spans"]
+__all__ = ["AlignedBatch", "Span", "SpanBatch", "StreamWithMetaStorageFormat", "check_spans"]
 
 Span = tuple[int, int, Any]
 
@@ -87,6 +87,24 @@ class StreamWithMetaStorageFormat(Format):
         """
         raise NotImplementedError(f"{type(self).__qualname__} must implement decode_meta")
 
+    def decode_meta_batch(self, data: memoryview, starts: list[int], stops: list[int]) -> list[Any]:
+        """Decode the annotations of a whole batch: annotation ``k`` is ``data[starts[k]:stops[k]]``.
+
+        Readers call this once per batch (or group of batches read together). The default calls
+        `decode_meta` per annotation; override it where annotations can be decoded with
+        whole-array operations, for example fixed-size records with one ``np.frombuffer``.
+
+        Args:
+            data: The bytes of the batch's annotations, joined.
+            starts: Where each annotation begins in ``data``.
+            stops: Where each ends (exclusive).
+
+        Returns:
+            One annotation per ``(start, stop)``, in order, as `decode_meta` returns them.
+        """
+        decode = self.decode_meta
+        return [decode(data[a:b]) for a, b in zip(starts, stops)]
+
     def align(self, window: dict[str, np.ndarray], spans: list[Span]) -> Any:
         """Build one sample from a window and the spans that overlap it.
 
@@ -142,6 +160,43 @@ class AlignedBatch(list):  # type: ignore[type-arg]
         )
         self.windows = windows
         self.spans = spans
+
+    def __getitem__(self, key: Any) -> Any:
+        """A slice of rows is an `AlignedBatch` of those rows (the loader cuts a group of
+        batches read together this way), so each batch keeps its arrays; an int is a sample."""
+        if not isinstance(key, slice):
+            return list.__getitem__(self, key)
+        out = AlignedBatch.__new__(AlignedBatch)
+        list.__init__(out, list.__getitem__(self, key))
+        out.windows = {name: values[key] for name, values in self.windows.items()}
+        out.spans = self.spans[key]
+        return out
+
+
+class SpanBatch:
+    """A batch of a stream with metadata before its samples are built: ``windows`` (``{field:
+    (batch, sequence_length) array}``) and ``spans`` (each row's spans, as `align` takes them).
+
+    Readers hand it to the default collate when the format keeps the default `align` (see
+    ``StreamWithMetaDataset.read_aligned``): the collate needs the arrays and the span lists, not
+    a dict per row. Slicing gives the rows' `SpanBatch` (the loader cuts a group of batches read
+    together this way)."""
+
+    __slots__ = ("spans", "windows")
+
+    def __init__(self, windows: dict[str, np.ndarray], spans: list[list[Span]]) -> None:
+        self.windows = windows
+        self.spans = spans
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def __getitem__(self, rows: slice) -> SpanBatch:
+        return SpanBatch({name: values[rows] for name, values in self.windows.items()}, self.spans[rows])
+
+    def samples(self) -> AlignedBatch:
+        """The samples the default `align_batch` makes of this batch."""
+        return AlignedBatch(self.windows, self.spans)
 
 
 def check_spans(spans: Sequence[Any], length: int, where: str) -> list[Span]:

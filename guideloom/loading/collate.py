@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from guideloom.formats.meta import AlignedBatch
+from guideloom.formats.meta import AlignedBatch, SpanBatch
 
 __all__ = ["collate_aligned", "collate_documents", "collate_windows", "to_tensor"]
 
@@ -71,7 +71,9 @@ def _collate_field(values: list[Any]) -> Any:
 
 def collate_aligned(samples: Sequence[Any]) -> Any:
     """Stream-with-metadata batch: dict samples are collated per key, others as one field."""
-    if isinstance(samples, AlignedBatch) and len(samples) == len(samples.spans):
+    if isinstance(samples, SpanBatch) or (
+        isinstance(samples, AlignedBatch) and len(samples) == len(samples.spans)
+    ):
         # The default align: the batch's arrays are the stacked rows already.
         fields: dict[str, Any] = {n: to_tensor(v) for n, v in samples.windows.items() if n != "spans"}
         fields["spans"] = list(samples.spans)

@@ -204,9 +204,11 @@ class _BatchSource(Dataset):  # type: ignore[type-arg]
     storage one round of merged, concurrent range requests instead of one round trip per batch.
     """
 
-    def __init__(self, view: Any, use_windows: bool) -> None:
+    def __init__(self, view: Any, use_windows: bool, use_aligned: bool = False) -> None:
         self.view = view
         self.use_windows = use_windows  # stream fast path: dict of (B, L) arrays in one call
+        # streams with metadata read for the default collate: a SpanBatch, no dict per row
+        self.use_aligned = use_aligned and hasattr(view, "read_aligned")
 
     def __len__(self) -> int:
         return len(self.view)
@@ -217,6 +219,8 @@ class _BatchSource(Dataset):  # type: ignore[type-arg]
     def _read(self, indexes: list[int]) -> Any:
         if self.use_windows:
             return self.view.read_windows(indexes)
+        if self.use_aligned:
+            return self.view.read_aligned(indexes)
         return self.view.__getitems__(indexes)
 
     def read_group(self, batches: list[list[int]]) -> list[Any]:
@@ -541,7 +545,7 @@ class StatefulDataLoader(_TorchdataLoader):
         elif layout == "stream":
             source, collate = _BatchSource(dataset, use_windows=True), collate_windows
         elif layout == "stream_with_meta":
-            source, collate = _BatchSource(dataset, use_windows=False), collate_aligned
+            source, collate = _BatchSource(dataset, use_windows=False, use_aligned=True), collate_aligned
         else:
             source, collate = _BatchSource(dataset, use_windows=False), collate_documents
 

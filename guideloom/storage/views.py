@@ -16,7 +16,7 @@ from __future__ import annotations
 import operator
 import os
 import struct
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,7 +24,7 @@ import numpy as np
 
 from guideloom.errors import ShardCorruptError
 from guideloom.formats import StreamNumpyFormat, StreamWithMetaStorageFormat
-from guideloom.formats.meta import Span
+from guideloom.formats.meta import Span, SpanBatch
 from guideloom.storage import layout
 from guideloom.storage.base import DocumentStorage, Storage, StreamStorage, StreamWithMetaStorage
 from guideloom.storage.pagecache import PageCache
@@ -567,6 +567,21 @@ class StreamWithMetaDataset(_Windows):
             ShardCorruptError: A shard file is shorter than the manifest records.
             StorageAccessError: The storage refused a request or could not be reached.
         """
+        return self.meta_format.align_batch(*self._windows_and_spans(indexes))
+
+    def read_aligned(self, indexes: Sequence[int]) -> Any:
+        """What the loader reads for the default collate: `__getitems__`'s samples, except that
+        a format with the default `align` gets a `SpanBatch` (the batch's arrays and each row's
+        spans, without a dict per row), which the default collate turns into the same batch."""
+        fmt = type(self.meta_format)
+        if fmt.align is StreamWithMetaStorageFormat.align and (
+            fmt.align_batch is StreamWithMetaStorageFormat.align_batch
+        ):
+            return SpanBatch(*self._windows_and_spans(indexes))
+        return self.__getitems__(indexes)
+
+    def _windows_and_spans(self, indexes: Sequence[int]) -> tuple[dict[str, np.ndarray], list[list[Span]]]:
+        """``({field: (batch, sequence_length) array}, spans of each row)`` for ``indexes``."""
         local = self._access.local
         if local and self._has_dir:
             return self._read_local_meta(self._indexes(indexes))
@@ -628,69 +643,91 @@ class StreamWithMetaDataset(_Windows):
             windows = self._split(self._read_local(self._indexes(indexes)))
         else:
             windows = self._split(self._elements(plans, blobs[:n_tokens]))
-        return self.meta_format.align_batch(
-            windows,
-            self._batch_spans(
-                len(plans), rows_of_piece[has], flat[has], lengths, table, m0[has], blobs[first_meta:]
-            ),
+        return windows, self._batch_spans(
+            len(plans), rows_of_piece[has], flat[has], lengths, table, m0[has], blobs[first_meta:]
         )
 
-    def _read_local_meta(self, idx: np.ndarray) -> list[Any]:
-        """The local-disk path with a span directory: per piece of a window, one positioned
-        read each of its directory entries, its span rows and their meta bytes (the operating
-        system caches them; nothing is kept in the process). A batch's windows hold a few spans
-        each in most corpora, so plain loops over ints cost less here than array calls per batch,
-        which cost a microsecond or more each whatever their size."""
+    def _read_local_meta(self, idx: np.ndarray) -> tuple[dict[str, np.ndarray], list[list[Span]]]:
+        """The local-disk path with a span directory, for the whole batch at once.
+
+        The batch's window pieces are sorted by shard and position and grouped into runs whose
+        directory entries touch (consecutive windows, or windows a block apart). A run costs
+        three positioned reads: its directory entries, its span rows and their meta bytes (the
+        operating system caches them; nothing is kept in the process). Which rows overlap which
+        piece, clipping and the shift to window coordinates are then array operations over the
+        batch; Python only decodes the annotations."""
         windows = self._split(self._read_local(idx))
-        length = self.sequence_length
+        length, n = self.sequence_length, len(idx)
+        if not n:
+            return windows, []
         g0 = idx * length
         first = np.searchsorted(self._starts, g0, side="right") - 1
         last = np.searchsorted(self._starts, g0 + (length - 1), side="right") - 1
-        local = (g0 - self._starts[first]).tolist()
-        access, h = self._access, layout.HEADER_SIZE
-        blocks = self._blocks.tolist()
-        decode = self.meta_format.decode_meta
-        batch_spans: list[list[Span]] = []
-        pread = os.pread
-        fds: dict[int, tuple[int, ...]] = {}
-        for w, s_, e_, a_ in zip(idx.tolist(), first.tolist(), last.tolist(), local):
-            pieces = [(s_, a_, a_ + length, 0)] if s_ == e_ else self._pieces(w)
-            spans: list[Span] = []
-            for shard, start, stop, off in pieces:
-                fd = fds.get(shard)
-                if fd is None:
-                    fd = fds[shard] = tuple(access.fd(shard, f) for f in ("span_dir", "spans", "meta"))
-                block = blocks[shard]
-                k0, k1 = start // block, -(-stop // block)
-                entries = pread(fd[0], (k1 - k0 + 1) * 32, h + k0 * 32)
-                if len(entries) != (k1 - k0 + 1) * 32:
-                    access.read([ItemRequest(shard, "span_dir", k0, k1 + 1, 32)])  # names the file
-                lo, m0 = _DIR_FIRST.unpack_from(entries, 0)
-                hi, m1 = _DIR_AFTER.unpack_from(entries, len(entries) - 32)
-                if hi <= lo:
-                    continue
-                rows = pread(fd[1], (hi - lo) * 32, h + lo * 32)
-                meta = pread(fd[2], m1 - m0, h + m0)
-                if len(rows) != (hi - lo) * 32 or len(meta) != m1 - m0:
-                    access.read(
-                        [ItemRequest(shard, "spans", lo, hi, 32), ItemRequest(shard, "meta", m0, m1, 1)]
-                    )
-                # The rows of the directory's blocks, cut to those overlapping the piece.
-                words = np.frombuffer(rows, "<u8").tolist()
-                r0 = bisect_right(words[1::4], start)
-                r1 = bisect_left(words[0::4], stop, r0)
-                view, shift = memoryview(meta), off - start
-                for r in range(4 * r0, 4 * r1, 4):
-                    s0, s1, q0, q1 = words[r : r + 4]
-                    spans.append(
-                        (
-                            (s0 if s0 > start else start) + shift,
-                            (s1 if s1 < stop else stop) + shift,
-                            decode(view[q0 - m0 : q1 - m0]),
-                        )
-                    )
-            batch_spans.append(spans)
-        return self.meta_format.align_batch(windows, batch_spans)
+        row = np.arange(n, dtype=np.int64)
+        shard, start = first, g0 - self._starts[first]
+        stop, off = start + length, np.zeros(n, np.int64)
+        crossing = np.flatnonzero(first != last)
+        if len(crossing):  # windows across a shard boundary: one piece per shard they touch
+            keep = first == last
+            extra = [(r, *piece) for r in crossing.tolist() for piece in self._pieces(int(idx[r]))]
+            x = np.array(extra, dtype=np.int64).reshape(-1, 5)
+            row, shard, start, stop, off = (
+                np.concatenate([col[keep], x[:, c]]) for c, col in enumerate((row, shard, start, stop, off))
+            )
+        order = np.lexsort((start, shard))
+        row, shard, start, stop, off = row[order], shard[order], start[order], stop[order], off[order]
+        block = self._blocks[shard]
+        k0, k1 = layout.span_candidates(start, stop, block)
+        # A new run where the shard changes or the directory entries do not touch the last's.
+        new = np.ones(len(shard), bool)
+        new[1:] = (shard[1:] != shard[:-1]) | (k0[1:] > np.maximum.accumulate(k1)[:-1])
+        heads = np.flatnonzero(new)
+        run_of_piece = np.cumsum(new) - 1
+        run_k1 = np.maximum.reduceat(k1, heads)
+        access, h, pread = self._access, layout.HEADER_SIZE, os.pread
+        row_bytes: list[bytes] = []
+        meta_bytes: list[bytes] = []
+        meta_first: list[int] = []
+        for s_, a_, b_ in zip(shard[heads].tolist(), k0[heads].tolist(), run_k1.tolist()):
+            entries = pread(access.fd(s_, "span_dir"), (b_ - a_ + 1) * 32, h + a_ * 32)
+            if len(entries) != (b_ - a_ + 1) * 32:
+                access.read([ItemRequest(s_, "span_dir", a_, b_ + 1, 32)])  # names the file
+            lo, m0 = _DIR_FIRST.unpack_from(entries, 0)
+            hi, m1 = _DIR_AFTER.unpack_from(entries, len(entries) - 32)
+            rows = pread(access.fd(s_, "spans"), (hi - lo) * 32, h + lo * 32) if hi > lo else b""
+            meta = pread(access.fd(s_, "meta"), m1 - m0, h + m0) if m1 > m0 else b""
+            if len(rows) != max(hi - lo, 0) * 32 or len(meta) != max(m1 - m0, 0):
+                access.read([ItemRequest(s_, "spans", lo, hi, 32), ItemRequest(s_, "meta", m0, m1, 1)])
+            row_bytes.append(rows)
+            meta_bytes.append(meta)
+            meta_first.append(m0)
+        counts = np.array([len(r) // 32 for r in row_bytes], dtype=np.int64)
+        table = np.frombuffer(b"".join(row_bytes), "<u8").reshape(-1, 4).view(np.int64)
+        # Rows of all runs in one sorted key space (run << 44 | token): one search per bound.
+        run_key = np.repeat(np.arange(len(heads), dtype=np.int64) << 44, counts)
+        piece_key = run_of_piece << 44
+        r0 = np.searchsorted(run_key | table[:, 1], piece_key | start, side="right")
+        r1 = np.searchsorted(run_key | table[:, 0], piece_key | stop, side="left")
+        lengths = np.maximum(r1 - r0, 0)
+        piece = np.repeat(np.arange(len(row), dtype=np.int64), lengths)
+        span = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(
+            r0 - (np.cumsum(lengths) - lengths), lengths
+        )
+        p_start, shift = start[piece], (off - start)[piece]
+        x = np.maximum(table[span, 0], p_start) + shift
+        y = np.minimum(table[span, 1], stop[piece]) + shift
+        # Meta bytes of the batch joined end to end: run j's begin at cut[j].
+        sizes = np.array([len(m) for m in meta_bytes], dtype=np.int64)
+        cut = (np.cumsum(sizes) - sizes - np.array(meta_first, dtype=np.int64))[run_of_piece[piece]]
+        q0, q1 = table[span, 2] + cut, table[span, 3] + cut
+        # Spans in row order, and by position within each row.
+        rows_of_span = row[piece]
+        by_row = np.lexsort((x, rows_of_span))
+        joined = memoryview(b"".join(meta_bytes))
+        notes = self.meta_format.decode_meta_batch(joined, q0[by_row].tolist(), q1[by_row].tolist())
+        spans = list(zip(x[by_row].tolist(), y[by_row].tolist(), notes))
+        bounds = np.searchsorted(rows_of_span[by_row], np.arange(n + 1)).tolist()
+        return windows, [spans[bounds[r] : bounds[r + 1]] for r in range(n)]
 
     def _batch_spans(
         self,
@@ -723,8 +760,7 @@ class StreamWithMetaDataset(_Windows):
         joined = (np.concatenate(metas) if len(metas) > 1 else metas[0]).data
         a = (table[keep, 2].astype(np.int64) + cut[piece]).tolist()
         b = (table[keep, 3].astype(np.int64) + cut[piece]).tolist()
-        decode = self.meta_format.decode_meta
-        spans = [(x, y, decode(joined[p:q])) for x, y, p, q in zip(w0, w1, a, b)]
+        spans = list(zip(w0, w1, self.meta_format.decode_meta_batch(joined, a, b)))
         rows = rows_of_piece[piece]
         bounds = np.searchsorted(rows, np.arange(batch + 1)).tolist()
         for r in range(batch):

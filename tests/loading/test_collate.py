@@ -63,3 +63,57 @@ def test_an_overridden_align_is_still_called_per_row(tmp_path):
     expected = [_TagsCount.of(i) for i in range(3)]
     assert batch["n"].tolist() == expected
     assert batch["tokens"].shape == (3, 8)
+
+
+def test_the_loader_reads_span_batches_and_slices_groups_into_the_same_batches(tmp_path):
+    """With the default align and collate the loader reads a `SpanBatch` per group of batches
+    (no dict per row); cut into batches and collated, it is what `__getitems__` gives."""
+    from guideloom import StatefulDataLoader
+    from guideloom.formats.meta import SpanBatch
+
+    ds = _dataset(tmp_path, _Tags(_TOKENS))
+    indexes = [3, 0, 7, 7, 14, 2, 9]
+    read = ds.read_aligned(indexes)
+    assert isinstance(read, SpanBatch) and len(read) == len(indexes)
+    for lo, hi in ((0, 3), (3, 7)):
+        part = collate_aligned(read[lo:hi])
+        whole = collate_aligned(ds.__getitems__(indexes[lo:hi]))
+        torch.testing.assert_close(part["tokens"], whole["tokens"])
+        assert part["spans"] == whole["spans"]
+    # An AlignedBatch sliced the same way keeps its arrays (a user collate_fn path).
+    rows = ds.__getitems__(indexes)[2:5]
+    assert isinstance(rows, AlignedBatch) and rows.spans == read.spans[2:5]
+    assert [r["spans"] for r in rows] == read.spans[2:5]
+    # Through the loader (groups of 1, 1, 2, ... batches): the same batches as one read each.
+    grouped = list(StatefulDataLoader.from_storage(ds.storage, sequence_length=8, batch_size=2, shuffle=True))
+    single = list(
+        StatefulDataLoader.from_storage(
+            ds.storage, sequence_length=8, batch_size=2, shuffle=True, read_ahead=0
+        )
+    )
+    assert len(grouped) == len(single) == 8
+    for a, b in zip(grouped, single):
+        torch.testing.assert_close(a["tokens"], b["tokens"])
+        assert a["spans"] == b["spans"]
+    # A format whose align is its own still gets its samples through read_aligned.
+    own = _dataset(tmp_path, _OwnAlign(_TOKENS))
+    assert not isinstance(own.read_aligned([0, 1]), SpanBatch)
+
+
+class _BatchTags(_Tags):
+    calls = 0
+
+    def decode_meta_batch(self, data, starts, stops):
+        type(self).calls += 1
+        return [bytes(data[a:b]).decode().upper() for a, b in zip(starts, stops)]
+
+
+def test_decode_meta_batch_decodes_a_whole_read_at_once(tmp_path):
+    ds = _dataset(tmp_path, _BatchTags(_TOKENS))
+    plain = _dataset(tmp_path / "plain", _Tags(_TOKENS))
+    _BatchTags.calls = 0
+    got = ds.__getitems__(list(range(15)))
+    assert _BatchTags.calls == 1  # one call for the whole batch
+    want = plain.__getitems__(list(range(15)))
+    assert [[(a, b, t.lower()) for a, b, t in s["spans"]] for s in got] == [s["spans"] for s in want]
+    assert any(s["spans"] for s in got) and got[0]["spans"][0][2] == "A0"

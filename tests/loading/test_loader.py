@@ -85,7 +85,9 @@ def test_one_batched_read_per_group_of_batches(stream: Any, monkeypatch: pytest.
     batches, one read each; ``read_ahead=0`` reads every batch on its own."""
 
     def reads(**kwargs: Any) -> tuple[list[list[int]], list[Any]]:
-        loader = StatefulDataLoader.from_storage(stream, sequence_length=SEQUENCE_LENGTH, batch_size=5, **kwargs)
+        loader = StatefulDataLoader.from_storage(
+            stream, sequence_length=SEQUENCE_LENGTH, batch_size=5, **kwargs
+        )
         calls: list[list[int]] = []
         view = loader.view
         original = view.read_windows
