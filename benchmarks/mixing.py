@@ -62,10 +62,10 @@ def mix_rows(cfg: Config) -> list[Row]:
 
         return one_pass
 
-    # defaults (a local mixture reads ahead, a local single stream does not), then both alike
-    for case, single_read_ahead in (("defaults", None), ("both read_ahead=7", 7)):
-        ours = StatefulDataLoader.from_storage(mixture, **settings)
-        theirs = StatefulDataLoader.from_storage(single, read_ahead=single_read_ahead, **settings)
+    # defaults (both read ahead by bytes), then both with a fixed group of 8 batches
+    for case, read_ahead in (("defaults", None), ("both read_ahead=7", 7)):
+        ours = StatefulDataLoader.from_storage(mixture, read_ahead=read_ahead, **settings)
+        theirs = StatefulDataLoader.from_storage(single, read_ahead=read_ahead, **settings)
         cpu_ours: list[float] = []
         cpu_theirs: list[float] = []
         g, b = interleaved(

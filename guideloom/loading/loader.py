@@ -172,7 +172,11 @@ def _grouped(batches: Iterator[list[int]], size: int, ramp: bool) -> Iterator[li
 
 
 def _sample_bytes(view: Any) -> int:
-    """Bytes one sample of ``view`` takes in storage (a document: the average)."""
+    """Bytes one sample of ``view`` takes in storage (a document: the average; a mixture: the
+    average over its sources, each by its share of the samples)."""
+    plan = getattr(view, "plan", None)
+    if plan is not None and hasattr(view, "views"):
+        return max(1, round(sum(share * _sample_bytes(v) for share, v in zip(plan.shares, view.views))))
     length = getattr(view, "sequence_length", None)
     if length is not None:
         return int(length) * int(view.stream_format.itemsize)
@@ -550,7 +554,7 @@ class StatefulDataLoader(_TorchdataLoader):
             source, collate = _BatchSource(dataset, use_windows=False), collate_documents
 
         kwargs.setdefault("snapshot_every_n_steps", None)  # our state needs no torchdata snapshots
-        grouping = self._grouping(read_ahead, read_ahead_bytes, dataset, mixture, batch_size)
+        grouping = self._grouping(read_ahead, read_ahead_bytes, dataset, batch_size)
         if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 0:
             raise ValueError(f"num_workers must be a non-negative integer, got {num_workers!r}")
         threads = _thread_settings(parallel_method, int(num_workers), kwargs)
@@ -612,9 +616,7 @@ class StatefulDataLoader(_TorchdataLoader):
         self._prepare(epoch=0, position=0)
 
     @staticmethod
-    def _grouping(
-        read_ahead: Any, read_ahead_bytes: Any, view: Any, mixture: Any, batch_size: int
-    ) -> tuple[int, bool]:
+    def _grouping(read_ahead: Any, read_ahead_bytes: Any, view: Any, batch_size: int) -> tuple[int, bool]:
         """``(batches per group, ramp)`` from the read-ahead settings (see the module docstring)."""
         if read_ahead is not None:
             if read_ahead_bytes is not None:
@@ -629,13 +631,6 @@ class StatefulDataLoader(_TorchdataLoader):
             ):
                 raise ValueError(f"read_ahead must be a non-negative integer (batches), got {read_ahead!r}")
             return int(read_ahead) + 1, False
-        if mixture is not None:  # a batch costs one read per source: the mixture's own default
-            if read_ahead_bytes is not None:
-                raise ValueError(
-                    "read_ahead_bytes is not supported for a Mixture (its batches mix sources of "
-                    "different sizes); set read_ahead (batches) instead"
-                )
-            return int(mixture.read_ahead) + 1, False
         # Local disk too: a group is one pass of the order, one positioned read per run of
         # windows and one collate, and one item through a worker's pipe, instead of one per batch
         # (2-4x the batches/s of lone batches with num_workers=0, 10-18x with worker processes).

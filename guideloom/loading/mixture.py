@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -55,10 +54,8 @@ from guideloom.loading.interleave import (
     decimal_fraction,
     integer_weights,
 )
-from guideloom.loading.order import EpochOrder, FeistelPermutation, ShuffleMode, _mix, derive_key
-from guideloom.storage import layout
-from guideloom.storage.shards import _MAX_OPEN_FILES
-from guideloom.storage.views import StreamDataset
+from guideloom.loading.order import EpochOrder, ShuffleMode, derive_key, permute_many
+from guideloom.storage.views import LocalWindows, StreamDataset
 
 __all__ = [
     "Mixture",
@@ -78,8 +75,6 @@ Schedule = Literal["auto", "tree", "quota"]
 _STRATEGIES = ("all_exhausted", "first_exhausted")
 _PURPOSE_SOURCE = 5  # keys each source's order apart from the others (see order.derive_key)
 _GAP = 1024  # positions further apart than this are evaluated as separate ranges
-_IOV_MAX = 1024  # buffers of one preadv (the POSIX limit on Linux)
-_FDS_PER_BATCH = min(64, _MAX_OPEN_FILES)  # descriptors _read_local keeps at hand
 
 
 @dataclass(frozen=True)
@@ -275,7 +270,7 @@ class MixtureOrder:
         pairs, where = np.unique(epochs * len(sizes) + src, return_inverse=True)
         orders = [self._source_order(int(k % len(sizes)), int(k // len(sizes))) for k in pairs.tolist()]
         if self._settings["shuffle"] == "full":
-            samples = _permute_many([o._perm for o in orders], where, pos)
+            samples = permute_many(orders, where, pos)
         elif self._settings["shuffle"] == "none":
             samples = pos
         else:
@@ -286,32 +281,6 @@ class MixtureOrder:
                 rows = by_group[lo:hi]
                 samples[rows] = order(pos[rows])
         return samples + self._offsets[src]
-
-
-def _permute_many(perms: Sequence[FeistelPermutation], which: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """``perms[which[k]](x[k])`` for every ``k``, all permutations evaluated in one pass.
-
-    The same arithmetic as `FeistelPermutation` (so the same orders), with each element's
-    half width, mask, round keys and domain as arrays: a mixture's sources share the NumPy
-    calls of every round and of every cycle-walking step instead of paying them per source.
-    """
-    half = np.array([p._half for p in perms], dtype=np.uint64)[which]
-    mask = np.array([p._mask for p in perms], dtype=np.uint64)[which]
-    keys = np.array([p._keys for p in perms], dtype=np.uint64).T[:, which]  # (rounds, elements)
-    domain = np.array([p.n for p in perms], dtype=np.uint64)[which]
-
-    def rounds(y: np.ndarray, h: np.ndarray, m: np.ndarray, k: np.ndarray) -> np.ndarray:
-        left, right = y >> h, y & m
-        for key in k:
-            left, right = right, left ^ (_mix(right ^ key) & m)
-        return (left << h) | right
-
-    y = rounds(x.astype(np.uint64), half, mask, keys)
-    outside = np.flatnonzero(y >= domain)
-    while outside.size:  # cycle-walking, as in FeistelPermutation
-        y[outside] = rounds(y[outside], half[outside], mask[outside], keys[:, outside])
-        outside = outside[y[outside] >= domain[outside]]
-    return y.astype(np.int64)
 
 
 def document_tokens(manifest: Any) -> int | None:
@@ -664,24 +633,14 @@ class MixtureDataset:
         self.sequence_length = getattr(self.views[0], "sequence_length", None)
         self._starts = np.concatenate([[0], np.cumsum(plan.sizes)]).astype(np.int64)
         self.is_local = all(s.location.is_local for s in mixture.storages)
-        # local stream sources are read by _read_local, all in one pass into one array
-        self._local_windows = (
+        # local stream sources are read by one LocalWindows, all in one pass into one array
+        local_windows = (
             self.is_local
             and self.layout == "stream"
             and all(isinstance(v, StreamDataset) for v in self.views)
             and len({v.stream_format.dtype for v in self.views}) == 1
         )
-        if self._local_windows:  # every source's shards on one token axis
-            tokens = [int(v._shard_tokens.sum()) for v in self.views]
-            self._token_base = np.concatenate([[0], np.cumsum(tokens)[:-1]]).astype(np.int64)
-            self._shard_starts = np.concatenate(
-                [v._starts + base for v, base in zip(self.views, self._token_base.tolist())]
-            ).astype(np.int64)
-            self._shard_owner = [i for i, v in enumerate(self.views) for _ in range(len(v._starts))]
-            self._shard_local = [j for v in self.views for j in range(len(v._starts))]
-        # The loader's default read_ahead (batches): a batch costs one read per source it
-        # touches, so also on local disk a worker reads a few batches at once.
-        self.read_ahead = 7
+        self._windows = LocalWindows(self.views) if local_windows else None
         self.fingerprints = [str(s.manifest.fingerprint) for s in mixture.storages]
         ident = {**plan.identity(), "fingerprints": self.fingerprints}
         self.identity = ident
@@ -712,8 +671,8 @@ class MixtureDataset:
     def read_windows(self, indexes: Sequence[int]) -> dict[str, np.ndarray]:
         """Stream windows ``indexes`` as ``{field: (len(indexes), sequence_length) array}``."""
         src, local = self._split(indexes)
-        if self._local_windows:
-            return self.views[0]._split(self._read_local(src, local))
+        if self._windows is not None:
+            return self.views[0]._split(self._windows.read(local, src))
         out: dict[str, np.ndarray] = {}
         for i in np.unique(src).tolist():
             sel = np.flatnonzero(src == i)
@@ -722,63 +681,6 @@ class MixtureDataset:
                 if name not in out:
                     out[name] = np.empty((src.size, *values.shape[1:]), dtype=values.dtype)
                 out[name][sel] = values
-        return out
-
-    def _read_local(self, src: np.ndarray, local: np.ndarray) -> np.ndarray:
-        """Windows of local stream sources read straight into one output, in batch order.
-
-        The hot path of a local mixture: one output array for the whole batch (no per-source
-        arrays scattered into it afterwards), one vectorized lookup of every window's shard over
-        the shards of all sources (``_shard_starts``), and one positioned read per run of
-        windows that lie back to back in one shard file, even where the batch interleaves them
-        with other sources' windows (``preadv`` into several rows at once).
-        """
-        views, length = self.views, int(self.sequence_length or 0)
-        isz = views[0]._itemsize
-        width = length * isz
-        out = np.empty((src.size, length), dtype=views[0].stream_format.dtype)
-        if not src.size:
-            return out
-        flat = out.view(np.uint8).reshape(-1).data
-        g0 = self._token_base[src] + local * length  # tokens before the window, over all sources
-        first = np.searchsorted(self._shard_starts, g0, side="right") - 1
-        last = np.searchsorted(self._shard_starts, g0 + (length - 1), side="right") - 1
-        begin = (g0 - self._shard_starts[first]) * isz + layout.HEADER_SIZE
-        rows = np.argsort(src, kind="stable")  # each source's windows together, in batch order
-        r, f, b = rows.tolist(), first[rows].tolist(), begin[rows].tolist()
-        crossing = (first != last)[rows].tolist()
-        owner, shard_of = self._shard_owner, self._shard_local
-        # global shard -> descriptor, for this batch: safe while fewer than a source's LRU of
-        # open files (the descriptors used last are never the ones it closes)
-        fds: dict[int, int] = {}
-        n, k = len(r), 0
-        while k < n:
-            s, x = f[k], r[k]
-            if crossing[k]:  # a window that crosses a shard boundary: piece by piece
-                view = views[owner[s]]
-                for shard, a2, b2, off in view._pieces(int(local[x])):
-                    piece = flat[x * width + off * isz : x * width + (off + b2 - a2) * isz]
-                    view._access.read_into(shard, "data", a2 * isz, np.frombuffer(piece, np.uint8))
-                k += 1
-                continue
-            fd = fds.get(s)
-            if fd is None:
-                if len(fds) >= _FDS_PER_BATCH:
-                    fds.clear()  # descriptors the sources' LRU may since have closed
-                fd = fds[s] = views[owner[s]]._access.fd(shard_of[s], "data")
-            hi, following = k + 1, b[k] + width
-            while hi < n and hi - k < _IOV_MAX and f[hi] == s and not crossing[hi] and b[hi] == following:
-                hi, following = hi + 1, following + width
-            if hi == k + 1:  # the common case under a full shuffle: one window
-                buffers = [flat[x * width : (x + 1) * width]]
-            else:
-                buffers = [flat[y * width : (y + 1) * width] for y in r[k:hi]]
-            if os.preadv(fd, buffers, b[k]) != width * (hi - k):
-                access = views[owner[s]]._access
-                for y, at in zip(r[k:hi], b[k:hi]):  # one by one, to name the damaged shard
-                    row = np.frombuffer(flat[y * width : (y + 1) * width], np.uint8)
-                    access.read_into(shard_of[s], "data", at - layout.HEADER_SIZE, row)
-            k = hi
         return out
 
     def __getitems__(self, indexes: Sequence[int]) -> list[Any]:

@@ -56,11 +56,12 @@ All arithmetic is on 64-bit unsigned NumPy arrays and vectorized over a batch of
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 
-__all__ = ["EpochOrder", "FeistelPermutation", "ShuffleMode", "derive_key"]
+__all__ = ["EpochOrder", "FeistelPermutation", "ShuffleMode", "derive_key", "permute_many"]
 
 ShuffleMode = Literal["none", "full", "block"]
 
@@ -252,3 +253,30 @@ class EpochOrder:
             shuffled[sel] = lo + perm(p[sel] - lo)
         slots = self._slot_of(shuffled)
         return self._blocks(slots) * self._k + (shuffled - self._slot_start(slots))
+
+
+def permute_many(orders: Sequence[EpochOrder], which: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``orders[which[k]]([x[k]])`` for every ``k``, for full-shuffle orders, in one pass.
+
+    The same arithmetic as `FeistelPermutation` (so the same orders), with each element's
+    half width, mask, round keys and domain as arrays: a mixture's sources share the NumPy
+    calls of every round and of every cycle-walking step instead of paying them per source.
+    """
+    perms = [o._perm for o in orders]
+    half = np.array([p._half for p in perms], dtype=np.uint64)[which]
+    mask = np.array([p._mask for p in perms], dtype=np.uint64)[which]
+    keys = np.array([p._keys for p in perms], dtype=np.uint64).T[:, which]  # (rounds, elements)
+    domain = np.array([p.n for p in perms], dtype=np.uint64)[which]
+
+    def rounds(y: np.ndarray, h: np.ndarray, m: np.ndarray, k: np.ndarray) -> np.ndarray:
+        left, right = y >> h, y & m
+        for key in k:
+            left, right = right, left ^ (_mix(right ^ key) & m)
+        return (left << h) | right
+
+    y = rounds(x.astype(np.uint64), half, mask, keys)
+    outside = np.flatnonzero(y >= domain)
+    while outside.size:  # cycle-walking, as in FeistelPermutation
+        y[outside] = rounds(y[outside], half[outside], mask[outside], keys[:, outside])
+        outside = outside[y[outside] >= domain[outside]]
+    return y.astype(np.int64)

@@ -18,6 +18,7 @@ import os
 import struct
 from bisect import bisect_right
 from collections.abc import Sequence
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -28,12 +29,14 @@ from guideloom.formats.meta import Span, SpanBatch
 from guideloom.storage import layout
 from guideloom.storage.base import DocumentStorage, Storage, StreamStorage, StreamWithMetaStorage
 from guideloom.storage.pagecache import PageCache
-from guideloom.storage.shards import ItemRequest, ShardAccess
+from guideloom.storage.shards import _MAX_OPEN_FILES, ItemRequest, ShardAccess
 
 __all__ = ["DocumentDataset", "StreamDataset", "StreamWithMetaDataset"]
 
 _OFFSET_PAIR = struct.Struct("<QQ")  # two entries of a document offset table (layout.OFFSET_DTYPE)
 
+_IOV_MAX = 1024  # buffers of one preadv (the POSIX limit on Linux)
+_FDS_PER_READ = min(64, _MAX_OPEN_FILES)  # descriptors LocalWindows.read keeps at hand
 _DIR_FIRST = struct.Struct("<Q8xQ8x")  # layout.SPAN_DIR_DTYPE: first, meta_first
 _DIR_AFTER = struct.Struct("<8xQ8xQ")  # layout.SPAN_DIR_DTYPE: after, meta_after
 
@@ -379,39 +382,93 @@ class _Windows(_View):
         return self._split(self._elements(plans, self._access.read(self._token_requests(plans))))
 
     def _read_local(self, idx: np.ndarray) -> np.ndarray:
-        """The hot path on local disk: windows read straight into the output with ``preadv``.
+        """The hot path on local disk: windows read straight into the output (`LocalWindows`)."""
+        return self._local_windows.read(idx)
 
-        Consecutive rows that are consecutive windows of one shard (a sequential batch, a run of
-        a block shuffle) are one contiguous byte range in the file and in the output, so they
-        take a single ``preadv``.
-        """
-        length, isz = self.sequence_length, self._itemsize
-        out = np.empty((len(idx), length), dtype=self.stream_format.dtype)
-        if not len(idx):
+    @cached_property
+    def _local_windows(self) -> LocalWindows:
+        return LocalWindows([self])
+
+
+class LocalWindows:
+    """Windows of one or more local stream views of one dtype, read with ``preadv`` straight
+    into one ``(rows, sequence_length)`` output, in the rows' order.
+
+    The hot path of a local stream, and of a mixture of local streams: the shards of all views
+    lie on one token axis, so one vectorized lookup finds every window's shard; windows that lie
+    back to back in one shard file take one positioned read, into one buffer when they are also
+    consecutive rows of the output (a sequential batch, a run of a block shuffle), else into
+    several rows at once (a mixture's batch interleaves its sources). A window across a shard
+    boundary is read piece by piece. A short read is re-read row by row through the view's
+    shard access, whose error names the damaged shard.
+    """
+
+    def __init__(self, views: Sequence[_Windows]) -> None:
+        self.views = list(views)
+        first = self.views[0]
+        self.sequence_length = first.sequence_length
+        self.dtype = first.stream_format.dtype
+        self._itemsize = first._itemsize
+        tokens = [int(v._shard_tokens.sum()) for v in self.views]
+        self._token_base = np.concatenate([[0], np.cumsum(tokens)[:-1]]).astype(np.int64)
+        self._shard_starts = np.concatenate(
+            [v._starts + base for v, base in zip(self.views, self._token_base.tolist())]
+        ).astype(np.int64)
+        self._owner = [i for i, v in enumerate(self.views) for _ in range(len(v._starts))]
+        self._shard_of = [j for v in self.views for j in range(len(v._starts))]
+
+    def read(self, local: np.ndarray, src: np.ndarray | None = None) -> np.ndarray:
+        """Window ``local[r]`` of view ``src[r]`` (all of view 0 when ``src`` is None) as row ``r``."""
+        views, length, isz = self.views, self.sequence_length, self._itemsize
+        width = length * isz
+        out = np.empty((len(local), length), dtype=self.dtype)
+        if not len(local):
             return out
-        raw = out.view(np.uint8).reshape(len(idx), length * isz)
-        width = raw.shape[1]
-        g0 = idx * length
-        first = np.searchsorted(self._starts, g0, side="right") - 1
-        last = np.searchsorted(self._starts, g0 + (length - 1), side="right") - 1
-        begin = (g0 - self._starts[first]) * isz + layout.HEADER_SIZE
-        access = self._access
-        f, t, b = first.tolist(), last.tolist(), begin.tolist()  # Python ints: cheaper for a batch
-        n, row = len(f), 0
-        while row < n:
-            s = f[row]
-            if s != t[row]:  # a window that crosses a shard boundary
-                for shard, a2, b2, off in self._pieces(int(idx[row])):
-                    access.read_into(shard, "data", a2 * isz, raw[row, off * isz : (off + b2 - a2) * isz])
-                row += 1
+        flat = out.view(np.uint8).reshape(-1).data
+        g0 = local * length if src is None else self._token_base[src] + local * length
+        first = np.searchsorted(self._shard_starts, g0, side="right") - 1
+        last = np.searchsorted(self._shard_starts, g0 + (length - 1), side="right") - 1
+        begin = (g0 - self._shard_starts[first]) * isz + layout.HEADER_SIZE
+        if src is None or len(views) == 1:  # Python ints: cheaper than array items per row
+            r, f, b = list(range(len(local))), first.tolist(), begin.tolist()
+            crossing = (first != last).tolist()
+        else:  # each view's windows together, in row order
+            rows = np.argsort(src, kind="stable")
+            r, f, b = rows.tolist(), first[rows].tolist(), begin[rows].tolist()
+            crossing = (first != last)[rows].tolist()
+        owner, shard_of = self._owner, self._shard_of
+        # global shard -> descriptor, for this read: safe while fewer than a view's LRU of open
+        # files (the descriptors used last are never the ones it closes)
+        fds: dict[int, int] = {}
+        n, k = len(r), 0
+        while k < n:
+            s, x = f[k], r[k]
+            if crossing[k]:  # a window that crosses a shard boundary: piece by piece
+                view = views[owner[s]]
+                for shard, a2, b2, off in view._pieces(int(local[x])):
+                    piece = flat[x * width + off * isz : x * width + (off + b2 - a2) * isz]
+                    view._access.read_into(shard, "data", a2 * isz, np.frombuffer(piece, np.uint8))
+                k += 1
                 continue
-            hi, following = row + 1, b[row] + width
-            while hi < n and f[hi] == s and t[hi] == s and b[hi] == following:
+            fd = fds.get(s)
+            if fd is None:
+                if len(fds) >= _FDS_PER_READ:
+                    fds.clear()  # descriptors the views' LRU may since have closed
+                fd = fds[s] = views[owner[s]]._access.fd(shard_of[s], "data")
+            # the run: windows back to back in this shard file
+            hi, following = k + 1, b[k] + width
+            while hi < n and hi - k < _IOV_MAX and f[hi] == s and not crossing[hi] and b[hi] == following:
                 hi, following = hi + 1, following + width
-            if os.preadv(access.fd(s, "data"), [raw[row:hi].data], b[row]) != width * (hi - row):
-                for r in range(row, hi):  # re-read one by one to name the damaged shard
-                    access.read_into(s, "data", b[r] - layout.HEADER_SIZE, raw[r])
-            row = hi
+            if r[hi - 1] - x == hi - 1 - k:  # consecutive output rows too: one buffer
+                buffers = [flat[x * width : (x + hi - k) * width]]
+            else:
+                buffers = [flat[y * width : (y + 1) * width] for y in r[k:hi]]
+            if os.preadv(fd, buffers, b[k]) != width * (hi - k):
+                access = views[owner[s]]._access
+                for y, at in zip(r[k:hi], b[k:hi]):  # one by one, to name the damaged shard
+                    row = np.frombuffer(flat[y * width : (y + 1) * width], np.uint8)
+                    access.read_into(shard_of[s], "data", at - layout.HEADER_SIZE, row)
+            k = hi
         return out
 
 

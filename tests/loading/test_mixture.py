@@ -438,7 +438,7 @@ def test_a_local_batch_read_matches_each_sources_own_reads(
     # source's own view reads, in batch order, repeats included.
     mix = _mix(three, {"web": 0.5, "code": 0.3, "books": 0.2})
     ds = mix.dataset(sequence_length=length)
-    assert ds._local_windows
+    assert ds._windows is not None
     views = {k: StreamDataset(three[k], sequence_length=length) for k in ("web", "code", "books")}
     assert any(_crosses_shards(v) for v in views.values()) == (length == 3)
     indexes = [d % len(ds) for d in draws]
