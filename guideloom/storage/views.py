@@ -629,7 +629,23 @@ class StreamWithMetaDataset(_Windows):
     def read_aligned(self, indexes: Sequence[int]) -> Any:
         """What the loader reads for the default collate: `__getitems__`'s samples, except that
         a format with the default `align` gets a `SpanBatch` (the batch's arrays and each row's
-        spans, without a dict per row), which the default collate turns into the same batch."""
+        spans, without a dict per row), which the default collate turns into the same batch.
+
+        Args:
+            indexes: Window indexes, as for `__getitems__`.
+
+        Returns:
+            A `guideloom.formats.meta.SpanBatch` (`windows`: `{field: (batch, sequence_length)
+            array}`, `spans`: each row's spans; `samples()` builds the rows), or what
+            `__getitems__` returns when the format has its own `align` or `align_batch`.
+
+        Raises:
+            IndexError: An index is out of range.
+            TypeError: An index is not an integer.
+            ShardNotFoundError: A shard file the manifest lists is missing.
+            ShardCorruptError: A shard file is shorter than the manifest records.
+            StorageAccessError: The storage refused a request or could not be reached.
+        """
         fmt = type(self.meta_format)
         if fmt.align is StreamWithMetaStorageFormat.align and (
             fmt.align_batch is StreamWithMetaStorageFormat.align_batch
