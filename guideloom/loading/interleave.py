@@ -34,10 +34,10 @@ in the slots where it keeps the source within ``1 - 1/(2S - 2)`` of its share (T
 bound for the chairman assignment problem, the best possible for every weighting; for 2
 sources 1/2). Earliest-deadline-first meets every such window whenever some schedule does, and
 Tijdeman proved one does, so every prefix of every source is within one sample. It keeps the
-period (2 bytes a position) and each source's counts every 64 positions: position ``p`` is
-looked up at ``p mod T``, ``counts(p)`` adds at most 63 table entries to a checkpoint. It is
-built for ``T <= 65,536`` (weights with a common denominator of at most that: short decimals,
-small integers), in about 0.2 s at the largest.
+period (a byte a position, two beyond 256 sources) and each source's counts every 64
+positions: position ``p`` is looked up at ``p mod T``, ``counts(p)`` adds at most 63 table
+entries to a checkpoint. It is built for ``T <= 65,536`` (weights with a common denominator
+of at most that: short decimals, small integers), in about 0.2 s at the largest.
 
 ``"auto"`` takes the tree where its proven bound is below 1 (every mixture of up to 4 sources:
 the schedules of earlier versions are unchanged there), else the quota period where ``T``
