@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 import pytest
-from storage_helpers import ConceptsFormat
+from storage_helpers import ConceptsFormat, expected_spans
 
 from guideloom import (
     DocumentDataset,
@@ -165,19 +165,6 @@ def _skewed_records(seed: int, count: int) -> list[tuple[np.ndarray, list[tuple[
     return out
 
 
-def _expected(records, sequence_length: int, window: int) -> list[tuple[int, int, list[str]]]:
-    g0, g1 = window * sequence_length, (window + 1) * sequence_length
-    out = []
-    pos = 0
-    for tokens, spans in records:
-        for a, b, ann in spans:
-            lo, hi = max(a + pos, g0), min(b + pos, g1)
-            if lo < hi:
-                out.append((lo - g0, hi - g0, ann))
-        pos += len(tokens)
-    return out
-
-
 def test_spans_of_random_windows_are_exact_with_a_small_bounded_cache(tmp_path, concepts_format):
     records = _skewed_records(3, 900)
     # memory:// reads by range requests, through the page cache, as object stores do.
@@ -193,7 +180,7 @@ def test_spans_of_random_windows_are_exact_with_a_small_bounded_cache(tmp_path, 
     for start in range(0, len(windows), 8):
         batch = windows[start : start + 8]
         for w_i, sample in zip(batch, ds.__getitems__(batch)):
-            assert sample["spans"] == _expected(records, 97, w_i), w_i
+            assert sample["spans"] == expected_spans(records, 97, w_i), w_i
         assert ds._access.cache.nbytes <= bound
     spans_bytes = sum(s.files["spans"].size for s in storage.manifest.shards)
     assert spans_bytes > 4 * bound  # the span tables never fit in the cache

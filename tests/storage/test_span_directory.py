@@ -8,7 +8,7 @@ import json
 import fsspec
 import numpy as np
 import pytest
-from storage_helpers import ConceptsFormat
+from storage_helpers import ConceptsFormat, expected_spans
 
 from guideloom import StreamNumpyFormat, StreamWithMetaDataset, StreamWithMetaStorage
 from guideloom.storage import layout
@@ -30,19 +30,6 @@ def _uneven_records(seed: int) -> list[tuple[np.ndarray, list[tuple[int, int, li
             spans.append((a, int(rng.integers(a + 1, length + 1)), [f"r{r}"]))
         records.append((np.full(length, r, dtype=np.uint16), spans))
     return records
-
-
-def _brute_force(records, window: int) -> list[tuple[int, int, list[str]]]:
-    """The spans of ``window``: every span of every record, clipped to the window by hand."""
-    g0, g1 = window * SEQ, (window + 1) * SEQ
-    out, pos = [], 0
-    for tokens, spans in records:
-        for a, b, annotation in spans:
-            lo, hi = max(a + pos, g0), min(b + pos, g1)
-            if lo < hi:
-                out.append((lo - g0, hi - g0, annotation))
-        pos += len(tokens)
-    return out
 
 
 def _write(storage, records, shard_size: int) -> None:
@@ -111,7 +98,7 @@ def test_windows_match_a_brute_force_lookup_with_and_without_the_directory(tmp_p
     ds = StreamWithMetaDataset(storage, SEQ, index_cache_bytes=8192)
     assert ds._has_dir
     batches = _batches(len(ds), 2) + [list(range(len(ds)))]
-    expected = [[_brute_force(records, w) for w in batch] for batch in batches]
+    expected = [[expected_spans(records, SEQ, w) for w in batch] for batch in batches]
     got = [[sample["spans"] for sample in ds.__getitems__(batch)] for batch in batches]
     assert got == expected
     assert sum(len(e) for batch in expected for e in batch) > 3000
@@ -137,7 +124,7 @@ def test_uneven_spans_cost_one_round_of_index_requests_per_batch(s3_bucket, s3_o
         view._access.cache.clear()
         counting_s3.reset()
         got = [sample["spans"] for sample in view.__getitems__(batch)]
-        assert got == [_brute_force(records, w) for w in batch]
+        assert got == [expected_spans(records, SEQ, w) for w in batch]
         return list(counting_s3.log)
 
     for batch in _batches(len(ds), 4):
