@@ -194,10 +194,6 @@ class SpanBatch:
     def __getitem__(self, rows: slice) -> SpanBatch:
         return SpanBatch({name: values[rows] for name, values in self.windows.items()}, self.spans[rows])
 
-    def samples(self) -> AlignedBatch:
-        """The samples the default `align_batch` makes of this batch."""
-        return AlignedBatch(self.windows, self.spans)
-
 
 def check_spans(spans: Sequence[Any], length: int, where: str) -> list[Span]:
     """Validate record-relative spans: ints, ``0 <= start < stop <= length``, sorted, disjoint."""

@@ -241,7 +241,7 @@ class _QuotaPeriod:
 def check_schedule(weights: Sequence[int], schedule: str) -> None:
     """Raise ``ValueError`` unless ``schedule`` is known and can deal these integer weights."""
     if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {', '.join(map(repr, SCHEDULES))}, got {schedule!r}")
+        raise ValueError(f"schedule must be 'auto' (the default), 'tree' or 'quota', got {schedule!r}")
     total = sum(int(w) for w in weights)
     if schedule == "quota" and total > QUOTA_MAX_PERIOD:
         raise ValueError(
@@ -266,6 +266,7 @@ class Interleave:
     def __init__(self, weights: Sequence[int], schedule: str = "auto") -> None:
         if not weights or any(int(w) < 1 for w in weights):
             raise ValueError(f"an interleave needs positive integer weights, got {list(weights)!r}")
+        check_schedule(weights, schedule)
         self.weights = tuple(int(w) for w in weights)
         self.num_sources = len(self.weights)
         if self.num_sources == 1:
@@ -277,11 +278,9 @@ class Interleave:
             scored = [(max(_bounds(t).values()), k) for k, t in enumerate(trees)]
             self._root = trees[min(scored)[1]]
             self.bounds = _bounds(self._root)
-        total = sum(self.weights)
-        check_schedule(self.weights, schedule)
         if schedule == "auto":
             tree_ok = max(self.bounds.values()) < 1
-            schedule = "tree" if tree_ok or total > QUOTA_MAX_PERIOD else "quota"
+            schedule = "tree" if tree_ok or sum(self.weights) > QUOTA_MAX_PERIOD else "quota"
         self.schedule = schedule
         """The schedule in use: ``"tree"`` or ``"quota"``."""
         self._quota = _QuotaPeriod(self.weights) if schedule == "quota" else None

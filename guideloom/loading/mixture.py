@@ -48,7 +48,6 @@ import numpy as np
 
 from guideloom.errors import MixtureError, ResumeStateError
 from guideloom.loading.interleave import (
-    SCHEDULES,
     Interleave,
     check_schedule,
     decimal_fraction,
@@ -98,10 +97,10 @@ class MixturePlan:
     schedule: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.schedule not in SCHEDULES:
-            raise MixtureError(
-                f"schedule must be 'auto' (the default), 'tree' or 'quota', got {self.schedule!r}"
-            )
+        try:
+            check_schedule(self.weights, self.schedule)
+        except ValueError as err:
+            raise MixtureError(f"{err} (sources: {', '.join(self.names)})") from None
         if self.stopping_strategy not in _STRATEGIES:
             raise MixtureError(
                 f"stopping_strategy must be 'all_exhausted' (repeat smaller sources until every "
@@ -116,10 +115,7 @@ class MixturePlan:
 
     @cached_property
     def interleave(self) -> Interleave:
-        try:
-            return Interleave(self.weights, self.schedule)
-        except ValueError as err:
-            raise MixtureError(f"{err} (sources: {', '.join(self.names)})") from None
+        return Interleave(self.weights, self.schedule)  # the schedule was checked at construction
 
     @cached_property
     def epoch_length(self) -> int:
@@ -438,9 +434,7 @@ class Mixture:
                 f"stopping_strategy must be 'all_exhausted' or 'first_exhausted', got {stopping_strategy!r}"
             )
         self.stopping_strategy = stopping_strategy
-        if schedule not in SCHEDULES:
-            raise MixtureError(f"schedule must be 'auto' (the default), 'tree' or 'quota', got {schedule!r}")
-        self.schedule = schedule
+        self.schedule = schedule  # checked with the weights below
         self.layout = self.storages[0].layout
         for name, storage in zip(names, self.storages):
             if storage.layout != self.layout:

@@ -636,7 +636,7 @@ class StreamWithMetaDataset(_Windows):
 
         Returns:
             A `guideloom.formats.meta.SpanBatch` (`windows`: `{field: (batch, sequence_length)
-            array}`, `spans`: each row's spans; `samples()` builds the rows), or what
+            array}`, `spans`: each row's spans), or what
             `__getitems__` returns when the format has its own `align` or `align_batch`.
 
         Raises:

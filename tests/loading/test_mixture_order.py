@@ -100,7 +100,7 @@ def test_auto_keeps_the_tree_where_it_is_within_one_and_deals_by_quota_elsewhere
     assert big.schedule == "tree" and sum(big.weights) > QUOTA_MAX_PERIOD
     with pytest.raises(ValueError, match="quota schedule tabulates one period of sum.weights. = 4,000,001"):
         Interleave(big.weights, "quota")
-    with pytest.raises(ValueError, match="schedule must be one of"):
+    with pytest.raises(ValueError, match="schedule must be 'auto'"):
         Interleave([1, 2], "random")
 
 
