@@ -7,7 +7,7 @@ Examples::
     python -m benchmarks --tokens 2000000 --json out.json
     GUIDELOOM_TEST_S3=moto python -m benchmarks --rows s3 # moto instead of Ceph RGW
 
-The S3 server is chosen as in the tests (``tests/s3server.py``): ``GUIDELOOM_TEST_S3_ENDPOINT``
+The S3 server is chosen as in the tests (``tests/infra/s3server.py``): ``GUIDELOOM_TEST_S3_ENDPOINT``
 if set, else Ceph RGW when ``radosgw`` is installed, else moto. It is started once for the run.
 """
 

@@ -11,7 +11,7 @@ the same ``cat_ranges`` call per batch, without merging touching ranges), the co
 reader without locality; issue 14 asks full shuffle for >= 4x of it.
 
 Throughput passes go straight to the server. One more pass of each goes through the counting proxy
-(``tests/s3proxy.py``) to count requests and response bytes: bytes transferred / bytes delivered
+(``tests/infra/s3proxy.py``) to count requests and response bytes: bytes transferred / bytes delivered
 (read amplification), GET requests per window and per shuffle block, and the largest single
 response (a whole-shard download would show as one as large as a shard).
 """

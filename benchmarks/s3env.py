@@ -1,7 +1,7 @@
 """The S3 server and the counting proxy, shared with the test suite.
 
-The tests' helpers (``tests/s3server.py``: RGW, moto or an external endpoint, chosen the same way
-as in the tests; ``tests/s3proxy.py``: a counting reverse proxy) are imported from there, not
+The tests' helpers (``tests/infra/s3server.py``: RGW, moto or an external endpoint, chosen the same way
+as in the tests; ``tests/infra/s3proxy.py``: a counting reverse proxy) are imported from there, not
 copied, so the benchmarks read from exactly the server the tests use.
 """
 
@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-_TESTS = Path(__file__).resolve().parent.parent / "tests"
+_TESTS = Path(__file__).resolve().parent.parent / "tests" / "infra"
 if str(_TESTS) not in sys.path:
     sys.path.insert(0, str(_TESTS))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from guideloom._version import __version__
 from guideloom.errors import GuideLoomError
 from guideloom.formats import (
     DocumentJsonFormat,
@@ -31,8 +32,6 @@ from guideloom.storage import (
 
 if TYPE_CHECKING:
     from guideloom.loading import StatefulDataLoader
-
-__version__ = "0.1.0"
 
 __all__ = [
     "DocumentDataset",

@@ -69,7 +69,7 @@ def _count(n: int, word: str) -> str:
 
 def _version(value: bool) -> None:
     if value:
-        from guideloom import __version__
+        from guideloom._version import __version__
 
         typer.echo(f"guideloom {__version__}")
         raise typer.Exit()

@@ -19,6 +19,7 @@ exception a caller would already catch, so ``except FileNotFoundError`` keeps wo
     ├── UnknownProtocolError (ValueError)             a URL scheme that fsspec does not know
     ├── ResumeStateError (ValueError)                 a loader state that does not belong to this loader
     ├── MixtureError (ValueError)                     sources of a mixture that cannot be mixed (names the source)
+    ├── PluginError (LookupError)                     a plug-in name (tokenizer, input reader, format) not registered
     └── IngestError (RuntimeError)                    bad input in a Ray ingestion job
 
 Messages say what failed, where (URL, shard, record, line) and how to fix it. They never contain
@@ -36,6 +37,7 @@ __all__ = [
     "IngestError",
     "ManifestError",
     "MixtureError",
+    "PluginError",
     "RecordError",
     "ResumeStateError",
     "SchemaMismatchError",
@@ -111,6 +113,12 @@ class ResumeStateError(GuideLoomError, ValueError):
 
 class MixtureError(GuideLoomError, ValueError):
     """A mixture whose sources or weights cannot be mixed: the message names the source."""
+
+
+class PluginError(GuideLoomError, LookupError):
+    """A plug-in asked for by name (a tokenizer, an input reader, a format) that is neither
+    registered nor installed as an entry point, or whose entry point fails to import; see
+    `guideloom.registry`."""
 
 
 class IngestError(GuideLoomError, RuntimeError):

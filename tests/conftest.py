@@ -2,12 +2,13 @@
 proxy and a local Ray. Fixtures for one area belong in that sub-directory's conftest.py.
 
 Fixtures:
-    s3_endpoint   session   the running endpoint (`tests/s3server.py` says which one and why)
+    s3_endpoint   session   the running endpoint (`tests/infra/s3server.py` says which one and why)
     s3_options    session   s3fs storage options for it: {"key", "secret", "client_kwargs"}
     s3_bucket     function  a fresh, empty bucket's name (removed afterwards, best effort)
     dataset_url   function  (url, storage_options) of a fresh empty location; runs for file, memory
                             and s3 (the s3 case is marked `s3`)
-    counting_s3   function  a counting reverse proxy in front of the endpoint (`tests/s3proxy.py`)
+    counting_s3   function  a counting reverse proxy in front of the endpoint (`tests/infra/s3proxy.py`)
+    fault_s3      function  a fault-injecting proxy in front of the endpoint (`tests/infra/faultproxy.py`)
     ray_local     session   a local Ray (2 CPUs) whose workers see the S3 endpoint's env vars
 
 Set-up writes through raw fsspec/s3fs, never through guideloom.
@@ -25,8 +26,9 @@ from typing import Any
 
 import pytest
 
-# Import the helpers beside this file whatever pytest's import mode is.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The shared helpers (S3 endpoint, proxies, formats used by several areas) live in tests/infra;
+# import them by name whatever pytest's import mode is.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "infra"))
 
 import s3server  # noqa: E402
 from s3proxy import CountingProxy  # noqa: E402
@@ -144,6 +146,25 @@ def counting_s3(s3_endpoint: s3server.S3Endpoint) -> Iterator[CountingProxy]:
         proxy.storage_options = {
             **s3_endpoint.storage_options(proxy.url),
             "skip_instance_cache": True,
+        }
+        yield proxy
+
+
+@pytest.fixture
+def fault_s3(s3_endpoint):
+    """A fault-injecting proxy (`tests/infra/faultproxy.py`) in front of the session's S3 endpoint.
+
+    Add rules with `.add(Fault(...))`; `.storage_options` point at the proxy with short client
+    timeouts, no botocore retries beyond two attempts, and an 8 s GuideLoom deadline, so every
+    fault test ends in seconds."""
+    from faultproxy import FaultProxy
+
+    with FaultProxy(s3_endpoint.url) as proxy:
+        proxy.storage_options = {
+            **s3_endpoint.storage_options(proxy.url),
+            "skip_instance_cache": True,
+            "config_kwargs": {"read_timeout": 0.5, "connect_timeout": 0.5, "retries": {"max_attempts": 2}},
+            "guideloom_deadline_s": 8,
         }
         yield proxy
 

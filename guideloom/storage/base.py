@@ -478,7 +478,7 @@ class Storage:
         attempts: set[str] | None = None,
     ) -> Manifest:
         """Write the manifest of ``parts``, then remove what the manifest it replaced used."""
-        from guideloom import __version__
+        from guideloom._version import __version__
 
         if isinstance(parts, list):
             builder = ShardTableBuilder()

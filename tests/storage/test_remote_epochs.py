@@ -1,6 +1,6 @@
 """Remote epochs: whole blocks per request, bounded read-ahead, the same samples as local disk.
 
-Requests and bytes are counted at the counting S3 proxy (tests/s3proxy.py); the samples of every
+Requests and bytes are counted at the counting S3 proxy (tests/infra/s3proxy.py); the samples of every
 remote epoch are compared with the same loader over a local-disk copy of the dataset.
 """
 

@@ -1,7 +1,7 @@
 """A fault-injecting HTTP reverse proxy on 127.0.0.1, for tests of what a client sees when S3
 misbehaves: error statuses, connections reset mid-body, truncated bodies, stalls and latency.
 
-It forwards like the counting proxy (`tests/s3proxy.py`: method, path, query, headers and body
+It forwards like the counting proxy (`tests/infra/s3proxy.py`: method, path, query, headers and body
 unchanged, Host included, so SigV4 signatures still verify upstream) except where a rule says
 otherwise. Rules are deterministic: each is matched, in the order given, against the request's
 method and path (a regular expression, searched), and fires on the matching requests numbered

@@ -35,7 +35,7 @@ _HOP_BY_HOP = {
 
 class ForwardingHandler(BaseHTTPRequestHandler):
     """The forwarding half of a test proxy, shared by this counting proxy and the fault proxy
-    (`tests/faultproxy.py`): read the client's request, send it upstream over one keep-alive
+    (`tests/infra/faultproxy.py`): read the client's request, send it upstream over one keep-alive
     connection per client connection, and write the reply's status and headers back.
     A subclass sets `upstream` (host, port) and routes the ``do_*`` methods."""
 

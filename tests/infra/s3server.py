@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 START_RGW = REPO_ROOT / "scripts" / "s3" / "start-rgw.sh"
 STOP_RGW = REPO_ROOT / "scripts" / "s3" / "stop-rgw.sh"
 

@@ -1,6 +1,6 @@
 """S3 faults end in a named GuideLoom error in bounded time, or are retried through.
 
-Every test goes through the fault-injecting proxy (`tests/faultproxy.py`) in front of the real
+Every test goes through the fault-injecting proxy (`tests/infra/faultproxy.py`) in front of the real
 test S3 endpoint, with an 8 s I/O deadline (the `fault_s3` fixture): that deadline bounds every test in time.
 """
 

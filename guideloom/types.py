@@ -1,0 +1,214 @@
+"""Every seam of GuideLoom, named once: what each layer relies on from the one below it.
+
+A contributor who wants to extend GuideLoom reads this file. Each protocol says what an
+implementation must provide; the classes that implement them today are named beside it.
+Protocols are structural (`typing.Protocol`): an implementation does not inherit from them.
+They are checked by mypy, and the ones marked ``runtime_checkable`` can be tested with
+``isinstance``.
+
+=====================  =====================================  ====================================
+seam                   who relies on it                       implemented by
+=====================  =====================================  ====================================
+`FileTable`            io's shard readers                     `guideloom.manifest.ShardTable`
+`ShardReader`          the views (documents, windows, spans)  `guideloom.io.shards` (local, remote)
+`DatasetView`          the loader and mixtures                the three dataset views, mixtures
+`Tokenizer`            ingestion                              `guideloom.workers.tokenizer`
+=====================  =====================================  ====================================
+
+The extension points that are classes to subclass rather than protocols live with their layer:
+
+* formats (records <-> bytes): `guideloom.formats.DocumentStorageFormat`,
+  `guideloom.formats.StreamNumpyFormat`, `guideloom.formats.StreamWithMetaStorageFormat`;
+* storage backends: any fsspec filesystem (``s3://``, ``gs://``, ``az://``, ``memory://``, your
+  own ``fsspec.AbstractFileSystem`` registered with ``fsspec.register_implementation``);
+* plug-ins chosen by name (tokenizers, input readers, formats): `guideloom.registry`.
+
+Units: byte offsets and sizes are in bytes and half-open (``[start, stop)``), counted from the
+start of the file (its header included); sample indexes count windows or documents.
+
+This module imports nothing of GuideLoom's but the vocabulary below, so every layer may import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = [
+    "ByteRequest",
+    "DatasetView",
+    "FileTable",
+    "Layout",
+    "LAYOUTS",
+    "ShardReader",
+    "Tokenizer",
+]
+
+Layout = Literal["documents", "stream", "stream_with_meta"]
+"""The three storage layouts (`DocumentStorage`, `StreamStorage`, `StreamWithMetaStorage`)."""
+
+LAYOUTS: tuple[Layout, ...] = ("documents", "stream", "stream_with_meta")
+
+
+# -- files and bytes (io) ---------------------------------------------------------------------
+
+
+class FileTable(Protocol):
+    """Where the files of a dataset's shards are, and how large the manifest says they are.
+
+    ``file`` is a file name of the layout (``"data"``, ``"index"``, ``"meta"``, ``"spans"``,
+    ``"span_dir"``, ...: the keys of `guideloom.layout.FILES`); ``shard`` is a row of the
+    manifest's shard table. Readers check every file against `size` before using its bytes.
+    """
+
+    def __len__(self) -> int:
+        """Shards in the table."""
+        ...
+
+    def path(self, shard: int, file: str) -> str:
+        """Path of shard ``shard``'s file ``file``, relative to the dataset root."""
+        ...
+
+    def size(self, shard: int, file: str) -> int:
+        """Bytes the manifest records for that file (header included)."""
+        ...
+
+    def shard_name(self, shard: int) -> str:
+        """How messages name the shard (part, index and data file path)."""
+        ...
+
+
+class ByteRequest(NamedTuple):
+    """Bytes ``[start, stop)`` of shard ``shard``'s file ``file`` (offsets from the file's start)."""
+
+    shard: int
+    file: str
+    start: int
+    stop: int
+
+
+@runtime_checkable
+class ShardReader(Protocol):
+    """Byte access to the shard files of one dataset, the same way on every backend.
+
+    On local disk: positioned reads on cached descriptors (``preadv`` straight into the
+    caller's buffers). Elsewhere: the requests of one call merged where close and fetched with
+    concurrent range requests. Every file is checked against the `FileTable`'s size (a short
+    read, or a file of another size where the backend reports it, is a
+    `guideloom.errors.ShardCorruptError` naming the shard; a missing file a
+    `guideloom.errors.ShardNotFoundError`). Picklable and fork-safe: a copy in another process
+    opens its own descriptors and connections.
+    """
+
+    @property
+    def local(self) -> bool:
+        """Whether the files are on local disk (positioned reads) rather than behind requests."""
+        ...
+
+    def read(self, requests: Sequence[ByteRequest]) -> list[np.ndarray]:
+        """The bytes of each request as a ``uint8`` array, in request order (one round of I/O)."""
+        ...
+
+    def read_into(self, requests: Sequence[ByteRequest], buffers: Sequence[Sequence[memoryview]]) -> None:
+        """Fill ``buffers[k]`` (writable, contiguous, together ``stop - start`` bytes, filled in
+        order) with request ``k``'s bytes: on local disk one ``preadv`` per request, no copy."""
+        ...
+
+    def close(self) -> None:
+        """Release descriptors and connections (later reads open them again)."""
+        ...
+
+
+# -- what the loader reads --------------------------------------------------------------------
+
+
+@runtime_checkable
+class DatasetView(Protocol):
+    """Indexed, batched samples of one dataset (or of a mixture): what the loader reads.
+
+    Implemented by `guideloom.DocumentDataset`, `guideloom.StreamDataset`,
+    `guideloom.StreamWithMetaDataset` and a mixture's `guideloom.loading.mixture.MixtureDataset`;
+    `guideloom.storage.open_view` builds the one a storage needs.
+    """
+
+    @property
+    def layout(self) -> Layout:
+        """The layout of the samples, which picks the default collate."""
+        ...
+
+    @property
+    def url(self) -> str:
+        """What messages name (a redacted URL, or the mixture's sources)."""
+        ...
+
+    @property
+    def fingerprint(self) -> str:
+        """The content's identity (the manifest's fingerprint, or the mixture's): what a loader
+        state is checked against, independent of the URL."""
+        ...
+
+    @property
+    def sequence_length(self) -> int | None:
+        """Tokens per window; None for documents."""
+        ...
+
+    @property
+    def sample_bytes(self) -> int:
+        """Bytes one sample takes in storage, on average (sizes the loader's read-ahead)."""
+        ...
+
+    def __len__(self) -> int:
+        """Samples: windows or documents."""
+        ...
+
+    def __getitem__(self, index: int) -> Any:
+        """One sample (negative indexes count from the end; out of range is `IndexError`)."""
+        ...
+
+    def __getitems__(self, indexes: Sequence[int]) -> list[Any]:
+        """Samples ``indexes``, read as one batch (one round of I/O)."""
+        ...
+
+    def read_batch(self, indexes: Sequence[int]) -> Any:
+        """Samples ``indexes`` as the layout's default collate takes them, in one read: streams
+        ``{field: (batch, sequence_length) array}``; streams with metadata a
+        `guideloom.formats.meta.SpanBatch` (or what the format's ``align_batch`` returns);
+        documents the list of records. Slicing the result by rows (a ``dict`` per field,
+        otherwise ``[lo:hi]``) gives the batches of a group read together."""
+        ...
+
+
+# -- ingestion ---------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """Text to token ids, for ingestion. Picklable: Ray sends it to every task.
+
+    Built-in: ``bytes``, ``hf:PATH`` and ``tiktoken:NAME`` (`guideloom.workers.tokenizer`);
+    more by name through `guideloom.registry` (group ``guideloom.tokenizers``), or any object
+    with these members passed as ``ingest_dataset(tokenizer=obj)``. A tokenizer that can say
+    which characters each token came from also has ``encode_batch_with_offsets`` (see there).
+    """
+
+    spec: str
+    """How the manifest names it (``"hf:/models/x/tokenizer.json"``, or a name of your own)."""
+    vocab_size: int
+    """Ids are ``0 .. vocab_size - 1``; the stored token dtype is the smallest that holds them."""
+    eos_id: int | None
+    """The end-of-document id appended after each document (None: it has none)."""
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Token ids of each text as an integer array, no special tokens added."""
+        ...
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` (special tokens shown by name)."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What identifies it in the manifest and in a job's identity: at least ``spec``,
+        ``vocab_size``, ``eos_id`` and a hash of what defines the vocabulary."""
+        ...
