@@ -96,8 +96,8 @@ def _theirs(
 ) -> Any:
     from torch.utils.data import DataLoader
 
+    import guideloom.layout as layout
     from benchmarks.loops import _identity
-    from guideloom.storage import layout
 
     shards = storage.manifest.shards
     dataset = (RawS3Windows if merge else OneGetPerWindow)(

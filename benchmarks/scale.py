@@ -90,8 +90,7 @@ def _patch_manifest(root: Path, records: int, tokens: int, spans: int, sizes: di
 
 def synthetic_documents(root: Path, n: int) -> str:
     """A one-shard document dataset of ``n`` one-byte documents (msgpack ``0``)."""
-    from guideloom import DocumentMsgpackFormat, DocumentStorage
-    from guideloom.storage import layout
+    from guideloom import DocumentMsgpackFormat, DocumentStorage, layout
 
     storage = DocumentStorage(root, DocumentMsgpackFormat())
     with storage.writer(overwrite=True) as w:
@@ -112,8 +111,7 @@ def synthetic_documents(root: Path, n: int) -> str:
 
 def synthetic_spans(root: Path, n: int) -> str:
     """A one-shard stream with metadata: ``n`` spans, a span every 4 tokens, 1-byte annotations."""
-    from guideloom import StreamWithMetaStorage
-    from guideloom.storage import layout
+    from guideloom import StreamWithMetaStorage, layout
 
     fmt = ByteMetaFormat()
     storage = StreamWithMetaStorage(root, fmt)
@@ -147,7 +145,7 @@ def synthetic_spans(root: Path, n: int) -> str:
 def _span_directory(n: int) -> np.ndarray:
     """The span directory of `synthetic_spans`'s table (span ``i`` is tokens ``[4i, 4i + 2)``,
     meta byte ``i``), worked out per block instead of from the whole table in memory."""
-    from guideloom.storage import layout
+    import guideloom.layout as layout
 
     tokens = n * TOKENS_PER_SPAN
     block = int(layout.span_block_tokens(tokens, n))

@@ -19,7 +19,6 @@ Modules, one concern each::
     tokenizer   bytes / hf:tokenizer.json / tiktoken:NAME behind one small interface
     output      storage class and format from the options; manifest metadata
     part        one part end to end: read, tokenize, storage.writer(part=k) (no Ray)
-    urls        URLs without credentials, for the manifest, logs and messages
     ingest      the driver: plan, submit Ray tasks, progress, commit; the Python API
                 ingest_dataset(...) -> IngestResult (run_ingest(config) -> manifest)
     progress    live progress (rich) and the plain log-line mode

@@ -33,6 +33,7 @@ from typing import Any
 import ray
 
 from guideloom.errors import DatasetExistsError, GuideLoomError, IngestError, SchemaMismatchError
+from guideloom.io import redact_text, redact_url
 from guideloom.storage.opening import opening_code
 from guideloom.workers.config import IngestConfig, load_job_file, validate_config
 from guideloom.workers.output import (
@@ -46,7 +47,6 @@ from guideloom.workers.planning import Plan, plan_parts
 from guideloom.workers.progress import Progress, make_progress
 from guideloom.workers.sources import expand_inputs
 from guideloom.workers.tokenizer import load_tokenizer
-from guideloom.workers.urls import redact_text, redact_url
 
 __all__ = [
     "IngestCancelled",

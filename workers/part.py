@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 
 from guideloom.errors import IngestError
+from guideloom.io import redact_url
 from guideloom.workers.config import IngestConfig
 from guideloom.workers.output import open_storage, read_sidecar, write_sidecar
 from guideloom.workers.planning import Plan
 from guideloom.workers.sources import Bad, Doc, InputFile, Segment, line_number, read_segment
 from guideloom.workers.tokenizer import Tokenizer, load_tokenizer, token_dtype
-from guideloom.workers.urls import redact_url
 
 __all__ = ["write_part", "run_name", "PartResult", "PartSpec", "part_spec", "REPORT_EVERY_S"]
 

@@ -24,7 +24,6 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import fsspec
 import fsspec.asyn
@@ -37,8 +36,9 @@ from guideloom.errors import (
     StorageTimeoutError,
     UnknownProtocolError,
 )
+from guideloom.io.urls import redact_url
 
-__all__ = ["DEADLINE_ENV", "DEADLINE_OPTION", "DEFAULT_DEADLINE_S", "Location", "redact_url"]
+__all__ = ["DEADLINE_ENV", "DEADLINE_OPTION", "DEFAULT_DEADLINE_S", "Location"]
 
 T = TypeVar("T")
 
@@ -114,17 +114,6 @@ def _bucket_missing(err: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
-
-
-def redact_url(url: str) -> str:
-    """``url`` without user info or query string, so no credential can reach a message or log."""
-    if "://" not in url:
-        return url
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 class Location:

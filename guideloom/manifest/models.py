@@ -268,6 +268,10 @@ class ShardTable(_Frozen):
             f"shard-{self.index[i]:05d}.{self.files[name].kind}"
         )
 
+    def size(self, i: int, name: str) -> int:
+        """Bytes the manifest records for shard ``i``'s file ``name`` (header included)."""
+        return self.files[name].size[i]
+
     def shard_name(self, i: int) -> str:
         """How messages name shard ``i``."""
         return f"part {self.part[i]} shard {self.index[i]} ({self.path(i, 'data')})"
@@ -448,7 +452,7 @@ class Manifest(_Frozen):
         return self.model_dump_json().encode("utf-8")
 
 
-_HEADER_BYTES = 32  # guideloom.storage.layout.HEADER_SIZE (the manifest package does no I/O)
+_HEADER_BYTES = 32  # guideloom.layout.HEADER_SIZE (the manifest package does no I/O)
 
 
 def check_relative_path(path: str, what: str) -> None:

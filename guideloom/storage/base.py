@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
+import guideloom.layout as layout
 from guideloom.errors import (
     DatasetExistsError,
     DatasetNotFoundError,
@@ -40,7 +41,6 @@ from guideloom.manifest import (
     ShardTableBuilder,
     parse_part_record,
 )
-from guideloom.storage import layout
 from guideloom.storage.checks import (
     DEFAULT_VERIFY_CONCURRENCY,
     check_shard,

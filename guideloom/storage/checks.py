@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+import guideloom.layout as layout
 from guideloom.errors import (
     BucketNotFoundError,
     DatasetNotFoundError,
@@ -23,7 +24,6 @@ from guideloom.errors import (
 )
 from guideloom.io import Location
 from guideloom.manifest import Manifest, ShardInfo, parse_manifest
-from guideloom.storage import layout
 
 __all__ = ["DEFAULT_VERIFY_CONCURRENCY", "check_shard", "load_manifest", "read_manifest", "verify_shards"]
 

@@ -32,10 +32,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+import guideloom.layout as layout
 from guideloom.errors import ShardCorruptError, ShardNotFoundError
 from guideloom.io import Location
 from guideloom.manifest import Manifest
-from guideloom.storage import layout
 from guideloom.storage.pagecache import DEFAULT_PAGE_BYTES, PageCache, cache_bytes_from_env
 
 __all__ = ["ItemRequest", "ShardAccess"]

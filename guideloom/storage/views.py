@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
+import guideloom.layout as layout
 from guideloom.errors import ShardCorruptError
 from guideloom.formats import StreamNumpyFormat, StreamWithMetaStorageFormat
 from guideloom.formats.meta import Span, SpanBatch
-from guideloom.storage import layout
 from guideloom.storage.base import DocumentStorage, Storage, StreamStorage, StreamWithMetaStorage
 from guideloom.storage.pagecache import PageCache
 from guideloom.storage.shards import _MAX_OPEN_FILES, ItemRequest, ShardAccess

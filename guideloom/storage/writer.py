@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import xxhash
 
+import guideloom.layout as layout
 from guideloom.errors import GuideLoomError, RecordError
 from guideloom.formats import (
     DocumentStorageFormat,
@@ -28,7 +29,6 @@ from guideloom.formats import (
     check_spans,
 )
 from guideloom.manifest import FileInfo, FormatSpecModel, PartRecord, ShardInfo, now_iso, version_for
-from guideloom.storage import layout
 
 if TYPE_CHECKING:
     from guideloom.storage.base import Storage

@@ -18,10 +18,10 @@ from guideloom import (
     StreamDataset,
     StreamNumpyFormat,
     StreamStorage,
+    layout,
 )
 from guideloom.errors import ManifestError
 from guideloom.manifest import parse_manifest
-from guideloom.storage import layout
 
 FMT = StreamNumpyFormat({"tokens": np.uint16})
 

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 from storage_helpers import ConceptsFormat, expected_spans
 
-from guideloom import StreamNumpyFormat, StreamWithMetaDataset, StreamWithMetaStorage
-from guideloom.storage import layout
+from guideloom import StreamNumpyFormat, StreamWithMetaDataset, StreamWithMetaStorage, layout
 
 SEQ = 97
 

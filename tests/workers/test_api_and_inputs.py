@@ -14,12 +14,12 @@ import pytest
 from typer.testing import CliRunner
 
 from guideloom.errors import IngestError
+from guideloom.io import redact_url
 from guideloom.workers import IngestResult, ingest_dataset
 from guideloom.workers.ingest import HOOKS_ENV, METADATA_KEY, task_config
 from guideloom.workers.part import part_spec, write_part
 from guideloom.workers.planning import plan_parts
 from guideloom.workers.sources import InputFile
-from guideloom.workers.urls import redact_url
 
 
 def _shards(manifest) -> list[tuple]:

@@ -1,9 +1,9 @@
-"""URLs as they may be shown: no credentials in what is recorded or printed.
+"""URLs as they may be shown: no credentials in what is recorded, logged or printed.
 
 An input URL can carry secrets: userinfo (``https://user:password@host/...``) or a signed query
 string (S3 presigned ``X-Amz-Signature``, Azure SAS ``sig=``, GCS ``X-Goog-Signature``, a
-``token=``). `redact_url` removes both; the driver applies it to every URL before it enters
-the manifest metadata, a log line or an error message. Reading still uses the full URL.
+``token=``). `redact_url` removes both; every message, log line and manifest entry that names a URL passes it through
+this function first (the one rule for the whole project). Reading still uses the full URL.
 """
 
 from __future__ import annotations
