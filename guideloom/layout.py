@@ -1,52 +1,88 @@
 """Where things live in a dataset and which bytes hold what: the one owner of that arithmetic.
 
-Writers and readers both call these functions, so they cannot drift apart::
+Writers, readers and the manifest models all take it from here, so they cannot drift apart. It
+does no I/O and imports nothing of GuideLoom's but `guideloom.types`, so every layer may use it::
 
     <root>/manifest.json                                 written last, atomically
     <root>/parts/part-00003.json                         part 3's completion record (default run)
     <root>/parts/r-<run>/part-00003.json                 part 3's completion record (named run)
-    <root>/shards/r-<run>/a-<attempt>/part-00003/shard-00000.<kind>
+    <root>/shards/r-<run>/a-<attempt>/part-00003/shard-00000.<extension>
                                                          one attempt of part 3 (parallel parts)
-    <root>/shards/w-<run>/part-00000/shard-00000.<kind>  shard files of a single writer's run
+    <root>/shards/w-<token>/part-00000/shard-00000.<extension>
+                                                         shard files of a single writer's run
 
 Shard files are written once, under names no other writer uses (an attempt token drawn when the
 writer opens), and never rewritten: the completion record or manifest that names them is the one
 atomic step that makes them part of a dataset.
 
-Every shard file starts with a 32-byte little-endian header (``struct`` format ``<8sHHIQQ``):
-magic ``b"GLMSHARD"``, header version, file kind, bytes per item, item count, reserved. The items
-follow back to back. File kinds:
+**Files.** Every file of a shard has one *name*, used everywhere in code and as its key in the
+manifest (``"data"``, ``"index"``, ``"meta"``, ``"spans"``, ``"span_dir"``), and one *kind*
+(`FileKind`): its extension (which the manifest records as the file column's ``kind``), the code
+its header carries, its item size and what counts its items. `LAYOUT_FILES` says which files each
+layout writes, in the order the manifest lists them:
 
-* ``tokens`` — stream elements (the structured dtype of the stream format);
-* ``docs`` / ``docs.idx`` — encoded documents / ``uint64`` offsets ``[count + 1]`` into them;
-* ``meta`` / ``spans`` — encoded annotations / span table ``(start, stop, meta_start, meta_stop)``
-  in shard-relative token positions and byte offsets into ``meta``;
-* ``spans.dir`` — the span directory (manifest version 2 on): for every block of
-  `span_block_tokens` tokens of the shard, where the span rows of that block begin, so a
-  reader finds a window's span rows with one read of this small file, however unevenly the
-  spans are spread over the tokens (see `span_directory`, `span_candidates`). Datasets
-  written before it (manifest version 1) have no such file; readers search the span table.
+============  =============  ====  ============  ===============================================
+name          extension      code  bytes/item    items
+============  =============  ====  ============  ===============================================
+``data``      ``tokens``     1     the format's  stream elements (``tokens`` of the shard)
+``data``      ``docs``       2     1             encoded documents, back to back (bytes)
+``index``     ``docs.idx``   3     8             ``uint64`` offsets into ``docs`` (``records + 1``)
+``meta``      ``meta``       4     1             encoded annotations, back to back (bytes)
+``spans``     ``spans``      5     32            span rows `SPAN_DTYPE` (``spans``)
+``span_dir``  ``spans.dir``  6     32            span directory `SPAN_DIR_DTYPE` (`span_dir_entries`)
+============  =============  ====  ============  ===============================================
+
+Span rows are ``(start, stop, meta_start, meta_stop)``: shard-relative token positions and byte
+offsets into ``meta``. The span directory (manifest version 2 on) holds, for every block of
+`span_block_tokens` tokens of the shard, where the span rows of that block begin, so a reader
+finds a window's span rows with one read of this small file, however unevenly the spans are
+spread over the tokens (see `span_directory`, `span_candidates`). Datasets written before it
+(manifest version 1) have no such file; readers search the span table.
+
+**Headers.** Every shard file starts with a 32-byte little-endian header (`HEADER_STRUCT`,
+``<8sHHIQQ``): magic ``b"GLMSHARD"``, header version, kind code, bytes per item, item count,
+reserved. The items follow back to back.
+
+**Checksums** are ``"xxh3_64:<16 lowercase hex digits>"`` of a whole file, header included
+(`checksum`, `parse_checksum`).
 """
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 import xxhash
 
+from guideloom.types import Layout
+
 __all__ = [
+    "CHECKSUM_PATTERN",
+    "DEFAULT_RUN",
+    "FILES",
     "HEADER_SIZE",
+    "HEADER_STRUCT",
+    "KINDS",
+    "LAYOUT_FILES",
     "MAGIC",
+    "OFFSET_DTYPE",
     "SPAN_DIR_DTYPE",
     "SPAN_DTYPE",
+    "FileKind",
+    "FileName",
     "ShardHeader",
     "checksum",
+    "item_count",
     "item_range",
     "manifest_path",
+    "parse_checksum",
+    "parse_shard_file_path",
     "part_record_path",
+    "shard_file_extension",
     "shard_file_path",
     "span_block_tokens",
     "span_candidates",
@@ -54,16 +90,14 @@ __all__ = [
     "span_directory",
 ]
 
+# -- shard file headers ---------------------------------------------------------------------
+
 MAGIC = b"GLMSHARD"
 HEADER_VERSION = 1
-_HEADER = struct.Struct("<8sHHIQQ")
-HEADER_SIZE = _HEADER.size  # 32 bytes
+HEADER_STRUCT = struct.Struct("<8sHHIQQ")  # magic, version, kind code, itemsize, count, reserved
+HEADER_SIZE = HEADER_STRUCT.size  # 32 bytes
 
-MANIFEST = "manifest.json"
-PARTS_DIR = "parts"
-SHARDS_DIR = "shards"
-
-FILE_KINDS = {"tokens": 1, "docs": 2, "docs.idx": 3, "meta": 4, "spans": 5, "spans.dir": 6}
+# -- item dtypes ----------------------------------------------------------------------------
 
 OFFSET_DTYPE = np.dtype("<u8")
 SPAN_DTYPE = np.dtype([("start", "<u8"), ("stop", "<u8"), ("meta_start", "<u8"), ("meta_stop", "<u8")])
@@ -73,8 +107,76 @@ SPAN_DIR_DTYPE = np.dtype([("first", "<u8"), ("after", "<u8"), ("meta_first", "<
 SPAN_DIR_ROWS_PER_BLOCK = 16  # spans per directory block on average (512 bytes of rows)
 SPAN_DIR_MAX_BLOCK = 2**16  # tokens per block at most (shards with few spans)
 
+# -- the files of a shard -------------------------------------------------------------------
 
-def span_block_tokens(tokens: Any, spans: Any) -> np.ndarray:
+FileName = Literal["data", "index", "meta", "spans", "span_dir"]
+"""The one name of a shard file: in code (`guideloom.types.FileTable`, byte requests) and as its
+key in the manifest's ``files``."""
+
+FILES: tuple[FileName, ...] = ("data", "index", "meta", "spans", "span_dir")
+
+
+@dataclass(frozen=True)
+class FileKind:
+    """One kind of shard file: how it is named, marked and sized.
+
+    Attributes:
+        name: The file's name in code and in the manifest (``data`` for both ``tokens`` and
+            ``docs``: a layout has one or the other).
+        extension: The file name's extension, which the manifest records as its ``kind``.
+        code: The kind code in the file's header.
+        itemsize: Bytes per item; 0 where the format decides (stream elements).
+        counted_by: The shard count (a column of the shard table) that gives its item count,
+            plus `extra_items`; None where the count is not one of them (bytes of encoded
+            documents or annotations; directory entries, see `item_count`).
+        extra_items: Items beyond ``counted_by`` (an offsets index has one more than records).
+    """
+
+    name: FileName
+    extension: str
+    code: int
+    itemsize: int
+    counted_by: Literal["records", "tokens", "spans"] | None
+    extra_items: int = 0
+
+
+TOKENS = FileKind("data", "tokens", 1, 0, "tokens")
+DOCS = FileKind("data", "docs", 2, 1, None)
+INDEX = FileKind("index", "docs.idx", 3, OFFSET_DTYPE.itemsize, "records", 1)
+META = FileKind("meta", "meta", 4, 1, None)
+SPANS = FileKind("spans", "spans", 5, SPAN_DTYPE.itemsize, "spans")
+SPAN_DIR = FileKind("span_dir", "spans.dir", 6, SPAN_DIR_DTYPE.itemsize, None)
+
+KINDS: dict[str, FileKind] = {k.extension: k for k in (TOKENS, DOCS, INDEX, META, SPANS, SPAN_DIR)}
+"""Every file kind, by extension (the manifest's ``kind`` of a file column)."""
+
+_BY_CODE = {k.code: k for k in KINDS.values()}
+
+LAYOUT_FILES: dict[Layout, dict[FileName, FileKind]] = {
+    "documents": {"data": DOCS, "index": INDEX},
+    "stream": {"data": TOKENS},
+    "stream_with_meta": {"data": TOKENS, "meta": META, "spans": SPANS, "span_dir": SPAN_DIR},
+}
+"""The files each layout writes for every shard, by name, in the order the manifest lists them.
+(Datasets of streams with metadata written before manifest version 2 have no ``span_dir``.)"""
+
+
+def item_count(kind: FileKind, *, records: int, tokens: int, spans: int, nbytes: int) -> int:
+    """How many items a shard's file of ``kind`` holds (what its header says), for a shard of
+    ``records`` records, ``tokens`` tokens and ``spans`` spans whose file has ``nbytes`` bytes
+    of items (after the header)."""
+    if kind.counted_by == "records":
+        return records + kind.extra_items
+    if kind.counted_by == "tokens":
+        return tokens
+    if kind.counted_by == "spans":
+        return spans
+    if kind is SPAN_DIR:
+        return int(span_dir_entries(tokens, spans))
+    return nbytes  # encoded documents or annotations: items are bytes
+
+
+def span_block_tokens(tokens: npt.ArrayLike, spans: npt.ArrayLike) -> np.ndarray:
     """Tokens per block of a shard's span directory, for shards of ``tokens`` tokens and
     ``spans`` spans (ints or arrays, elementwise): the largest power of two at most
     `SPAN_DIR_MAX_BLOCK` such that a block holds about `SPAN_DIR_ROWS_PER_BLOCK` spans on
@@ -90,7 +192,7 @@ def span_block_tokens(tokens: Any, spans: Any) -> np.ndarray:
     return np.where(spans > 0, block, SPAN_DIR_MAX_BLOCK)
 
 
-def span_dir_entries(tokens: Any, spans: Any) -> np.ndarray:
+def span_dir_entries(tokens: npt.ArrayLike, spans: npt.ArrayLike) -> np.ndarray:
     """Entries of a shard's span directory (elementwise): one per block boundary
     ``0, b, 2b, ...`` up to the first at or past the shard's last token."""
     tokens = np.asarray(tokens, dtype=np.int64)
@@ -122,69 +224,121 @@ def span_candidates(
     return starts // block, -(-stops // block)
 
 
-def manifest_path() -> str:
-    return MANIFEST
+# -- paths ----------------------------------------------------------------------------------
 
-
+MANIFEST = "manifest.json"
+PARTS_DIR = "parts"
+SHARDS_DIR = "shards"
 DEFAULT_RUN = "default"
+_RUN_FOLDER = "r-"  # parts/r-<run>, shards/r-<run>
+_ATTEMPT_FOLDER = "a-"  # shards/r-<run>/a-<attempt>
+_GENERATION_FOLDER = "w-"  # shards/w-<token>
+
+
+def manifest_path() -> str:
+    """The manifest, relative to the dataset root."""
+    return MANIFEST
 
 
 def part_record_path(part: int, run: str | None = None) -> str:
     """Part ``part``'s completion record of run ``run`` (``None``: the default run)."""
     if run is None or run == DEFAULT_RUN:
         return f"{PARTS_DIR}/part-{part:05d}.json"
-    return f"{PARTS_DIR}/r-{run}/part-{part:05d}.json"
+    return f"{PARTS_DIR}/{_RUN_FOLDER}{run}/part-{part:05d}.json"
+
+
+def parts_folder_run(name: str) -> str | None:
+    """The run whose part records a folder ``name`` of ``parts/`` holds (``r-<run>``), or None
+    for an entry that is not such a folder (the default run's records lie in ``parts/``)."""
+    return name[len(_RUN_FOLDER) :] if name.startswith(_RUN_FOLDER) else None
 
 
 def run_prefix(run: str | None) -> str:
     """Where the attempts of one parallel run keep their shards: ``shards/r-<run>``."""
-    return f"{SHARDS_DIR}/r-{run or DEFAULT_RUN}"
+    return f"{SHARDS_DIR}/{_RUN_FOLDER}{run or DEFAULT_RUN}"
 
 
 def attempt_prefix(run: str | None, attempt: str) -> str:
     """The shard prefix of one writer attempt of a parallel run (unique per attempt)."""
-    return f"{run_prefix(run)}/a-{attempt}"
+    return f"{run_prefix(run)}/{_ATTEMPT_FOLDER}{attempt}"
 
 
-def shard_file_path(part: int, index: int, kind: str, prefix: str = SHARDS_DIR) -> str:
-    if kind not in FILE_KINDS:
-        raise ValueError(f"unknown shard file kind {kind!r}")
-    return f"{part_dir(part, prefix)}/shard-{index:05d}.{kind}"
+def attempt_prefix_of(path: str) -> str:
+    """The attempt prefix (``shards/r-<run>/a-<attempt>``) of a file under a run's prefix."""
+    return "/".join(path.split("/")[:3])
 
 
-def part_dir(part: int, prefix: str = SHARDS_DIR) -> str:
-    return f"{prefix}/part-{part:05d}"
+def run_of_prefix(prefix: str) -> str | None:
+    """The run a shard prefix ``shards/r-<run>/a-<attempt>`` belongs to (None for others)."""
+    pieces = prefix.split("/")
+    if len(pieces) == 3 and pieces[1].startswith(_RUN_FOLDER):
+        return pieces[1][len(_RUN_FOLDER) :]
+    return None
 
 
 def generation_prefix(token: str) -> str:
     """Shards of one single-writer run: ``shards/w-<token>``, so an overwrite never touches the
     files of the dataset it replaces until the new manifest is in place."""
-    return f"{SHARDS_DIR}/w-{token}"
+    return f"{SHARDS_DIR}/{_GENERATION_FOLDER}{token}"
+
+
+def part_dir(part: int, prefix: str = SHARDS_DIR) -> str:
+    """The folder of part ``part``'s shards under ``prefix``."""
+    return f"{prefix}/part-{part:05d}"
+
+
+def shard_file_path(part: int, index: int, extension: str, prefix: str = SHARDS_DIR) -> str:
+    """Shard ``index`` of part ``part``'s file of the kind with ``extension`` (a key of
+    `KINDS`), under ``prefix``: ``<prefix>/part-PPPPP/shard-SSSSS.<extension>``."""
+    if extension not in KINDS:
+        raise ValueError(f"unknown shard file kind {extension!r}")
+    return f"{prefix}/part-{part:05d}/shard-{index:05d}.{extension}"
+
+
+def parse_shard_file_path(path: str, part: int, index: int) -> tuple[str, str] | None:
+    """``(prefix, extension)`` of a shard file path of part ``part`` shard ``index`` (the inverse
+    of `shard_file_path`, the extension not checked), or None if ``path`` is not one."""
+    prefix, _, tail = path.rpartition("/part-")
+    expected = f"{part:05d}/shard-{index:05d}."
+    if not tail.startswith(expected):
+        return None
+    return prefix, tail[len(expected) :]
+
+
+def shard_file_extension(path: str) -> str:
+    """The extension of a shard file path (``docs.idx`` of ``.../shard-00000.docs.idx``)."""
+    return path.rsplit("/", 1)[-1].split(".", 1)[1]
+
+
+# -- headers --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class ShardHeader:
+    """The header of a shard file: its kind (the extension, a key of `KINDS`), bytes per item
+    and item count."""
+
     kind: str
     itemsize: int
     count: int
 
     def pack(self) -> bytes:
-        return _HEADER.pack(MAGIC, HEADER_VERSION, FILE_KINDS[self.kind], self.itemsize, self.count, 0)
+        """The 32 header bytes."""
+        return HEADER_STRUCT.pack(MAGIC, HEADER_VERSION, KINDS[self.kind].code, self.itemsize, self.count, 0)
 
     @classmethod
     def unpack(cls, data: bytes, where: str) -> ShardHeader:
         """Parse a header; ``ValueError`` naming ``where`` if it is not one."""
         if len(data) < HEADER_SIZE:
             raise ValueError(f"{where}: file is shorter than a shard header ({len(data)} bytes)")
-        magic, version, kind, itemsize, count, _ = _HEADER.unpack(data[:HEADER_SIZE])
+        magic, version, code, itemsize, count, _ = HEADER_STRUCT.unpack(data[:HEADER_SIZE])
         if magic != MAGIC:
             raise ValueError(f"{where}: not a GuideLoom shard file (bad magic {magic!r})")
         if version != HEADER_VERSION:
             raise ValueError(f"{where}: shard header version {version}; upgrade guideloom to read it")
-        names = {v: k for k, v in FILE_KINDS.items()}
-        if kind not in names:
-            raise ValueError(f"{where}: unknown shard file kind {kind}")
-        return cls(names[kind], itemsize, count)
+        if code not in _BY_CODE:
+            raise ValueError(f"{where}: unknown shard file kind {code}")
+        return cls(_BY_CODE[code].extension, itemsize, count)
 
 
 def item_range(start: int, stop: int, itemsize: int) -> tuple[int, int]:
@@ -192,5 +346,22 @@ def item_range(start: int, stop: int, itemsize: int) -> tuple[int, int]:
     return HEADER_SIZE + start * itemsize, HEADER_SIZE + stop * itemsize
 
 
+# -- checksums ------------------------------------------------------------------------------
+
+CHECKSUM_ALGORITHM = "xxh3_64"
+CHECKSUM_PATTERN = r"^xxh3_64:[0-9a-f]{16}$"
+"""What every recorded checksum matches (a regular expression)."""
+_CHECKSUM = re.compile(CHECKSUM_PATTERN)
+
+
 def checksum(hasher: xxhash.xxh3_64) -> str:
-    return f"xxh3_64:{hasher.hexdigest()}"
+    """The checksum of what ``hasher`` has seen, as the manifest records it."""
+    return f"{CHECKSUM_ALGORITHM}:{hasher.hexdigest()}"
+
+
+def parse_checksum(value: str) -> int:
+    """The 64-bit digest of a recorded checksum; ``ValueError`` unless it is
+    ``"xxh3_64:<16 lowercase hex digits>"``."""
+    if not isinstance(value, str) or not _CHECKSUM.fullmatch(value):
+        raise ValueError(f"checksum {value!r} is not '{CHECKSUM_ALGORITHM}:<16 hex digits>'")
+    return int(value[len(CHECKSUM_ALGORITHM) + 1 :], 16)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+import guideloom.layout as layout
 from guideloom.errors import ManifestError
 
 __all__ = [
@@ -56,7 +57,7 @@ MANIFEST_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 
 
-def version_for(file_names: Any) -> Literal[1, 2]:
+def version_for(file_names: Collection[str]) -> Literal[1, 2]:
     """The manifest version that describes shards with these file names (``"span_dir"``: 2)."""
     return 2 if "span_dir" in file_names else 1
 
@@ -77,7 +78,7 @@ class FileInfo(_Frozen):
 
     path: str
     size: Count
-    checksum: str  # "xxh3_64:<16 hex digits>" of the whole file
+    checksum: str  # layout.CHECKSUM_PATTERN: "xxh3_64:<16 hex digits>" of the whole file
 
     @field_validator("path")
     @classmethod
@@ -88,10 +89,7 @@ class FileInfo(_Frozen):
     @field_validator("checksum")
     @classmethod
     def _checksum(cls, value: str) -> str:
-        algo, _, digest = value.partition(":")
-        if algo != "xxh3_64" or len(digest) != 16:
-            raise ValueError(f"checksum {value!r} is not 'xxh3_64:<16 hex digits>'")
-        int(digest, 16)
+        layout.parse_checksum(value)
         return value
 
 
@@ -156,24 +154,22 @@ class PartRecord(_Frozen):
         return self
 
 
-_CHECKSUM = r"^xxh3_64:[0-9a-f]{16}$"
-_KINDS = ("tokens", "docs", "docs.idx", "meta", "spans", "spans.dir")
-
-
 class FileColumn(_Frozen):
-    """One file of every shard: its kind (the file name's extension), sizes and checksums."""
+    """One file of every shard: its kind (the file name's extension, a key of
+    `guideloom.layout.KINDS`), sizes and checksums."""
 
     kind: str
     size: list[Count]
-    checksum: list[Annotated[str, StringConstraints(pattern=_CHECKSUM)]]
+    checksum: list[Annotated[str, StringConstraints(pattern=layout.CHECKSUM_PATTERN)]]
 
 
 class ShardTable(_Frozen):
     """Every shard of a dataset, one column per attribute (row ``i`` is shard ``i``).
 
     Columns keep ``manifest.json`` small and fast to parse for datasets of many thousands of
-    shards. File paths are not stored: shard ``i``'s file of kind K is
-    ``{prefix[prefix_id[i]]}/part-{part[i]:05d}/shard-{index[i]:05d}.{K}``.
+    shards. ``files`` is keyed by the files' names (`guideloom.layout.FILES`). File paths are
+    not stored: shard ``i``'s file of kind K is `guideloom.layout.shard_file_path` of its part,
+    index, K and prefix (``{prefix[prefix_id[i]]}/part-{part[i]:05d}/shard-{index[i]:05d}.{K}``).
     """
 
     part: list[Count]
@@ -203,7 +199,7 @@ class ShardTable(_Frozen):
         if "data" not in self.files:
             raise ValueError("the shard table has no 'data' file column")
         for name, file_column in self.files.items():
-            if file_column.kind not in _KINDS:
+            if file_column.kind not in layout.KINDS:
                 raise ValueError(f"file column {name!r} has unknown kind {file_column.kind!r}")
         for prefix in self.prefix:
             check_relative_path(prefix, "shard prefix")
@@ -220,13 +216,14 @@ class ShardTable(_Frozen):
         return self
 
     def _sizes_fit_counts(self) -> None:
-        """Files whose item size is fixed must be exactly header + count items long."""
-        fixed = {"docs.idx": (self.records, 8, 1), "spans": (self.spans, 32, 0)}
+        """Files whose item size is fixed and whose item count is a column of the table (an
+        offsets index, a span table) must be exactly header + count items long."""
         for column in self.files.values():
-            if column.kind not in fixed:
+            kind = layout.KINDS[column.kind]
+            if not kind.itemsize or kind.counted_by is None:
                 continue
-            counts, itemsize, extra = fixed[column.kind]
-            expected = _HEADER_BYTES + (np.asarray(counts, dtype=object) + extra) * itemsize
+            counts = np.asarray(getattr(self, kind.counted_by), dtype=object)
+            expected = layout.HEADER_SIZE + (counts + kind.extra_items) * kind.itemsize
             i = _first_mismatch(column.size, expected)
             if i is not None:
                 raise ValueError(
@@ -236,12 +233,13 @@ class ShardTable(_Frozen):
                 )
 
     def check_item_sizes(self, kind: str, itemsize: int) -> None:
-        """Raise ``ValueError`` naming the first shard whose ``kind`` file is not exactly
-        header + recorded count x ``itemsize`` bytes (stream tokens: the count is ``tokens``)."""
+        """Raise ``ValueError`` naming the first shard whose ``kind`` file (stream tokens, whose
+        item size the format decides) is not exactly header + recorded tokens x ``itemsize``
+        bytes."""
         for column in self.files.values():
             if column.kind != kind:
                 continue
-            expected = _HEADER_BYTES + np.asarray(self.tokens, dtype=object) * itemsize
+            expected = layout.HEADER_SIZE + np.asarray(self.tokens, dtype=object) * itemsize
             i = _first_mismatch(column.size, expected)
             if i is not None:
                 raise ValueError(
@@ -250,22 +248,14 @@ class ShardTable(_Frozen):
                     f"records {column.size[i]} bytes"
                 )
 
-    @classmethod
-    def from_shards(cls, shards: Sequence[ShardInfo]) -> ShardTable:
-        """The table of ``shards`` (in order); see `ShardTableBuilder` for the checks."""
-        builder = ShardTableBuilder()
-        for shard in shards:
-            builder.add_shard(shard)
-        return builder.build()
-
     def __len__(self) -> int:
         return len(self.part)
 
     def path(self, i: int, name: str) -> str:
-        """Relative path of shard ``i``'s file ``name`` ("data", "index", "meta", "spans")."""
-        return (
-            f"{self.prefix[self.prefix_id[i]]}/part-{self.part[i]:05d}/"
-            f"shard-{self.index[i]:05d}.{self.files[name].kind}"
+        """Relative path of shard ``i``'s file ``name`` (``"data"``, ``"index"``, ``"meta"``,
+        ``"spans"``, ``"span_dir"``)."""
+        return layout.shard_file_path(
+            self.part[i], self.index[i], self.files[name].kind, self.prefix[self.prefix_id[i]]
         )
 
     def size(self, i: int, name: str) -> int:
@@ -407,42 +397,6 @@ class Manifest(_Frozen):
             metadata=metadata,
         )
 
-    @classmethod
-    def from_parts(
-        cls, parts: Sequence[PartRecord], *, guideloom_version: str, metadata: dict[str, Any]
-    ) -> Manifest:
-        """The manifest of parts' completion records, in part order.
-
-        Args:
-            parts: The completion records of parts `0 .. n - 1`, in that order; storage class
-                and format are taken from the first.
-            guideloom_version: The GuideLoom version that commits it.
-            metadata: JSON-able values kept in the manifest.
-
-        Returns:
-            A validated `Manifest`, stamped with the current time.
-
-        Raises:
-            IndexError: `parts` is empty.
-            pydantic.ValidationError: A value is out of range or the shards disagree.
-        """
-        shards = [s for p in parts for s in p.shards]
-        first = parts[0]
-        return cls(
-            version=version_for(shards[0].files if shards else ()),
-            storage_class=first.storage_class,
-            format=first.format,
-            shard_table=ShardTable.from_shards(shards),
-            num_parts=len(parts),
-            total_records=sum(s.records for s in shards),
-            total_tokens=sum(s.tokens for s in shards),
-            total_spans=sum(s.spans for s in shards),
-            total_bytes=sum(s.size for s in shards),
-            created_at=now_iso(),
-            guideloom_version=guideloom_version,
-            metadata=metadata,
-        )
-
     def to_json(self) -> bytes:
         """The manifest as `manifest.json` stores it.
 
@@ -450,9 +404,6 @@ class Manifest(_Frozen):
             Compact UTF-8 JSON.
         """
         return self.model_dump_json().encode("utf-8")
-
-
-_HEADER_BYTES = 32  # guideloom.layout.HEADER_SIZE (the manifest package does no I/O)
 
 
 def check_relative_path(path: str, what: str) -> None:
@@ -494,18 +445,18 @@ class ShardTableBuilder:
 
     def add_shard(self, shard: ShardInfo) -> None:
         """Append one shard: its path must be ``<prefix>/part-PPPPP/shard-SSSSS.<kind>`` for its
-        own part and index, and it must have the same files (and kinds) as the shards before."""
+        own part and index (`guideloom.layout.shard_file_path`), and it must have the same files
+        (and kinds) as the shards before."""
         head = ""
         if self._cols["part"] and list(shard.files) != list(self._kinds):
             raise ValueError(f"{shard.name} has files {list(shard.files)}, others have {list(self._kinds)}")
         for name, f in shard.files.items():
-            head, _, tail = f.path.rpartition("/part-")
-            expected = f"{shard.part:05d}/shard-{shard.index:05d}."
-            if not tail.startswith(expected):
+            parsed = layout.parse_shard_file_path(f.path, shard.part, shard.index)
+            if parsed is None:
                 raise ValueError(
                     f"{f.path!r} is not a shard file path of part {shard.part} shard {shard.index}"
                 )
-            kind = tail[len(expected) :]
+            head, kind = parsed
             if self._kinds.setdefault(name, kind) != kind:
                 raise ValueError(f"file {name!r} has kind {self._kinds[name]!r} and {kind!r} in one dataset")
             self._sizes.setdefault(name, []).append(f.size)

@@ -1,7 +1,9 @@
-"""Checking shard files against the manifest: existence, size, header and checksum.
+"""Checking what is stored against what records it: a manifest or part record against the
+storage class and format it is opened with (`check_schema`), and shard files against the
+manifest (existence, size, header and checksum).
 
-These need only a location and a manifest, not the user's format class, so ``guideloom verify``
-works on any dataset.
+The shard checks need only a location and a manifest, not the user's format class, so
+``guideloom verify`` works on any dataset.
 """
 
 from __future__ import annotations
@@ -18,14 +20,23 @@ import guideloom.layout as layout
 from guideloom.errors import (
     BucketNotFoundError,
     DatasetNotFoundError,
+    SchemaMismatchError,
     ShardCorruptError,
     ShardNotFoundError,
     StorageAccessError,
 )
+from guideloom.formats import Format, same_spec
 from guideloom.io import Location
-from guideloom.manifest import Manifest, ShardInfo, parse_manifest
+from guideloom.manifest import Manifest, PartRecord, ShardInfo, parse_manifest
 
-__all__ = ["DEFAULT_VERIFY_CONCURRENCY", "check_shard", "load_manifest", "read_manifest", "verify_shards"]
+__all__ = [
+    "DEFAULT_VERIFY_CONCURRENCY",
+    "check_schema",
+    "check_shard",
+    "load_manifest",
+    "read_manifest",
+    "verify_shards",
+]
 
 _CHUNK = 8 * 2**20  # bytes per request when checksumming a file
 DEFAULT_VERIFY_CONCURRENCY = 16  # shards checked at once by verify
@@ -54,6 +65,23 @@ def read_manifest(
     return location, load_manifest(location)
 
 
+def check_schema(storage_class: str, format: Format, recorded: Manifest | PartRecord, where: str) -> None:
+    """`SchemaMismatchError` unless ``recorded`` (a manifest or part record, read from ``where``)
+    was written with storage class ``storage_class`` and a format of the same spec as ``format``."""
+    if recorded.storage_class != storage_class:
+        raise SchemaMismatchError(
+            f"{where} records a {recorded.storage_class}, but it was opened as "
+            f"{storage_class}; reopen it with {recorded.storage_class} and its format "
+            f"{recorded.format.name}({recorded.format.config})"
+        )
+    if not same_spec(recorded.format.model_dump(), format.spec()):
+        raise SchemaMismatchError(
+            f"{where} was written with format {recorded.format.name} "
+            f"config={recorded.format.config}, but opened with {type(format).__qualname__} "
+            f"config={format.config()}; reopen it with the format it was written with"
+        )
+
+
 def check_shard(
     location: Location,
     shard: ShardInfo,
@@ -79,9 +107,9 @@ def check_shard(
             continue
         # Checksums: no size request first. The reads ask for one byte past the recorded end, so
         # a file that is shorter or longer than recorded shows in the bytes that come back.
-        kind = info.path.rsplit("/", 1)[-1].split(".", 1)[1]
+        kind = layout.shard_file_extension(info.path)
         hasher = xxhash.xxh3_64()
-        offsets = _OffsetCheck(shard, where) if kind == "docs.idx" else None
+        offsets = _OffsetCheck(shard, where) if kind == layout.INDEX.extension else None
         intact = True
         for start in range(0, info.size, _CHUNK):
             end = min(info.size, start + _CHUNK)
@@ -167,16 +195,15 @@ class _OffsetCheck:
 
 
 def _expected_count(kind: str, shard: ShardInfo, size: int) -> int:
-    """How many items a file of ``kind`` must hold for the counts the manifest records."""
-    if kind == "tokens":
-        return shard.tokens
-    if kind == "docs.idx":
-        return shard.records + 1
-    if kind == "spans":
-        return shard.spans
-    if kind == "spans.dir":
-        return int(layout.span_dir_entries(shard.tokens, shard.spans))
-    return size - layout.HEADER_SIZE  # docs, meta: bytes
+    """How many items a file of ``kind`` (an extension) must hold for the counts the manifest
+    records."""
+    return layout.item_count(
+        layout.KINDS[kind],
+        records=shard.records,
+        tokens=shard.tokens,
+        spans=shard.spans,
+        nbytes=size - layout.HEADER_SIZE,
+    )
 
 
 def _check_header(data: bytes, kind: str, size: int, shard: ShardInfo, where: str) -> None:
