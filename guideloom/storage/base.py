@@ -1,87 +1,52 @@
-"""The three storage classes: a location, a layout and a format, plus writing and committing.
+"""The three storage classes: a location, a layout and a format; opening, writing, deleting.
 
 ``XStorage(url, format)`` opens a committed dataset, checking that it was written with the same
 storage class and format, or prepares an empty location for writing. The schema is never
 inferred from file contents: the caller names it, and the manifest confirms it.
+
+What a storage delegates: the bytes of records to its layout's encoder (through `Writer`), the
+commit protocol (part records, commits, clean-up) to `guideloom.storage.commit.Committer`, and
+the checks of shard files to `guideloom.storage.checks`.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, ClassVar
 
 import guideloom.layout as layout
-from guideloom.errors import (
-    DatasetExistsError,
-    DatasetNotFoundError,
-    GuideLoomError,
-    IncompletePartsError,
-    ManifestError,
-    SchemaMismatchError,
-    ShardCorruptError,
-    ShardNotFoundError,
-)
+from guideloom.errors import DatasetExistsError, DatasetNotFoundError, ManifestError
 from guideloom.formats import (
     DocumentStorageFormat,
     Format,
     StreamNumpyFormat,
     StreamWithMetaStorageFormat,
-    same_spec,
 )
 from guideloom.io import Location
-from guideloom.manifest import (
-    FormatSpecModel,
-    Manifest,
-    PartRecord,
-    ShardInfo,
-    ShardTableBuilder,
-    parse_part_record,
-)
+from guideloom.manifest import Manifest, PartRecord, ShardInfo, StorageClassName
 from guideloom.storage.checks import (
     DEFAULT_VERIFY_CONCURRENCY,
+    check_schema,
     check_shard,
     load_manifest,
     verify_shards,
 )
+from guideloom.storage.commit import Committer, check_run
 from guideloom.storage.writer import DEFAULT_SHARD_SIZE, Writer
+from guideloom.types import Layout
 
 __all__ = ["DocumentStorage", "Storage", "StreamStorage", "StreamWithMetaStorage", "check_run"]
-
-_COMMIT_THREADS = 32  # part records read at once by commit
-_COMMIT_CHUNK = 1024  # parts in flight at once (bounds the records held in memory)
-_RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
-
-
-def check_run(run: str | None) -> str:
-    """``run`` as a valid run name (``None`` is the default run); ``ValueError`` otherwise."""
-    if run is None:
-        return layout.DEFAULT_RUN
-    if not isinstance(run, str) or not _RUN.fullmatch(run):
-        raise ValueError(
-            f"run must be 1-64 letters, digits, '-' or '_' (starting with a letter or digit), "
-            f"got {run!r}; derive it from the job, e.g. a hash of its inputs and options"
-        )
-    return run
-
-
-def _run_of(prefix: str) -> str | None:
-    """The run a shard prefix ``shards/r-<run>/a-<attempt>`` belongs to (None for others)."""
-    pieces = prefix.split("/")
-    if len(pieces) == 3 and pieces[1].startswith("r-"):
-        return pieces[1][2:]
-    return None
 
 
 class Storage:
     """Base of the storage classes; use `DocumentStorage`, `StreamStorage` or
     `StreamWithMetaStorage`."""
 
-    storage_class: ClassVar[str]
-    layout: ClassVar[str]
+    storage_class: ClassVar[StorageClassName]
+    layout: ClassVar[Layout]
     format_type: ClassVar[type[Format]]
 
     def __init__(
@@ -123,6 +88,7 @@ class Storage:
         self.format = format
         self.location = Location(url, storage_options)
         self._manifest: Manifest | None = None
+        self._commits = Committer(self.location, self.storage_class, format, on_publish=self._published)
         self._load_manifest(missing_ok=True)
 
     @property
@@ -166,18 +132,11 @@ class Storage:
                 ) from None
 
     def _check_schema(self, recorded: Manifest | PartRecord, where: str) -> None:
-        if recorded.storage_class != self.storage_class:
-            raise SchemaMismatchError(
-                f"{where} records a {recorded.storage_class}, but it was opened as "
-                f"{self.storage_class}; reopen it with {recorded.storage_class} and its format "
-                f"{recorded.format.name}({recorded.format.config})"
-            )
-        if not same_spec(recorded.format.model_dump(), self.format.spec()):
-            raise SchemaMismatchError(
-                f"{where} was written with format {recorded.format.name} "
-                f"config={recorded.format.config}, but opened with {type(self.format).__qualname__} "
-                f"config={self.format.config()}; reopen it with the format it was written with"
-            )
+        check_schema(self.storage_class, self.format, recorded, where)
+
+    def _published(self, manifest: Manifest) -> None:
+        """What the committer calls right after writing a manifest: it is the one to use now."""
+        self._manifest = manifest
 
     @property
     def manifest(self) -> Manifest:
@@ -281,19 +240,28 @@ class Storage:
         if part is None:
             if run is not None:
                 raise ValueError("run= names a parallel job: pass it with writer(part=k), commit(run=...)")
-            prefix = layout.generation_prefix(attempt)
-            return Writer(self, 0, shard_size=shard_size, metadata=metadata, commit=True, shard_prefix=prefix)
+            # A single writer publishes straight from its own record: no file another writer
+            # of this location could replace sits between its shards and its manifest.
+            return Writer(
+                self,
+                0,
+                shard_size=shard_size,
+                metadata=metadata,
+                shard_prefix=layout.generation_prefix(attempt),
+                on_complete=self._commits.publish_record,
+            )
         if isinstance(part, bool) or not isinstance(part, int) or part < 0:
             raise ValueError(f"part must be a non-negative int, got {part!r}")
         run = check_run(run)
+        # An earlier attempt's record stays valid until this one replaces it: its files are
+        # never touched by this attempt.
         return Writer(
             self,
             part,
             shard_size=shard_size,
             metadata=metadata,
-            commit=False,
             shard_prefix=layout.attempt_prefix(run, attempt),
-            record_path=layout.part_record_path(part, run),
+            on_complete=partial(self._commits.write_part_record, run=run),
         )
 
     def delete(self) -> None:
@@ -323,33 +291,7 @@ class Storage:
             DatasetNotFoundError: No dataset is committed at the URL.
             StorageAccessError: The storage refused a request or could not be reached.
         """
-        manifest = self.manifest
-        used = set(manifest.shard_table.prefix)
-        self._remove_outside(layout.SHARDS_DIR, used)
-        runs = {_run_of(p) for p in used} - {None}
-        for name in self.location.list(layout.PARTS_DIR):
-            rel = f"{layout.PARTS_DIR}/{name}"
-            run = name[2:] if name.startswith("r-") else layout.DEFAULT_RUN
-            if run not in runs:
-                self.location.delete(rel, recursive=name.startswith("r-"))
-            elif name.startswith("r-"):
-                keep = {layout.part_record_path(k, run) for k in range(manifest.num_parts)}
-                for record in self.location.list(rel):
-                    if f"{rel}/{record}" not in keep:
-                        self.location.delete(f"{rel}/{record}")
-            elif rel not in {layout.part_record_path(k) for k in range(manifest.num_parts)}:
-                self.location.delete(rel)
-
-    def _remove_outside(self, rel: str, used: set[str]) -> None:
-        """Delete everything under ``rel`` that is neither a used prefix nor above one."""
-        for name in self.location.list(rel):
-            path = f"{rel}/{name}"
-            if path in used:
-                continue
-            if any(u.startswith(path + "/") for u in used):
-                self._remove_outside(path, used)
-            else:
-                self.location.delete(path, recursive=True)
+        self._commits.remove_unreferenced(self.manifest)
 
     def read_part_record(self, part: int, *, run: str | None = None) -> PartRecord:
         """Part ``part``'s completion record in run ``run``.
@@ -370,13 +312,7 @@ class Storage:
             StorageAccessError: The storage refused the request or could not be reached.
             ValueError: `run` is not a valid run name.
         """
-        rel = layout.part_record_path(part, check_run(run))
-        # start=0: a ranged GET needs no size request first (a record is never empty).
-        record = parse_part_record(self.location.read(rel, start=0), self.location.describe(rel))
-        self._check_schema(record, self.location.describe(rel))
-        if record.part != part:
-            raise ManifestError(f"{self.location.describe(rel)} says it is part {record.part}")
-        return record
+        return self._commits.read_part_record(part, run)
 
     def part_complete(self, part: int, verify: str = "size", *, run: str | None = None) -> bool:
         """Whether part ``part`` of run ``run`` has a valid completion record whose files match it.
@@ -399,13 +335,7 @@ class Storage:
             ValueError: `verify` is not one of the three values, or `run` is not a valid run
                 name.
         """
-        try:
-            record = self.read_part_record(part, run=run)
-            for shard in record.shards:
-                self.check_shard(shard, verify)
-        except (FileNotFoundError, ManifestError, ShardCorruptError):
-            return False
-        return True
+        return self._commits.part_complete(part, verify, run)
 
     def commit(
         self,
@@ -444,102 +374,7 @@ class Storage:
             StorageAccessError: The storage refused a request or could not be reached.
             ValueError: `num_parts` is not a positive int, or `run` is not a valid run name.
         """
-        if isinstance(num_parts, bool) or not isinstance(num_parts, int) or num_parts <= 0:
-            raise ValueError(f"num_parts must be a positive int, got {num_parts!r}")
-        run = check_run(run)
-        listed = self.location.sizes_under(layout.run_prefix(run))
-        builder = ShardTableBuilder()
-        bad: list[tuple[int, str]] = []
-        with ThreadPoolExecutor(max_workers=min(_COMMIT_THREADS, num_parts)) as pool:
-            for start in range(0, num_parts, _COMMIT_CHUNK):  # bounded: records are dropped as added
-                parts = range(start, min(num_parts, start + _COMMIT_CHUNK))
-                for k, (record, why) in zip(parts, pool.map(lambda k: self._try_part(k, run, listed), parts)):
-                    if record is None:
-                        bad.append((k, why))
-                    elif not bad:
-                        builder.add_part(record)
-        if bad:
-            listing = "; ".join(f"part {k}: {why}" for k, why in bad[:20])
-            more = f" (and {len(bad) - 20} more)" if len(bad) > 20 else ""
-            raise IncompletePartsError(
-                f"cannot commit {self.url}: {len(bad)} of {num_parts} parts have no valid "
-                f"completion record: {listing}{more}. Re-run the writers of those parts, then commit"
-            )
-        attempts = {rel.split("/")[:3][-1] for rel in listed}
-        return self._publish(builder, metadata, cleanup=cleanup, run=run, attempts=attempts)
-
-    def _publish(
-        self,
-        parts: ShardTableBuilder | list[PartRecord],
-        metadata: dict[str, Any] | None,
-        *,
-        cleanup: bool = True,
-        run: str | None = None,
-        attempts: set[str] | None = None,
-    ) -> Manifest:
-        """Write the manifest of ``parts``, then remove what the manifest it replaced used."""
-        from guideloom._version import __version__
-
-        if isinstance(parts, list):
-            builder = ShardTableBuilder()
-            for record in parts:
-                builder.add_part(record)
-            parts = builder
-        previous = self._current_manifest()
-        manifest = Manifest.from_table(
-            parts.build(),
-            storage_class=self.storage_class,
-            format=FormatSpecModel(**self.format.spec()),
-            num_parts=parts.num_parts,
-            guideloom_version=__version__,
-            metadata=dict(metadata or {}),
-        )
-        self.location.write(layout.manifest_path(), manifest.to_json())
-        self._manifest = manifest
-        if cleanup:
-            used = set(manifest.shard_table.prefix)
-            stale = set(previous.shard_table.prefix) if previous is not None else set()
-            if run is not None:
-                stale |= {f"{layout.run_prefix(run)}/{a}" for a in attempts or ()}
-            for prefix in sorted(stale - used):
-                if not any(u.startswith(prefix + "/") for u in used):
-                    self._remove_quietly(prefix)
-        return manifest
-
-    def _current_manifest(self) -> Manifest | None:
-        """The manifest committed here right now, or None (missing or unreadable)."""
-        try:
-            return load_manifest(self.location)
-        except (DatasetNotFoundError, ManifestError):
-            return None
-
-    def _remove_quietly(self, rel: str) -> None:
-        # Cleanup after a commit is best effort: the commit itself already succeeded.
-        try:
-            self.location.delete(rel, recursive=True)
-        except (GuideLoomError, OSError):
-            pass
-
-    def _try_part(self, part: int, run: str, listed: dict[str, int]) -> tuple[PartRecord | None, str]:
-        try:
-            record = self.read_part_record(part, run=run)
-        except FileNotFoundError:
-            return None, "missing (the writer did not finish)"
-        except (ManifestError, SchemaMismatchError) as err:
-            return None, str(err)
-
-        def size_of(rel: str) -> int:
-            # From the listing taken when commit started; a file written since (or outside the
-            # run's prefix) is asked for on its own.
-            size = listed.get(rel)
-            return self.location.size(rel) if size is None else size
-
-        try:
-            for shard in record.shards:
-                check_shard(self.location, shard, "size", size_of=size_of)
-        except (ShardNotFoundError, ShardCorruptError) as err:
-            return None, str(err)
-        return record, ""
+        return self._commits.commit(num_parts, metadata, run=run, cleanup=cleanup)
 
     # -- checking ---------------------------------------------------------------------------
 

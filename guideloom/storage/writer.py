@@ -2,8 +2,14 @@
 
 A writer owns one *part*. It fills shards in memory up to ``shard_size`` bytes, writes each one
 atomically when it is full (a shard closes after the record that reaches the size, so records
-are never split), and, only if the ``with`` block exits cleanly, writes the part's completion
-record (``writer(part=k)``) or the manifest (``writer()``) last.
+are never split), and, only if the ``with`` block exits cleanly, hands its finished part to its
+completion (`Completion`): the part's completion record (``writer(part=k)``) or the manifest
+(``writer()``), written last.
+
+What the bytes of a record are is its layout's business: the writer asks the encoder of its
+storage's layout (`guideloom.storage.encoders`) to add each record to the shard being filled and
+to finish a shard's index files; the writer keeps the buffering, the shard size, the headers,
+the checksums and the completion.
 
 Every writer attempt writes its shards under a prefix of its own (``shards/r-<run>/a-<attempt>``
 or ``shards/w-<token>``), so two attempts of one part (a retried task racing its original) never
@@ -14,43 +20,52 @@ makes the attempt count, and the last attempt to write it wins.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, Protocol
 
-import numpy as np
 import xxhash
 
 import guideloom.layout as layout
 from guideloom.errors import GuideLoomError, RecordError
-from guideloom.formats import (
-    DocumentStorageFormat,
-    StreamNumpyFormat,
-    StreamWithMetaStorageFormat,
-    check_spans,
+from guideloom.formats import Format
+from guideloom.io import Location
+from guideloom.manifest import (
+    FileInfo,
+    FormatSpecModel,
+    PartRecord,
+    ShardInfo,
+    StorageClassName,
+    now_iso,
+    version_for,
 )
-from guideloom.manifest import FileInfo, FormatSpecModel, PartRecord, ShardInfo, now_iso, version_for
+from guideloom.storage.encoders import encoder_for
+from guideloom.types import Layout
 
-if TYPE_CHECKING:
-    from guideloom.storage.base import Storage
-
-__all__ = ["DEFAULT_SHARD_SIZE", "Writer"]
+__all__ = ["DEFAULT_SHARD_SIZE", "Completion", "WriteTarget", "Writer"]
 
 DEFAULT_SHARD_SIZE = 64 * 2**20
 
+Completion = Callable[[PartRecord], PartRecord]
+"""What a writer does with its finished part when it closes cleanly: it is called once with the
+part's record (its shards and the writer's metadata), makes the part count (a part completion
+record, or a manifest), and returns the record `Writer.close` returns."""
 
-class _ShardBuffer:
-    """The files of one shard being filled: per file kind, a list of byte chunks."""
 
-    def __init__(self, kinds: Sequence[str]):
-        self.chunks: dict[str, list[bytes | memoryview]] = {k: [] for k in kinds}
-        self.nbytes = 0
-        self.records = 0
-        self.tokens = 0
-        self.spans = 0
+class WriteTarget(Protocol):
+    """What a writer needs of the storage it writes into (`guideloom.storage.Storage` has it)."""
 
-    def add(self, kind: str, data: bytes | memoryview) -> None:
-        self.chunks.setdefault(kind, []).append(data)
-        self.nbytes += len(data)
+    @property
+    def location(self) -> Location: ...
+
+    @property
+    def format(self) -> Format: ...
+
+    @property
+    def layout(self) -> Layout: ...
+
+    @property
+    def storage_class(self) -> StorageClassName: ...
 
 
 class Writer:
@@ -71,14 +86,13 @@ class Writer:
 
     def __init__(
         self,
-        storage: Storage,
+        storage: WriteTarget,
         part: int,
         *,
         shard_size: int,
         metadata: dict[str, Any] | None,
-        commit: bool,
         shard_prefix: str,
-        record_path: str | None = None,
+        on_complete: Completion,
     ) -> None:
         """Made by `storage.writer()`; there is no need to build one yourself.
 
@@ -87,10 +101,10 @@ class Writer:
             part: The part number.
             shard_size: Bytes per shard.
             metadata: JSON-able values for the manifest or the part's completion record.
-            commit: Whether `close` writes the manifest (`storage.writer()`) rather than a part
-                completion record (`storage.writer(part=k)`).
             shard_prefix: The folder (relative to the dataset root) this attempt writes under.
-            record_path: Where the part's completion record goes (parts only).
+            on_complete: What `close` does with the finished part (see `Completion`): write
+                the part's completion record (`storage.writer(part=k)`), or publish the
+                manifest (`storage.writer()`).
 
         Raises:
             ValueError: `shard_size` is not positive.
@@ -101,16 +115,14 @@ class Writer:
         self.part = part
         self.shard_size = shard_size
         self.metadata = dict(metadata or {})
-        self._commit = commit
         self._prefix = shard_prefix
+        self._on_complete = on_complete
         self._shards: list[ShardInfo] = []
-        self._kinds = _FILE_KINDS[storage.layout]
-        self._buffer = _ShardBuffer(self._kinds)
+        self._encoder = encoder_for(storage.layout, storage.format)
+        self._buffer = self._encoder.new_shard()
         self._records = 0
         self._closed = False
-        # Where the completion record goes (parallel parts). An earlier attempt's record stays
-        # valid until this one replaces it: its files are never touched by this attempt.
-        self._record_path = record_path
+        self._where = f"{storage.location.display_url}: part {part} record "
 
     # -- appending --------------------------------------------------------------------------
 
@@ -146,42 +158,12 @@ class Writer:
         """
         if self._closed:
             raise RuntimeError("this writer is closed; open a new one with storage.writer()")
-        where = f"{self.storage.location.display_url}: part {self.part} record {self._records}"
-        buf = self._buffer
-        fmt = self.storage.format
-        if spans is not None and not isinstance(fmt, StreamWithMetaStorageFormat):
+        where = f"{self._where}{self._records}"
+        encoder = self._encoder
+        if spans is not None and not encoder.takes_spans:
             raise RecordError(f"{where}: spans are only stored by StreamWithMetaStorage")
-        if isinstance(fmt, DocumentStorageFormat):
-            data = _encoded(fmt.encode, record, where, "encode")
-            if buf.records == 0:
-                self._offsets = [0]
-            self._offsets.append(self._offsets[-1] + len(data))
-            buf.add("docs", bytes(data))
-        elif isinstance(fmt, StreamNumpyFormat):
-            elements = fmt.to_elements(record, where)
-            buf.add("tokens", elements.data.cast("B"))
-            buf.tokens += len(elements)
-        elif isinstance(fmt, StreamWithMetaStorageFormat):
-            elements = fmt.stream_format.to_elements(record, where)
-            checked = check_spans(spans or [], len(elements), where)
-            # Encode every annotation before touching the shard buffer: a failure leaves no trace.
-            metas = [
-                _encoded(fmt.encode_meta, annotation, f"{where} span {j}", "encode_meta")
-                for j, (_, _, annotation) in enumerate(checked)
-            ]
-            if buf.records == 0:
-                self._span_rows: list[tuple[int, int, int, int]] = []
-                self._meta_size = 0
-            for (start, stop, _), meta in zip(checked, metas):
-                size = len(meta)
-                self._span_rows.append(
-                    (buf.tokens + start, buf.tokens + stop, self._meta_size, self._meta_size + size)
-                )
-                self._meta_size += size
-                buf.add("meta", bytes(meta))
-            buf.spans += len(checked)
-            buf.add("tokens", elements.data.cast("B"))
-            buf.tokens += len(elements)
+        buf = self._buffer
+        encoder.append(buf, record, spans, where)
         buf.records += 1
         self._records += 1
         if buf.nbytes >= self.shard_size:
@@ -190,34 +172,25 @@ class Writer:
     # -- shards -----------------------------------------------------------------------------
 
     def _flush(self) -> None:
+        """Write the shard being filled (if it holds a record), one atomic write per file."""
         buf = self._buffer
         if buf.records == 0:
             return
         index = len(self._shards)
-        kind = self.storage.layout
-        if kind == "documents":
-            offsets = np.asarray(self._offsets, dtype=layout.OFFSET_DTYPE)
-            buf.add("docs.idx", offsets.data.cast("B"))
-        elif kind == "stream_with_meta":
-            table = np.array(self._span_rows, dtype=np.uint64).reshape(-1, 4)
-            spans = np.empty(len(table), dtype=layout.SPAN_DTYPE)
-            for col, name in enumerate(layout.SPAN_DTYPE.names or ()):
-                spans[name] = table[:, col]
-            buf.add("spans", spans.data.cast("B"))
-            directory = layout.span_directory(spans, buf.tokens, self._meta_size)
-            buf.add("spans.dir", directory.data.cast("B"))
+        encoder = self._encoder
+        encoder.finish(buf)
         files: dict[str, FileInfo] = {}
-        for file_kind, chunks in buf.chunks.items():
-            itemsize, count = self._items(file_kind, buf)
-            header = layout.ShardHeader(file_kind, itemsize, count).pack()
+        for name, chunks in buf.chunks.items():
+            kind = encoder.files[name]
+            itemsize, count = encoder.header(kind, buf)
+            header = layout.ShardHeader(kind.extension, itemsize, count).pack()
             hasher = xxhash.xxh3_64(header)
             size = len(header)
             for chunk in chunks:
                 hasher.update(chunk)
                 size += len(chunk)
-            rel = layout.shard_file_path(self.part, index, file_kind, self._prefix)
+            rel = layout.shard_file_path(self.part, index, kind.extension, self._prefix)
             self.storage.location.write(rel, [header, *chunks])
-            name = _FILE_NAMES.get(file_kind, file_kind)
             files[name] = FileInfo(path=rel, size=size, checksum=layout.checksum(hasher))
         self._shards.append(
             ShardInfo(
@@ -229,23 +202,7 @@ class Writer:
                 files=files,
             )
         )
-        self._buffer = _ShardBuffer(self._kinds)
-
-    def _items(self, file_kind: str, buf: _ShardBuffer) -> tuple[int, int]:
-        """(bytes per item, item count) of one file of the shard, for its header."""
-        if file_kind == "tokens":
-            fmt = self.storage.format
-            stream = fmt.stream_format if isinstance(fmt, StreamWithMetaStorageFormat) else fmt
-            if not isinstance(stream, StreamNumpyFormat):
-                raise TypeError(f"{type(fmt).__qualname__} is not a stream format")
-            return stream.itemsize, buf.tokens
-        if file_kind == "docs.idx":
-            return layout.OFFSET_DTYPE.itemsize, buf.records + 1
-        if file_kind == "spans":
-            return layout.SPAN_DTYPE.itemsize, buf.spans
-        if file_kind == "spans.dir":
-            return layout.SPAN_DIR_DTYPE.itemsize, int(layout.span_dir_entries(buf.tokens, buf.spans))
-        return 1, sum(len(c) for c in buf.chunks[file_kind])  # docs, meta: bytes
+        self._buffer = encoder.new_shard()
 
     # -- finishing ----------------------------------------------------------------------------
 
@@ -271,22 +228,14 @@ class Writer:
         self._closed = True
         record = PartRecord(
             version=version_for(self._shards[0].files if self._shards else ()),
-            storage_class=self.storage.storage_class,  # type: ignore[arg-type]
+            storage_class=self.storage.storage_class,
             format=FormatSpecModel(**self.storage.format.spec()),
             shards=tuple(self._shards),
             part=self.part,
             created_at=now_iso(),
-            metadata=self.metadata if not self._commit else {},
+            metadata=self.metadata,
         )
-        if self._commit:
-            # A single writer publishes straight from its own record: no file another writer
-            # of this location could replace sits between its shards and its manifest.
-            self.storage._publish([record], self.metadata)
-        else:
-            if self._record_path is None:  # unreachable: Storage.writer always passes one
-                raise RuntimeError("a part writer needs a completion record path")
-            self.storage.location.write(self._record_path, record.model_dump_json(indent=1).encode())
-        return record
+        return self._on_complete(record)
 
     def abort(self) -> None:
         """Stop without writing a completion record or manifest, and remove this attempt's shards
@@ -305,7 +254,9 @@ class Writer:
     def __enter__(self) -> Writer:
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if exc_type is None:
             self.close()
         else:
@@ -315,28 +266,3 @@ class Writer:
     def records_written(self) -> int:
         """Records appended so far (refused records not counted)."""
         return self._records
-
-
-# The manifest's name of each file kind (the others are named by their kind).
-_FILE_NAMES = {"tokens": "data", "docs": "data", "docs.idx": "index", "spans.dir": "span_dir"}
-
-_FILE_KINDS = {
-    "documents": ("docs",),
-    "stream": ("tokens",),
-    "stream_with_meta": ("tokens", "meta"),
-}
-
-
-def _encoded(encode: Any, value: Any, where: str, method: str) -> bytes | bytearray | memoryview:
-    """``encode(value)``, with any failure or non-bytes result reported as a `RecordError`."""
-    try:
-        data = encode(value)
-    except RecordError:
-        raise
-    except Exception as err:
-        owner = getattr(encode, "__self__", None)
-        name = f"{type(owner).__qualname__}.{method}" if owner is not None else method
-        raise RecordError(f"{where}: {name} failed: {err}") from err
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise RecordError(f"{where}: {method} must return bytes, got {type(data).__name__}")
-    return data

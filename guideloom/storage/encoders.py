@@ -1,0 +1,241 @@
+"""Shard encoders: one class per layout turns appended records into the bytes of a shard's files.
+
+The `Writer` owns everything a layout does not change (buffering, shard size, flushing, headers,
+checksums, completion); the encoder of its storage's layout owns what does:
+
+* `DocumentEncoder` (``documents``): each record encoded by the format into ``data``; the
+  offsets index (``index``) when the shard closes;
+* `StreamEncoder` (``stream``): each record's elements into ``data``;
+* `StreamWithMetaEncoder` (``stream_with_meta``): elements into ``data``, each span's
+  annotation into ``meta``; the span table (``spans``) and the span directory (``span_dir``)
+  when the shard closes.
+
+`ENCODERS` maps each layout to its encoder class (the layouts are fixed by the storage classes).
+An encoder fills a `ShardBuffer` that `new_shard` gives it; a record it refuses leaves the buffer
+and the encoder's own state as they were (everything that can fail runs before the first change).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+import guideloom.layout as layout
+from guideloom.errors import RecordError
+from guideloom.formats import (
+    DocumentStorageFormat,
+    Format,
+    StreamNumpyFormat,
+    StreamWithMetaStorageFormat,
+    check_spans,
+)
+from guideloom.layout import FileKind, FileName
+from guideloom.types import Layout
+
+__all__ = [
+    "ENCODERS",
+    "DocumentEncoder",
+    "ShardBuffer",
+    "ShardEncoder",
+    "StreamEncoder",
+    "StreamWithMetaEncoder",
+    "encoder_for",
+]
+
+Chunk = bytes | memoryview
+
+
+class ShardBuffer:
+    """The files of one shard being filled: per file name, a list of byte chunks (in the order
+    `guideloom.layout.LAYOUT_FILES` lists the layout's files), and the shard's counts."""
+
+    __slots__ = ("chunks", "nbytes", "records", "spans", "tokens")
+
+    def __init__(self, names: Sequence[FileName]) -> None:
+        self.chunks: dict[FileName, list[Chunk]] = {name: [] for name in names}
+        self.nbytes = 0  # bytes of every chunk so far (what shard_size is compared with)
+        self.records = 0
+        self.tokens = 0
+        self.spans = 0
+
+    def add(self, name: FileName, data: Chunk) -> None:
+        self.chunks[name].append(data)
+        self.nbytes += len(data)
+
+
+class ShardEncoder:
+    """Base of the encoders: records of one layout -> byte chunks of its shard files.
+
+    Attributes:
+        layout: The layout it encodes (a key of `ENCODERS`).
+        takes_spans: Whether `append` stores spans.
+        files: The layout's files, by name (`guideloom.layout.LAYOUT_FILES`).
+        element_size: Bytes per stream element (0 for documents).
+    """
+
+    layout: ClassVar[Layout]
+    takes_spans: ClassVar[bool] = False
+
+    def __init__(self, format: Format) -> None:
+        self.files: dict[FileName, FileKind] = layout.LAYOUT_FILES[self.layout]
+        self.element_size = 0
+
+    def new_shard(self) -> ShardBuffer:
+        """An empty buffer for the next shard (and this encoder's per-shard state reset)."""
+        return ShardBuffer(tuple(self.files))
+
+    def append(self, shard: ShardBuffer, record: Any, spans: Sequence[Any] | None, where: str) -> None:
+        """Add one record's bytes to ``shard`` and count its tokens and spans (not the record:
+        the writer counts records). ``where`` starts every error message.
+
+        Raises:
+            RecordError: The format refuses the record (nothing is added then).
+            SpanError: The spans are invalid (nothing is added then).
+        """
+        raise NotImplementedError
+
+    def finish(self, shard: ShardBuffer) -> None:
+        """Add the files that describe the whole shard (indexes), before it is written."""
+
+    def header(self, kind: FileKind, shard: ShardBuffer) -> tuple[int, int]:
+        """``(bytes per item, item count)`` of ``shard``'s file of ``kind``, for its header."""
+        itemsize = kind.itemsize or self.element_size
+        nbytes = sum(map(len, shard.chunks[kind.name]))
+        count = layout.item_count(
+            kind, records=shard.records, tokens=shard.tokens, spans=shard.spans, nbytes=nbytes
+        )
+        return itemsize, count
+
+
+class DocumentEncoder(ShardEncoder):
+    """Documents: the format's bytes of each record back to back, and their offsets."""
+
+    layout = "documents"
+
+    def __init__(self, format: Format) -> None:
+        super().__init__(format)
+        if not isinstance(format, DocumentStorageFormat):
+            raise TypeError(
+                f"documents are encoded by a DocumentStorageFormat, got {type(format).__qualname__}"
+            )
+        self._encode = format.encode
+        self._offsets = [0]
+
+    def new_shard(self) -> ShardBuffer:
+        self._offsets = [0]
+        return super().new_shard()
+
+    def append(self, shard: ShardBuffer, record: Any, spans: Sequence[Any] | None, where: str) -> None:
+        data = _encoded(self._encode, record, where, "encode")
+        offsets = self._offsets
+        offsets.append(offsets[-1] + len(data))
+        shard.add("data", bytes(data))
+
+    def finish(self, shard: ShardBuffer) -> None:
+        offsets = np.asarray(self._offsets, dtype=layout.OFFSET_DTYPE)
+        shard.add("index", offsets.data.cast("B"))
+
+
+class StreamEncoder(ShardEncoder):
+    """A stream: each record's structured elements back to back."""
+
+    layout = "stream"
+
+    def __init__(self, format: Format) -> None:
+        super().__init__(format)
+        if not isinstance(format, StreamNumpyFormat):
+            raise TypeError(f"streams are encoded by a StreamNumpyFormat, got {type(format).__qualname__}")
+        self._to_elements = format.to_elements
+        self.element_size = format.itemsize
+
+    def append(self, shard: ShardBuffer, record: Any, spans: Sequence[Any] | None, where: str) -> None:
+        elements = self._to_elements(record, where)
+        shard.add("data", elements.data.cast("B"))
+        shard.tokens += len(elements)
+
+
+class StreamWithMetaEncoder(ShardEncoder):
+    """A stream plus annotations: elements, each span's encoded annotation, and per shard the
+    span table and its directory."""
+
+    layout = "stream_with_meta"
+    takes_spans = True
+
+    def __init__(self, format: Format) -> None:
+        super().__init__(format)
+        if not isinstance(format, StreamWithMetaStorageFormat):
+            raise TypeError(
+                f"streams with metadata are encoded by a StreamWithMetaStorageFormat, got {type(format).__qualname__}"
+            )
+        self._to_elements = format.stream_format.to_elements
+        self._encode_meta = format.encode_meta
+        self.element_size = format.stream_format.itemsize
+        self._span_rows: list[tuple[int, int, int, int]] = []
+        self._meta_size = 0
+
+    def new_shard(self) -> ShardBuffer:
+        self._span_rows = []
+        self._meta_size = 0
+        return super().new_shard()
+
+    def append(self, shard: ShardBuffer, record: Any, spans: Sequence[Any] | None, where: str) -> None:
+        elements = self._to_elements(record, where)
+        checked = check_spans(spans or [], len(elements), where)
+        # Encode every annotation before touching the shard buffer: a failure leaves no trace.
+        metas = [
+            _encoded(self._encode_meta, annotation, f"{where} span {j}", "encode_meta")
+            for j, (_, _, annotation) in enumerate(checked)
+        ]
+        at = shard.tokens
+        for (start, stop, _), meta in zip(checked, metas):
+            size = len(meta)
+            self._span_rows.append((at + start, at + stop, self._meta_size, self._meta_size + size))
+            self._meta_size += size
+            shard.add("meta", bytes(meta))
+        shard.spans += len(checked)
+        shard.add("data", elements.data.cast("B"))
+        shard.tokens += len(elements)
+
+    def finish(self, shard: ShardBuffer) -> None:
+        table = np.array(self._span_rows, dtype=np.uint64).reshape(-1, 4)
+        spans = np.empty(len(table), dtype=layout.SPAN_DTYPE)
+        for col, name in enumerate(layout.SPAN_DTYPE.names or ()):
+            spans[name] = table[:, col]
+        shard.add("spans", spans.data.cast("B"))
+        directory = layout.span_directory(spans, shard.tokens, self._meta_size)
+        shard.add("span_dir", directory.data.cast("B"))
+
+
+ENCODERS: dict[Layout, type[ShardEncoder]] = {
+    cls.layout: cls for cls in (DocumentEncoder, StreamEncoder, StreamWithMetaEncoder)
+}
+"""The encoder class of each layout."""
+
+
+def encoder_for(layout_name: Layout, format: Format) -> ShardEncoder:
+    """A fresh encoder of records in ``format`` for shards of ``layout_name``.
+
+    Raises:
+        KeyError: ``layout_name`` is not a layout (see `guideloom.types.LAYOUTS`).
+        TypeError: ``format`` is not of the kind the layout stores.
+    """
+    return ENCODERS[layout_name](format)
+
+
+def _encoded(
+    encode: Callable[[Any], Any], value: Any, where: str, method: str
+) -> bytes | bytearray | memoryview:
+    """``encode(value)``, with any failure or non-bytes result reported as a `RecordError`."""
+    try:
+        data = encode(value)
+    except RecordError:
+        raise
+    except Exception as err:
+        owner = getattr(encode, "__self__", None)
+        name = f"{type(owner).__qualname__}.{method}" if owner is not None else method
+        raise RecordError(f"{where}: {name} failed: {err}") from err
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise RecordError(f"{where}: {method} must return bytes, got {type(data).__name__}")
+    return data
