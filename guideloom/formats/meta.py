@@ -147,7 +147,7 @@ class StreamWithMetaStorageFormat(Format):
         ]
 
 
-class AlignedBatch(list):  # type: ignore[type-arg]
+class AlignedBatch(list[Any]):
     """What the default `align_batch` returns: the samples `align` would build (one
     ``{**window, "spans": spans}`` dict per row), together with the batch's own arrays.
 

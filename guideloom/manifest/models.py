@@ -13,7 +13,7 @@ import datetime as _dt
 import json
 from collections.abc import Collection, Sequence
 from functools import cached_property
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import numpy as np
 import xxhash
@@ -487,7 +487,10 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _parse(model: type[BaseModel], data: bytes, where: str) -> Any:
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def _parse(model: type[_Model], data: bytes, where: str) -> _Model:
     try:
         return model.model_validate_json(data)
     except ValidationError as first:
@@ -507,10 +510,9 @@ def _parse(model: type[BaseModel], data: bytes, where: str) -> Any:
 
 def parse_manifest(data: bytes, where: str) -> Manifest:
     """Parse and validate manifest bytes; errors name ``where`` (a redacted URL)."""
-    result: Manifest = _parse(Manifest, data, where)
-    return result
+    return _parse(Manifest, data, where)
 
 
 def parse_part_record(data: bytes, where: str) -> PartRecord:
-    result: PartRecord = _parse(PartRecord, data, where)
-    return result
+    """Parse and validate a part completion record; errors name ``where`` (a redacted URL)."""
+    return _parse(PartRecord, data, where)

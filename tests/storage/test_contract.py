@@ -36,6 +36,7 @@ from guideloom.errors import (
     ShardNotFoundError,
     SpanError,
 )
+from guideloom.storage.writer import Writer
 
 
 def raw_fs(url: str, options: dict):
@@ -407,3 +408,34 @@ def test_verify_names_a_file_that_is_not_a_shard(dataset_url):
     fs.pipe_file(shard, b"NOTASHARD" + data[9:])  # same size, header destroyed
     [(_, err)] = list(storage.verify())
     assert isinstance(err, ShardCorruptError) and "not a GuideLoom shard file (bad magic" in str(err)
+
+
+def test_a_writer_hands_its_finished_part_to_its_completion(tmp_path):
+    """The writer knows nothing of commits: what its finished part becomes (a part record, a
+    manifest) is the completion it is given. One that only keeps the record publishes nothing."""
+    storage = StreamStorage(str(tmp_path / "ds"), tokens_format())
+    finished = []
+
+    def keep(record):
+        finished.append(record)
+        return record
+
+    writer = Writer(
+        storage, 4, shard_size=16, metadata={"k": 1}, shard_prefix="shards/mine", on_complete=keep
+    )
+    with writer as w:
+        for j in range(3):
+            w.append({"tokens": np.full(3, j), "loss_mask": np.ones(3)})
+    (record,) = finished
+    assert record.part == 4 and record.metadata == {"k": 1} and len(record.shards) == 2
+    assert record.shards[1].files["data"].path == "shards/mine/part-00004/shard-00001.tokens"
+    assert (tmp_path / "ds" / record.shards[1].files["data"].path).is_file()
+    assert not storage.exists() and not (tmp_path / "ds" / "parts").exists()
+    # The storage's own completions: a part writer's record keeps its metadata, a single
+    # writer's goes to the manifest.
+    with storage.writer(part=0, metadata={"m": 2}) as w:
+        w.append({"tokens": [1], "loss_mask": [1]})
+    assert storage.read_part_record(0).metadata == {"m": 2}
+    single = storage.writer(metadata={"m": 3})
+    single.append({"tokens": [1], "loss_mask": [1]})
+    assert single.close().metadata == {} and storage.manifest.metadata == {"m": 3}
