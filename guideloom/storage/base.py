@@ -109,7 +109,7 @@ class Storage:
                 return None
             raise
         where = self.location.describe(layout.manifest_path())
-        self._check_schema(manifest, where)
+        check_schema(self.storage_class, self.format, manifest, where)
         self._check_counts(manifest, where)
         self._manifest = manifest
         return manifest
@@ -130,9 +130,6 @@ class Storage:
                     f"{where} contradicts itself: {err}. The manifest was altered or damaged: "
                     "restore it or rewrite the dataset"
                 ) from None
-
-    def _check_schema(self, recorded: Manifest | PartRecord, where: str) -> None:
-        check_schema(self.storage_class, self.format, recorded, where)
 
     def _published(self, manifest: Manifest) -> None:
         """What the committer calls right after writing a manifest: it is the one to use now."""
