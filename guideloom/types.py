@@ -212,3 +212,166 @@ class Tokenizer(Protocol):
         """What identifies it in the manifest and in a job's identity: at least ``spec``,
         ``vocab_size``, ``eos_id`` and a hash of what defines the vocabulary."""
         ...
+
+
+# -- input readers (ingestion) ----------------------------------------------------------------
+#
+# An input reader is one *kind* of input file (``jsonl``, ``parquet``, ``text``: the values of
+# ``--input-format``). Planning asks it how a file is cut into segments; a part asks it for the
+# records of one segment. Built-in kinds live in `guideloom.workers.readers`; a user's package
+# adds one by name through `guideloom.registry` (group ``guideloom.input_readers``).
+
+from collections.abc import Iterator  # noqa: E402  (what this section adds needs these)
+from dataclasses import dataclass, field  # noqa: E402
+
+
+class InputFileInfo(Protocol):
+    """One input file as planning found it (`guideloom.workers.sources.InputFile`)."""
+
+    @property
+    def url(self) -> str:
+        """A local path or an fsspec URL (credentials included: never show it unredacted)."""
+        ...
+
+    @property
+    def size(self) -> int:
+        """Bytes as stored (compressed, when it is)."""
+        ...
+
+    @property
+    def kind(self) -> str:
+        """The name of its input reader (``"jsonl"``, ...)."""
+        ...
+
+    @property
+    def compression(self) -> str | None:
+        """``"gzip"``, ``"zstd"`` (from the name's suffix) or None."""
+        ...
+
+
+class SegmentInfo(Protocol):
+    """A range of one input file that one part reads (`guideloom.workers.sources.Segment`)."""
+
+    @property
+    def start(self) -> int:
+        """First unit of the range, in the reader's unit (bytes, row groups, ...)."""
+        ...
+
+    @property
+    def end(self) -> int:
+        """End of the range (exclusive), in the same unit."""
+        ...
+
+    @property
+    def whole(self) -> bool:
+        """True: the whole file, whatever ``start`` and ``end`` say (an unsplittable file)."""
+        ...
+
+
+class Cut(NamedTuple):
+    """One segment of a file as its reader cuts it: units ``[start, end)`` (or the ``whole``
+    file), standing for ``weight`` input bytes (as stored) when segments are packed into parts."""
+
+    start: int
+    end: int
+    whole: bool
+    weight: int
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """What a job tells every reader (the job file's keys of the same names).
+
+    ``text_field`` names the field that holds a record's text, ``passthrough`` the fields a
+    document keeps beside its tokens (a reader that can read only some fields reads these);
+    ``text_per_line`` says whether a plain text file is a document per line (else one per file);
+    ``storage_options`` are the fsspec options for the inputs.
+    """
+
+    text_field: str = "text"
+    text_per_line: bool = False
+    passthrough: tuple[str, ...] = ()
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class InputRecord:
+    """A record as read, before it becomes what is tokenized: its fields and where it is.
+
+    ``line`` is 1-based when known; a segment that starts mid-file knows only ``offset``, the
+    byte offset of the line's start (``guideloom.workers.sources.line_number`` turns it into a
+    line for a message); ``row`` counts the rows of a table, 1-based.
+    """
+
+    data: dict[str, Any]
+    line: int | None = None
+    offset: int | None = None
+    row: int | None = None
+
+
+@dataclass(frozen=True)
+class Document:
+    """What the stream and document layouts tokenize: a text and the passthrough fields kept."""
+
+    text: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BadRecord:
+    """A record that cannot be used: ``reason`` is a short key counted per file (``skip``), and
+    ``detail`` says what is wrong; where it is as in `InputRecord`."""
+
+    reason: str
+    detail: str
+    line: int | None = None
+    offset: int | None = None
+    row: int | None = None
+
+
+@runtime_checkable
+class InputReader(Protocol):
+    """One kind of input file: how planning cuts a file, and how a part reads one segment.
+
+    Registered by name (``INPUT_READERS.register("csv", CsvReader())`` in
+    `guideloom.workers.readers`, or an entry point in the group ``guideloom.input_readers``
+    whose object is the reader). Readers are stateless and picklable: planning calls `cut` in
+    the driver, Ray tasks call `read` on the workers, and a name must resolve there too.
+
+    The contract that makes ingestion deterministic: for the same file and options, `cut`
+    returns the same cuts, and the segments of a file, read one after another, yield every
+    record of the file exactly once, in file order, whatever the cut points.
+    """
+
+    suffixes: tuple[str, ...]
+    """File-name endings (after a ``.gz``/``.zst`` suffix is removed) that choose this reader
+    under ``input_format: auto``, such as ``(".jsonl", ".ndjson")``; lower case."""
+    reads_to_cut: bool
+    """Whether `cut` reads the file (a Parquet footer): planning then calls it concurrently."""
+
+    def cut(self, file: InputFileInfo, part_size: int, options: ReadOptions) -> list[Cut]:
+        """The segments of ``file``, in order, each about ``part_size`` input bytes or less
+        (a file that cannot be split, such as a compressed one: one ``whole`` cut)."""
+        ...
+
+    def read(
+        self, file: InputFileInfo, segment: SegmentInfo, options: ReadOptions
+    ) -> Iterator[InputRecord | Document | BadRecord]:
+        """The items of one segment, in file order: an `InputRecord` for a record whose text is
+        picked from its fields afterwards (``text_field``), a `Document` for one that is already
+        a text (a plain text line), a `BadRecord` for one that cannot be either. A segment that
+        cannot be read at all (a truncated gzip stream) raises `guideloom.errors.IngestError`
+        naming the file."""
+        ...
+
+
+__all__ += [
+    "BadRecord",
+    "Cut",
+    "Document",
+    "InputFileInfo",
+    "InputReader",
+    "InputRecord",
+    "ReadOptions",
+    "SegmentInfo",
+]

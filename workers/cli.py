@@ -70,7 +70,9 @@ def ingest(
     config: Path | None = typer.Option(
         None, "--config", metavar="FILE", help="YAML job file; flags override."
     ),
-    input_format: str | None = typer.Option(None, metavar="FORMAT", help="auto | jsonl | parquet | text."),
+    input_format: str | None = typer.Option(
+        None, metavar="FORMAT", help="auto | jsonl | parquet | text | an installed reader's name."
+    ),
     text_field: str | None = typer.Option(
         None, metavar="FIELD", help="Field holding the text (default text)."
     ),
@@ -78,7 +80,10 @@ def ingest(
         None, "--lines/--file-per-document", help="Plain text: a document per line / per file."
     ),
     tokenizer: str | None = typer.Option(
-        None, metavar="SPEC", help="bytes | hf:PATH/tokenizer.json | tiktoken:NAME (default bytes)."
+        None,
+        metavar="SPEC",
+        help="bytes | hf:PATH/tokenizer.json | tiktoken:NAME | NAME[:ARG] of an installed tokenizer "
+        "(default bytes).",
     ),
     eos_token: str | None = typer.Option(
         None, metavar="TOKEN", help="hf: name of the end-of-document token."

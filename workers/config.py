@@ -14,13 +14,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from guideloom.errors import IngestError
+from guideloom.errors import IngestError, PluginError
+from guideloom.types import Tokenizer
+from guideloom.workers.readers import INPUT_READERS
+from guideloom.workers.tokenizer import check_spec, check_tokenizer
 
 __all__ = ["IngestConfig", "load_job_file", "read_job_file", "validate_config", "MiB"]
 
 MiB = 2**20
-
-InputFormat = Literal["auto", "jsonl", "parquet", "text"]
 
 
 class IngestConfig(BaseModel):
@@ -36,10 +37,15 @@ class IngestConfig(BaseModel):
     Attributes:
         inputs: Paths, globs or fsspec URLs of the inputs (at least one).
         output: The dataset URL or local folder to write.
-        input_format: `"auto"` (from the file name), `"jsonl"`, `"parquet"` or `"text"`.
+        input_format: `"auto"` (from the file name), `"jsonl"`, `"parquet"`, `"text"`, or the
+            name of an input reader a package registered
+            (`guideloom.workers.readers.INPUT_READERS`).
         text_field: The field holding a record's text (JSON Lines, Parquet); default `"text"`.
         text_per_line: Plain text: one document per line (default: one per file).
-        tokenizer: `"bytes"` (default), `"hf:PATH/tokenizer.json"` or `"tiktoken:NAME"`.
+        tokenizer: `"bytes"` (default), `"hf:PATH/tokenizer.json"`, `"tiktoken:NAME"`,
+            `"NAME[:ARGUMENT]"` of a tokenizer a package registered
+            (`guideloom.workers.tokenizer.TOKENIZERS`), or a tokenizer object (the
+            `guideloom.types.Tokenizer` protocol; picklable, as Ray sends it to every task).
         eos_token: `hf:` tokenizers: the end-of-document token's text (default: a usual one
             such as `</s>`).
         append_eos: Append an end-of-document token to each document; default True for
@@ -63,39 +69,55 @@ class IngestConfig(BaseModel):
             `hf:` tokenizer file.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     inputs: list[str] = Field(min_length=1, description="paths, globs or fsspec URLs")
     output: str = Field(min_length=1, description="dataset URL or local directory")
-    input_format: InputFormat = "auto"
+    input_format: str = Field(default="auto", description="auto, or an input reader's name")
     text_field: str = "text"
-    text_per_line: bool = Field(False, description="plain text: one document per line")
-    tokenizer: str = "bytes"
-    eos_token: str | None = Field(None, description="hf: name of the end-of-document token")
-    append_eos: bool | None = Field(None, description="default: True for stream, False for document")
+    text_per_line: bool = Field(default=False, description="plain text: one document per line")
+    tokenizer: str | Tokenizer = Field(default="bytes", description="a spec, or a tokenizer object")
+    eos_token: str | None = Field(default=None, description="hf: name of the end-of-document token")
+    append_eos: bool | None = Field(default=None, description="default: True for stream, False for document")
     layout: Literal["stream", "document"] = "stream"
-    doc_index: bool = Field(False, description="stream: add a per-token doc_index field")
+    doc_index: bool = Field(default=False, description="stream: add a per-token doc_index field")
     format: Literal["json", "msgpack", "pickle"] = "json"
     passthrough: list[str] = Field(default_factory=list, description="document: fields to copy")
-    shard_size: int = Field(64 * MiB, gt=0)
-    part_size: int = Field(32 * MiB, gt=0)
+    shard_size: int = Field(default=64 * MiB, gt=0)
+    part_size: int = Field(default=32 * MiB, gt=0)
     on_bad_record: Literal["fail", "skip"] = "fail"
     overwrite: bool = False
     # Where and how to run: not part of the job's identity.
     ray_address: str | None = None
-    num_workers: int | None = Field(None, gt=0, description="concurrent tasks; default: cluster CPUs")
-    max_retries: int = Field(3, ge=0)
+    num_workers: int | None = Field(default=None, gt=0, description="concurrent tasks; default: cluster CPUs")
+    max_retries: int = Field(default=3, ge=0)
     progress: Literal["auto", "rich", "plain", "none"] = "auto"
     storage_options: dict[str, Any] = Field(default_factory=dict, repr=False)
     input_storage_options: dict[str, Any] = Field(default_factory=dict, repr=False)
 
-    @field_validator("tokenizer")
+    @field_validator("tokenizer", mode="before")
     @classmethod
-    def _tokenizer_spec(cls, value: str) -> str:
-        if value == "bytes" or (value.startswith(("hf:", "tiktoken:")) and value.split(":", 1)[1]):
+    def _tokenizer_spec(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            try:
+                return check_tokenizer(value, "the tokenizer")
+            except IngestError as err:
+                raise ValueError(str(err)) from None
+        try:
+            return check_spec(value)
+        except PluginError as err:
+            raise ValueError(str(err)) from None
+
+    @field_validator("input_format")
+    @classmethod
+    def _input_format(cls, value: str) -> str:
+        if value == "auto" or value in INPUT_READERS:
             return value
+        known = ", ".join(["auto", *INPUT_READERS.names()])
         raise ValueError(
-            f"unknown tokenizer {value!r}: use 'bytes', 'hf:PATH/tokenizer.json' or 'tiktoken:NAME'"
+            f"unknown input format {value!r}; known: {known}. A package adds one with an entry "
+            f"point in the group {INPUT_READERS.group!r} (or "
+            "guideloom.workers.readers.INPUT_READERS.register)"
         )
 
     @model_validator(mode="after")
@@ -106,9 +128,14 @@ class IngestConfig(BaseModel):
             raise ValueError("--doc-index needs --layout stream (a document is its own index)")
         if self.layout == "stream" and self.format != "json":
             raise ValueError("--format chooses a document format: it needs --layout document")
-        if self.eos_token is not None and not self.tokenizer.startswith("hf:"):
+        if self.eos_token is not None and not self.tokenizer_spec.startswith("hf:"):
             raise ValueError("--eos-token applies to hf: tokenizers only")
         return self
+
+    @property
+    def tokenizer_spec(self) -> str:
+        """The tokenizer's spec: the string given, or a tokenizer object's ``spec``."""
+        return self.tokenizer if isinstance(self.tokenizer, str) else str(self.tokenizer.spec)
 
     @property
     def eos(self) -> bool:
@@ -138,6 +165,9 @@ class IngestConfig(BaseModel):
             "on_bad_record",
         }
         options = self.model_dump(include=keep)
+        # A tokenizer object is named by its spec here; the plan digest and the manifest also
+        # record its describe() (guideloom.workers.results).
+        options["tokenizer"] = self.tokenizer_spec
         options["append_eos"] = self.eos
         return options
 

@@ -1,38 +1,46 @@
-"""The output side of a job: storage class and format from the options, and the sidecar records.
+"""The output side of a job: storage class and format from the options, and what a part keeps.
 
 Stream layout: ``StreamNumpyFormat({"tokens": smallest unsigned dtype for the vocabulary})``, plus
 ``doc_index`` (uint64: ``part << 32 | document number within the part``, unique and increasing in
 stream order) with ``--doc-index``. Document layout: a record ``{"tokens": [...], **passthrough}``
 per document in the JSON, MessagePack or pickle document format.
 
-Each finished part also leaves a small *sidecar* JSON, ``<output>/_ingest/part-NNNNN.json``, with
-its document, token and bad-record counts and the plan digest it was written under. It is written
-inside the part's writer block, so a valid completion record implies a sidecar; a re-run reuses a
-part only when the sidecar's digest is the current plan's. Sidecars are removed after the commit:
-the manifest's metadata then holds everything they said.
+Each finished part keeps its document, token and bad-record counts and the plan digest it was
+written under in its own completion record (``storage.writer(part=k, metadata=...)``, under
+`PART_METADATA_KEY`), written atomically with the record itself: a re-run reuses a part only
+when its record names the current plan and its shards pass the checksum check
+(`reusable_result`). Everything here goes through GuideLoom's storage and `guideloom.io.Location`
+(deadlines, retries, error translation), never through raw fsspec.
 """
 
 from __future__ import annotations
 
-import json
+import uuid
 from typing import Any
 
 import numpy as np
 
-from guideloom.errors import IngestError
+import guideloom.layout as layout
+from guideloom.errors import GuideLoomError, IngestError, ManifestError, ShardCorruptError
+from guideloom.io import Location
+from guideloom.types import Tokenizer
 from guideloom.workers.config import IngestConfig
-from guideloom.workers.tokenizer import Tokenizer, token_dtype
+from guideloom.workers.tokenizer import token_dtype
 
 __all__ = [
+    "PART_METADATA_KEY",
     "check_writable",
+    "make_format",
     "open_storage",
+    "part_metadata",
     "remove_foreign_manifest",
-    "read_sidecar",
-    "remove_sidecars",
-    "write_sidecar",
+    "reusable_result",
 ]
 
-SIDECAR_DIR = "_ingest"
+PART_METADATA_KEY = "ingest"
+"""The key of a part's completion-record metadata that holds ``{"version", "plan", "result"}``."""
+PART_METADATA_VERSION = 1
+PROBE_PREFIX = ".guideloom-ingest-probe-"  # written and removed at the output root before any task
 
 
 def make_format(config: IngestConfig, tokenizer: Tokenizer) -> Any:
@@ -60,49 +68,46 @@ def open_storage(config: IngestConfig, tokenizer: Tokenizer) -> Any:
     return cls(config.output, make_format(config, tokenizer), storage_options=config.storage_options)
 
 
-def _sidecar_fs(config: IngestConfig) -> tuple[Any, str]:
-    from fsspec.core import url_to_fs
-
-    fs, root = url_to_fs(config.output, **config.storage_options)
-    return fs, f"{root.rstrip('/')}/{SIDECAR_DIR}"
+def _location(config: IngestConfig) -> Location:
+    return Location(config.output, config.storage_options)
 
 
-def _put(fs: Any, path: str, data: bytes) -> None:
-    # Only a local directory needs creating; on object stores makedirs would create a *bucket*.
-    if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
-        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    fs.pipe_file(path, data)
+def part_metadata(digest: str, result: dict[str, Any]) -> dict[str, Any]:
+    """What part ``result["part"]``'s completion record keeps (its writer's ``metadata``)."""
+    return {PART_METADATA_KEY: {"version": PART_METADATA_VERSION, "plan": digest, "result": result}}
 
 
-def write_sidecar(config: IngestConfig, k: int, record: dict[str, Any]) -> None:
-    """Write part ``k``'s sidecar record (one PUT; a retry overwrites it)."""
-    fs, root = _sidecar_fs(config)
-    _put(fs, f"{root}/part-{k:05d}.json", json.dumps(record, sort_keys=True).encode())
-
-
-def read_sidecar(config: IngestConfig, k: int) -> dict[str, Any] | None:
-    """Part ``k``'s sidecar record, or None when there is none (or it is unreadable)."""
-    fs, root = _sidecar_fs(config)
+def reusable_result(storage: Any, part: int, digest: str, run: str) -> dict[str, Any] | None:
+    """The counts of part ``part`` of run ``run`` when an earlier attempt of this very plan
+    completed it and every shard it names still has its recorded size and checksum; None when
+    the part must be written (no record, another plan's record, a damaged or missing shard)."""
     try:
-        data = fs.cat_file(f"{root}/part-{k:05d}.json")
-        record = json.loads(data)
-    except (FileNotFoundError, ValueError):
+        record = storage.read_part_record(part, run=run)
+    except (FileNotFoundError, ManifestError):
         return None
-    return record if isinstance(record, dict) else None
+    kept = record.metadata.get(PART_METADATA_KEY)
+    if not (isinstance(kept, dict) and kept.get("plan") == digest and isinstance(kept.get("result"), dict)):
+        return None
+    try:
+        for shard in record.shards:
+            storage.check_shard(shard, "checksum")
+    except (FileNotFoundError, ShardCorruptError):  # a missing shard is a ShardNotFoundError
+        return None
+    return dict(kept["result"])
 
 
 def check_writable(config: IngestConfig, display_url: str) -> None:
-    """Write and remove a probe under the sidecar folder, before any worker starts.
+    """Write and remove a probe file at the output root, before any worker starts.
 
     Raises IngestError naming the output when the bucket is missing or the credentials may not
     write there, instead of every task failing later with a backend error.
     """
-    fs, root = _sidecar_fs(config)
-    probe = f"{root}/.probe"
+    location = _location(config)
+    probe = f"{PROBE_PREFIX}{uuid.uuid4().hex[:12]}"
     try:
-        _put(fs, probe, b"")
-        fs.rm(probe)
-    except (OSError, ValueError) as err:
+        location.write(probe, b"")
+        location.delete(probe)
+    except (GuideLoomError, OSError, ValueError) as err:
         raise IngestError(
             f"cannot write to the output {display_url}: {type(err).__name__}: {err}; check that "
             "the bucket exists and that the credentials may write there"
@@ -110,17 +115,6 @@ def check_writable(config: IngestConfig, display_url: str) -> None:
 
 
 def remove_foreign_manifest(config: IngestConfig) -> None:
-    """Remove the ``manifest.json`` of a dataset of another class or format (``--overwrite``)."""
-    from fsspec.core import url_to_fs
-
-    fs, root = url_to_fs(config.output, **config.storage_options)
-    fs.rm(f"{root.rstrip('/')}/manifest.json")
-
-
-def remove_sidecars(config: IngestConfig) -> None:
-    """Remove every sidecar record (after a successful commit)."""
-    fs, root = _sidecar_fs(config)
-    try:
-        fs.rm(root, recursive=True)
-    except FileNotFoundError:
-        pass
+    """Remove the manifest of a dataset of another class or format (``--overwrite``), so that
+    readers stop seeing it; the storage's ``delete()`` removes the rest."""
+    _location(config).delete(layout.manifest_path())

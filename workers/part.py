@@ -11,7 +11,6 @@ fill.
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -22,13 +21,16 @@ import numpy as np
 
 from guideloom.errors import IngestError
 from guideloom.io import redact_url
+from guideloom.types import Tokenizer
+from guideloom.workers import hooks
 from guideloom.workers.config import IngestConfig
-from guideloom.workers.output import open_storage, read_sidecar, write_sidecar
+from guideloom.workers.output import open_storage, part_metadata, reusable_result
 from guideloom.workers.planning import Plan
+from guideloom.workers.readers import input_reader
 from guideloom.workers.sources import Bad, Doc, InputFile, Segment, line_number, read_segment
-from guideloom.workers.tokenizer import Tokenizer, load_tokenizer, token_dtype
+from guideloom.workers.tokenizer import load_tokenizer, token_dtype
 
-__all__ = ["write_part", "run_name", "PartResult", "PartSpec", "part_spec", "REPORT_EVERY_S"]
+__all__ = ["write_part", "run_name", "PartResult", "PartSpec", "part_spec", "tokenizer_of", "REPORT_EVERY_S"]
 
 BATCH_DOCS = 512
 BATCH_CHARS = 2**20
@@ -139,54 +141,47 @@ class _PartWriter:
         self.tokens += int(tokens.size)
 
 
-def _maybe_crash(hooks: dict[str, Any], part: int) -> None:
-    """Test hook: the first attempt of one part dies like a killed worker (no cleanup)."""
-    crash = hooks.get("crash_once")
-    if crash and crash["part"] == part and not os.path.exists(crash["marker"]):
-        with open(crash["marker"], "w") as marker:
-            marker.write(str(os.getpid()))
-        os._exit(1)
-
-
 def run_name(digest: str) -> str:
     """The storage run of a job: its plan digest (a re-run of the same job reuses finished parts,
     another job's parts are never taken for its own; see ``Storage.writer(run=)``)."""
     return digest[:64]
 
 
+def tokenizer_of(config: IngestConfig) -> Tokenizer:
+    """The job's tokenizer: the object it was given, or the one its spec names (loaded once per
+    process, so a Ray worker reuses it across parts)."""
+    return load_tokenizer(
+        config.tokenizer, eos_token=config.eos_token, storage_options=config.input_storage_options
+    )
+
+
 def write_part(
     config: IngestConfig,
     spec: PartSpec,
     digest: str,
-    hooks: dict[str, Any] | None = None,
     report: Callable[[dict[str, int]], None] | None = None,
 ) -> PartResult:
     """Write part ``spec.part`` unless a valid one (completion record + same plan digest) exists.
 
     ``report``, when given, is called about every `REPORT_EVERY_S` seconds while the part
     runs with ``{"part", "documents", "tokens", "input_bytes"}`` so far (``input_bytes`` is
-    estimated from the text read, capped at the part's size, until the part ends).
+    estimated from the text read, capped at the part's size, until the part ends). The part's
+    counts and ``digest`` are kept in its completion record (`guideloom.workers.output`).
     """
-    hooks = hooks or {}
     part = spec.part
-    if hooks.get("part_delay_s"):
-        time.sleep(float(hooks["part_delay_s"]))
-    tokenizer = load_tokenizer(
-        config.tokenizer, eos_token=config.eos_token, storage_options=config.input_storage_options
-    )
+    started = hooks.hook("part_started")
+    if started is not None:
+        started(part)
+    tokenizer = tokenizer_of(config)
     storage = open_storage(config, tokenizer)
-    previous = read_sidecar(config, part)
     run = run_name(digest)
-    if (
-        previous
-        and previous.get("plan") == digest
-        and storage.part_complete(part, verify="checksum", run=run)
-    ):
-        return {**previous["result"], "reused": True}
+    previous = reusable_result(storage, part, digest, run)
+    if previous is not None:
+        return {**previous, "reused": True}
 
     bad: dict[str, Counter[str]] = {}
     options = config.input_storage_options
-    doc_delay = float(hooks.get("doc_delay_s", 0))
+    on_record = hooks.hook("record_read")
     last_report = time.monotonic()
     text_bytes = 0
     with storage.writer(
@@ -203,6 +198,7 @@ def write_part(
                 text_per_line=config.text_per_line,
                 passthrough=config.passthrough,
                 storage_options=options,
+                reader=input_reader(f.kind),
             ):
                 if isinstance(item, Doc):
                     out.add(shown, item)
@@ -214,8 +210,8 @@ def write_part(
                         f"{_where(f, item, options)}: {item.detail}. Fix the input, or pass "
                         "--on-bad-record skip to skip and count such records"
                     )
-                if doc_delay:
-                    time.sleep(doc_delay)
+                if on_record is not None:
+                    on_record(part)
                 if report is not None and time.monotonic() - last_report >= REPORT_EVERY_S:
                     last_report = time.monotonic()
                     report(
@@ -227,7 +223,9 @@ def write_part(
                         }
                     )
         out.flush()
-        _maybe_crash(hooks, part)
+        written = hooks.hook("part_written")
+        if written is not None:
+            written(part)
         result: PartResult = {
             "part": part,
             "documents": out.documents,
@@ -236,5 +234,6 @@ def write_part(
             "empty_documents": dict(sorted(out.empty.items())),
             "bad_records": {url: dict(sorted(c.items())) for url, c in sorted(bad.items())},
         }
-        write_sidecar(config, part, {"version": 1, "plan": digest, "result": result})
+        # Kept in the completion record the writer writes as the block exits (one atomic write).
+        writer.metadata.update(part_metadata(digest, result))
     return {**result, "reused": False}

@@ -1,8 +1,9 @@
 """Deterministic part planning: the same inputs and ``part_size`` always give the same parts.
 
-Files are taken in sorted URL order. A splittable file (plain JSONL, plain text read per line)
-larger than ``part_size`` is cut into byte ranges of ``part_size`` (records are assigned to ranges
-by `guideloom.workers.sources`' ownership rule); a Parquet file is cut at row-group boundaries; any
+Files are taken in sorted URL order. Each file's input reader cuts it into segments
+(`guideloom.types.InputReader.cut`): a splittable file (plain JSONL, plain text read per line)
+larger than ``part_size`` into byte ranges of ``part_size`` (records are assigned to ranges by the
+readers' ownership rule, `guideloom.workers.readers`); a Parquet file at row-group boundaries; any
 other file (compressed, or a text file that is one document) is one unsplittable segment. The
 segments are then packed, in order, into parts of about ``part_size`` input bytes each, so many
 small files share a part and one big file still feeds every worker.
@@ -18,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from guideloom.types import Cut, InputReader, ReadOptions
+from guideloom.workers.readers import input_reader
 from guideloom.workers.sources import InputFile, Segment
 
 __all__ = ["Plan", "plan_parts"]
@@ -45,34 +48,7 @@ class Plan:
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 
-_FOOTER_THREADS = 16  # Parquet footers read at once while planning
-_FOOTER_BLOCK = 256 * 1024  # bytes per read while parsing a footer
-
-
-def _splittable(f: InputFile, text_per_line: bool) -> bool:
-    return f.compression is None and (f.kind == "jsonl" or (f.kind == "text" and text_per_line))
-
-
-def _row_group_segments(
-    i: int, f: InputFile, part_size: int, storage_options: dict[str, Any]
-) -> list[tuple[Segment, int]]:
-    import pyarrow.parquet as pq
-    from fsspec.core import url_to_fs
-
-    fs, path = url_to_fs(f.url, **storage_options)
-    # Small blocks: the footer is read with a few ranged requests, not a 50 MiB read-ahead.
-    with fs.open(path, "rb", block_size=_FOOTER_BLOCK) as raw:
-        meta = pq.ParquetFile(raw).metadata
-    out: list[tuple[Segment, int]] = []
-    start, acc = 0, 0
-    for g in range(meta.num_row_groups):
-        acc += meta.row_group(g).total_byte_size
-        if acc >= part_size:
-            out.append((Segment(i, start, g + 1), acc))
-            start, acc = g + 1, 0
-    if start < meta.num_row_groups or not out:
-        out.append((Segment(i, start, meta.num_row_groups), acc))
-    return out
+_CUT_THREADS = 16  # files cut at once by readers that read to cut (Parquet footers)
 
 
 def plan_parts(
@@ -84,28 +60,23 @@ def plan_parts(
 ) -> Plan:
     """Cut the (sorted) files into segments and pack them into parts of about ``part_size``.
 
-    Parquet footers (row-group sizes) are read concurrently, ``_FOOTER_THREADS`` at a time.
+    Readers that read a file to cut it (Parquet footers: row-group sizes) are called
+    concurrently, ``_CUT_THREADS`` files at a time.
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    parquet = [i for i, f in enumerate(files) if f.kind == "parquet"]
-    row_groups: dict[int, list[tuple[Segment, int]]] = {}
-    if parquet:
-        with ThreadPoolExecutor(max_workers=min(_FOOTER_THREADS, len(parquet))) as pool:
-            segments = pool.map(
-                lambda i: _row_group_segments(i, files[i], part_size, storage_options or {}), parquet
-            )
-            row_groups = dict(zip(parquet, segments))
+    options = ReadOptions(text_per_line=text_per_line, storage_options=storage_options or {})
+    readers: dict[str, InputReader] = {kind: input_reader(kind) for kind in {f.kind for f in files}}
+    reading = [i for i, f in enumerate(files) if readers[f.kind].reads_to_cut]
+    cuts: dict[int, list[Cut]] = {}
+    if reading:
+        with ThreadPoolExecutor(max_workers=min(_CUT_THREADS, len(reading))) as pool:
+            found = pool.map(lambda i: readers[files[i].kind].cut(files[i], part_size, options), reading)
+            cuts = dict(zip(reading, found))
     weighted: list[tuple[Segment, int]] = []
     for i, f in enumerate(files):
-        if _splittable(f, text_per_line) and f.size > part_size:
-            for start in range(0, f.size, part_size):
-                end = min(start + part_size, f.size)
-                weighted.append((Segment(i, start, end), end - start))
-        elif f.kind == "parquet":
-            weighted.extend(row_groups[i])
-        else:
-            weighted.append((Segment(i, 0, f.size, whole=True), f.size))
+        for c in cuts[i] if i in cuts else readers[f.kind].cut(f, part_size, options):
+            weighted.append((Segment(i, c.start, c.end, c.whole), c.weight))
 
     parts: list[tuple[Segment, ...]] = []
     sizes: list[int] = []

@@ -1,13 +1,11 @@
-"""Input files: find them, and read the records of one segment of one file.
+"""Input files: find them, pick each one's reader, and turn the records of a segment into documents.
 
-A *segment* is a half-open range of one file: bytes ``[start, end)`` of a splittable file (plain
-JSONL, or plain text with one document per line), row groups ``[start, end)`` of a Parquet file,
-or the whole of any other file (compressed files and one-document-per-file text cannot be split).
-
-Record ownership in a byte range: the segment that contains a line's first byte owns the line.
-A segment that starts mid-file therefore skips to just after the next newline at or after
-``start - 1``, and reads lines while a line's first byte is before ``end``. Adjacent segments
-then read every line exactly once, whatever the split points.
+A *segment* is a half-open range of one file in its reader's unit: bytes ``[start, end)`` of a
+splittable file (plain JSONL, plain text with one document per line), row groups
+``[start, end)`` of a Parquet file, or the whole of any other file (compressed files and
+one-document-per-file text cannot be split). How each kind is cut and read is its input reader's
+business (`guideloom.workers.readers`); this module finds the files, names each one's kind, and
+turns a reader's records into documents (`document`: the ``text_field`` and passthrough fields).
 
 Reading yields `Doc` for a document and `Bad` for a record that cannot be one; the
 caller decides (``--on-bad-record``) what a Bad means.
@@ -15,51 +13,46 @@ caller decides (``--on-bad-record``) what a Bad means.
 
 from __future__ import annotations
 
-import gzip
-import io
-import json
 import re
-import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import IO, Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 from guideloom.errors import IngestError
+from guideloom.types import BadRecord, Document, InputReader, InputRecord, ReadOptions
+from guideloom.workers.readers import BUILTIN_KINDS, INPUT_READERS, input_reader, line_number
 
 __all__ = [
     "Bad",
     "Doc",
     "InputFile",
     "Segment",
+    "document",
     "expand_inputs",
     "line_number",
     "read_segment",
 ]
 
-Kind = Literal["jsonl", "parquet", "text"]
-
-_KIND_BY_SUFFIX: dict[str, Kind] = {
-    ".jsonl": "jsonl",
-    ".ndjson": "jsonl",
-    ".json": "jsonl",
-    ".parquet": "parquet",
-    ".pq": "parquet",
-    ".txt": "text",
-    ".text": "text",
-    ".md": "text",
-}
 _COMPRESSION_BY_SUFFIX = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
-_READ_BLOCK = 4 * 2**20  # bytes per request when reading inputs sequentially
 _SURROGATE = re.compile("[\ud800-\udfff]")  # valid in JSON ("\\ud800"), not encodable as UTF-8
+
+Doc = Document
+"""One document: its text and the passthrough fields asked for (`guideloom.types.Document`)."""
+
+Bad = BadRecord
+"""A record that is not a document (`guideloom.types.BadRecord`): ``reason`` is a short key
+counted per file; ``line`` is 1-based when known, else ``offset`` is the byte offset of the
+line's start, which `line_number` turns into a line when needed."""
 
 
 @dataclass(frozen=True)
 class InputFile:
-    """One input file; ``url`` is what messages and the manifest show."""
+    """One input file; ``url`` is what messages and the manifest show; ``kind`` names its
+    input reader."""
 
     url: str
     size: int
-    kind: Kind
+    kind: str
     compression: str | None
 
 
@@ -73,42 +66,30 @@ class Segment:
     whole: bool = False
 
 
-@dataclass(frozen=True)
-class Doc:
-    """One document: its text and the passthrough fields asked for."""
-
-    text: str
-    fields: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Bad:
-    """A record that is not a document: ``reason`` is a short key counted per file.
-
-    ``line`` is 1-based when known; a segment that starts mid-file knows only ``offset``, the
-    byte offset of the line's start, which `line_number` turns into a line when needed.
-    """
-
-    reason: str
-    detail: str
-    line: int | None = None
-    offset: int | None = None
-    row: int | None = None
+def _suffix_table() -> list[tuple[str, str]]:
+    """(suffix, kind) in the order ``auto`` tries them: the built-in kinds first, then the other
+    registered or installed ones by name."""
+    kinds = [k for k in BUILTIN_KINDS if k in INPUT_READERS]
+    kinds += [k for k in INPUT_READERS.names() if k not in BUILTIN_KINDS]
+    return [(suffix, kind) for kind in kinds for suffix in input_reader(kind).suffixes]
 
 
-def _kind_and_compression(url: str, input_format: str) -> tuple[Kind, str | None]:
+def _kind_and_compression(
+    url: str, input_format: str, table: list[tuple[str, str]]
+) -> tuple[str, str | None]:
     name = url.rsplit("/", 1)[-1].lower()
     compression = None
     for suffix, comp in _COMPRESSION_BY_SUFFIX.items():
         if name.endswith(suffix):
             compression, name = comp, name[: -len(suffix)]
     if input_format != "auto":
-        return input_format, compression  # type: ignore[return-value]
-    for suffix, kind in _KIND_BY_SUFFIX.items():
+        return input_format, compression
+    for suffix, kind in table:
         if name.endswith(suffix):
             return kind, compression
     raise IngestError(
-        f"input {url}: cannot tell its format from the name; pass --input-format jsonl|parquet|text"
+        f"input {url}: cannot tell its format from the name; pass --input-format "
+        f"{'|'.join(INPUT_READERS.names())}"
     )
 
 
@@ -144,11 +125,16 @@ def expand_inputs(patterns: list[str], input_format: str, storage_options: dict[
             raise _listing_error(pattern, err) from err
     with ThreadPoolExecutor(max_workers=max(1, min(_LISTING_THREADS, len(resolved)))) as pool:
         listings = list(pool.map(lambda r: _expand_one(*r), resolved))
+    if input_format != "auto":
+        input_reader(input_format)  # an IngestError listing the known kinds when it is none
+        table: list[tuple[str, str]] = []
+    else:
+        table = _suffix_table()
     found: dict[str, InputFile] = {}
     for (_, fs, _), entries in zip(resolved, listings):
         for p, size in entries:
             url = p if _is_local(fs) else fs.unstrip_protocol(p)
-            kind, comp = _kind_and_compression(url, input_format)
+            kind, comp = _kind_and_compression(url, input_format, table)
             found[url] = InputFile(url, size, kind, comp)
     return [found[u] for u in sorted(found)]
 
@@ -191,79 +177,6 @@ def _is_local(fs: Any) -> bool:
     return protocol in ("file", "local")
 
 
-def _open(f: InputFile, storage_options: dict[str, Any]) -> Any:
-    from fsspec.core import url_to_fs
-
-    fs, path = url_to_fs(f.url, **storage_options)
-    return fs.open(path, "rb", block_size=_READ_BLOCK)
-
-
-def _decompressed(raw: IO[bytes], compression: str | None) -> IO[bytes]:
-    if compression == "gzip":
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
-    if compression == "zstd":
-        import zstandard
-
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-        return io.BufferedReader(reader, buffer_size=_READ_BLOCK)  # type: ignore[arg-type]
-    return raw
-
-
-def _lines(f: InputFile, seg: Segment, options: dict[str, Any]) -> Iterator[tuple[int, bytes]]:
-    """(offset of the line's first byte, line with its newline) for the lines the segment owns."""
-    with _open(f, options) as raw:
-        if seg.whole:
-            yield from _decompressed_lines(f, raw)
-            return
-        pos = seg.start
-        if seg.start > 0:
-            raw.seek(seg.start - 1)
-            pos = seg.start - 1 + len(raw.readline())  # the rest of the line a previous part owns
-        while pos < seg.end:
-            line = raw.readline()
-            if not line:
-                return
-            yield pos, line
-            pos += len(line)
-
-
-def _decompressed_lines(f: InputFile, raw: IO[bytes]) -> Iterator[tuple[int, bytes]]:
-    """The lines of a whole (maybe compressed) file; a truncated or corrupt stream is an
-    IngestError naming the file, the decompressed offset reached and the compressed one."""
-    stream = _decompressed(raw, f.compression)
-    pos = 0
-    try:
-        for line in stream:
-            yield pos, line
-            pos += len(line)
-    except (EOFError, OSError, zlib.error, ValueError) as err:
-        if f.compression is None and not isinstance(err, EOFError):
-            raise
-        try:
-            at = f" (compressed byte {raw.tell():,} of {f.size:,})"
-        except (OSError, ValueError):
-            at = ""
-        raise IngestError(
-            f"{f.url}: {f.compression or 'the'} data ends or breaks after {pos:,} decompressed "
-            f"bytes{at}: {type(err).__name__}: {err}. The file is truncated or corrupt: "
-            "re-create or re-download it (the lines before that point were read)"
-        ) from None
-
-
-def line_number(f: InputFile, offset: int, options: dict[str, Any]) -> int:
-    """1-based line number of the line that starts at byte ``offset`` (plain files only)."""
-    count = 0
-    with _open(f, options) as raw:
-        remaining = offset
-        while remaining > 0:
-            chunk = raw.read(min(_READ_BLOCK, remaining))
-            if not chunk:
-                break
-            count += chunk.count(b"\n")
-            remaining -= len(chunk)
-    return count + 1
-
-
 def read_segment(
     f: InputFile,
     seg: Segment,
@@ -272,99 +185,42 @@ def read_segment(
     text_per_line: bool,
     passthrough: list[str],
     storage_options: dict[str, Any],
+    reader: InputReader | None = None,
 ) -> Iterator[Doc | Bad]:
-    """The documents and bad records of one segment, in file order."""
-    if f.kind == "parquet":
-        yield from _parquet(f, seg, text_field, passthrough, storage_options)
-    elif f.kind == "text" and not text_per_line:
-        yield from _whole_text(f, storage_options)
-    else:
-        known = seg.whole or seg.start == 0  # else only byte offsets, resolved on demand
-        for n, (offset, raw) in enumerate(_lines(f, seg, storage_options), start=1):
-            where = {"line": n if known else None, "offset": offset}
-            if f.kind == "jsonl":
-                yield _json_record(raw, text_field, passthrough, where)
-            else:
-                yield _text_line(raw, where)
+    """The documents and bad records of one segment, in file order (``reader``: the file's
+    input reader, when the caller has it already)."""
+    options = ReadOptions(text_field, text_per_line, tuple(passthrough), storage_options)
+    for item in (reader or input_reader(f.kind)).read(f, seg, options):
+        yield document(item, options) if isinstance(item, InputRecord) else item
 
 
-def _decode(raw: bytes, where: dict[str, Any]) -> str | Bad:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        return Bad("invalid_utf8", f"invalid UTF-8 at byte {err.start} ({err.reason})", **where)
-
-
-def _text_line(raw: bytes, where: dict[str, Any]) -> Doc | Bad:
-    text = _decode(raw.rstrip(b"\r\n"), where)
-    return text if isinstance(text, Bad) else Doc(text)
-
-
-def _whole_text(f: InputFile, options: dict[str, Any]) -> Iterator[Doc | Bad]:
-    with _open(f, options) as raw:
-        data = b"".join(line for _, line in _decompressed_lines(f, raw))
-    text = _decode(data, {})
-    yield text if isinstance(text, Bad) else Doc(text)
-
-
-def _json_record(raw: bytes, text_field: str, passthrough: list[str], where: dict[str, Any]) -> Doc | Bad:
-    line = _decode(raw, where)
-    if isinstance(line, Bad):
-        return line
-    if not line.strip():
-        return Doc("")  # a blank line: counted as an empty document, like {"text": ""}
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as err:
-        return Bad("malformed_json", f"malformed JSON: {err.msg} at column {err.colno}", **where)
-    if not isinstance(obj, dict):
-        return Bad("not_object", f"a JSON {type(obj).__name__}, not an object", **where)
-    return _doc_from_mapping(obj, text_field, passthrough, where)
-
-
-def _doc_from_mapping(
-    obj: dict[str, Any], text_field: str, passthrough: list[str], where: dict[str, Any]
-) -> Doc | Bad:
+def document(record: InputRecord, options: ReadOptions) -> Doc | Bad:
+    """The document of a record: its ``text_field`` (a string that UTF-8 can encode) and its
+    passthrough fields, or the Bad record that says which of them is missing or wrong."""
+    obj, text_field = record.data, options.text_field
     if text_field not in obj:
         fields = ", ".join(sorted(map(str, obj))[:8]) or "none"
-        return Bad(
+        return _bad(
+            record,
             "missing_field",
             f"no text field {text_field!r} (fields: {fields}); choose one with --text-field",
-            **where,
         )
     text = obj[text_field]
     if not isinstance(text, str):
-        return Bad(
-            "not_string",
-            f"text field {text_field!r} is {type(text).__name__}, not a string",
-            **where,
-        )
+        return _bad(record, "not_string", f"text field {text_field!r} is {type(text).__name__}, not a string")
     lone = _SURROGATE.search(text)
     if lone is not None:
-        return Bad(
+        return _bad(
+            record,
             "lone_surrogate",
             f"text field {text_field!r} holds a lone surrogate \\u{ord(lone.group()):04x} at "
             f"character {lone.start()} (valid JSON escape, not encodable as UTF-8)",
-            **where,
         )
-    missing = [name for name in passthrough if name not in obj]
+    missing = [name for name in options.passthrough if name not in obj]
     if missing:
-        return Bad("missing_field", f"no passthrough field {missing[0]!r}", **where)
-    return Doc(text, {name: obj[name] for name in passthrough})
+        return _bad(record, "missing_field", f"no passthrough field {missing[0]!r}")
+    return Doc(text, {name: obj[name] for name in options.passthrough})
 
 
-def _parquet(
-    f: InputFile, seg: Segment, text_field: str, passthrough: list[str], options: dict[str, Any]
-) -> Iterator[Doc | Bad]:
-    import pyarrow.parquet as pq
-
-    with _open(f, options) as raw:
-        pf = pq.ParquetFile(raw)
-        groups = list(range(pf.num_row_groups)) if seg.whole else list(range(seg.start, seg.end))
-        row = sum(pf.metadata.row_group(g).num_rows for g in range(groups[0])) if groups else 0
-        names = set(pf.schema_arrow.names)
-        columns = [c for c in dict.fromkeys([text_field, *passthrough]) if c in names]
-        for batch in pf.iter_batches(row_groups=groups, columns=columns, batch_size=1024):
-            for obj in batch.to_pylist():
-                row += 1
-                yield _doc_from_mapping(obj, text_field, passthrough, {"row": row})
+def _bad(record: InputRecord, reason: str, detail: str) -> Bad:
+    return Bad(reason, detail, line=record.line, offset=record.offset, row=record.row)

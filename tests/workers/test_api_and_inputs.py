@@ -11,12 +11,13 @@ import pickle
 import threading
 
 import pytest
+from ingest_hooks import hooks_env
 from typer.testing import CliRunner
 
 from guideloom.errors import IngestError
 from guideloom.io import redact_url
 from guideloom.workers import IngestResult, ingest_dataset
-from guideloom.workers.ingest import HOOKS_ENV, METADATA_KEY, task_config
+from guideloom.workers.ingest import METADATA_KEY, task_config
 from guideloom.workers.part import part_spec, write_part
 from guideloom.workers.planning import plan_parts
 from guideloom.workers.sources import InputFile
@@ -199,7 +200,8 @@ def test_credentials_in_input_urls_reach_neither_manifest_nor_messages(ray_local
 
 @pytest.mark.ray
 def test_progress_moves_while_a_part_runs(ray_local, write_jsonl, doc_rows, tmp_path, monkeypatch, capfd):
-    monkeypatch.setenv(HOOKS_ENV, json.dumps({"doc_delay_s": 0.02}))  # one part of ~6 s
+    for name, value in hooks_env(doc_delay_s=0.02).items():  # one part of ~6 s
+        monkeypatch.setenv(name, value)
     monkeypatch.setattr("guideloom.workers.progress.PlainProgress.EVERY_S", 1.0)
     path = write_jsonl("a.jsonl", doc_rows(300))
     ingest_dataset([str(path)], tmp_path / "ds", progress="plain")

@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
+from ingest_hooks import hooks_env
 
-from guideloom.workers.ingest import HOOKS_ENV, ingest_dataset
+from guideloom.workers.ingest import ingest_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -110,7 +111,7 @@ def test_ctrl_c_cancels_prints_one_line_exits_130_and_a_rerun_finishes(tmp_path,
     with log.open("w") as stderr:
         driver = subprocess.Popen(
             [sys.executable, "-m", "guideloom.cli", "ingest", *args],
-            env=_env(**{HOOKS_ENV: json.dumps({"part_delay_s": 1})}),
+            env=_env(**hooks_env(part_delay_s=1)),
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             start_new_session=True,  # its own terminal group

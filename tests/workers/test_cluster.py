@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ingest_hooks import hooks_env
 from raycluster import REPO, LocalCluster, compose_job
 
 from guideloom.storage.checks import read_manifest
-from guideloom.workers.ingest import HOOKS_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.s3]
 
@@ -185,7 +185,7 @@ def test_ray_job_stop_cancels_and_a_resubmit_finishes_the_rest(
     output = f"s3://{s3_bucket}/stopped"
     job = client.submit_job(
         entrypoint=_slow_job(compose, cluster, output),
-        runtime_env={"env_vars": {HOOKS_ENV: json.dumps({"part_delay_s": 2})}},
+        runtime_env={"env_vars": hooks_env(part_delay_s=2)},
     )
     _wait_for_part(fs, output)
     client.stop_job(job)
@@ -214,7 +214,7 @@ def test_worker_node_killed_mid_job_still_commits_the_same_dataset(
     output = f"s3://{s3_bucket}/lost-node"
     job = client.submit_job(
         entrypoint=_slow_job(compose, cluster, output),
-        runtime_env={"env_vars": {HOOKS_ENV: json.dumps({"part_delay_s": 2})}},
+        runtime_env={"env_vars": hooks_env(part_delay_s=2)},
     )
     _wait_for_part(fs, output)
     cluster.kill_worker(0)  # its raylet and the task running there die at once

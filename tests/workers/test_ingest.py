@@ -19,10 +19,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from ingest_hooks import hooks_env
 
 from guideloom import StreamDataset
 from guideloom.errors import DatasetExistsError, IngestError
-from guideloom.workers.ingest import HOOKS_ENV, METADATA_KEY, run_ingest
+from guideloom.workers.ingest import METADATA_KEY, run_ingest
 from guideloom.workers.output import open_storage
 from guideloom.workers.tokenizer import load_tokenizer
 
@@ -158,7 +159,8 @@ def test_same_shards_with_one_worker_and_rerun_is_a_no_op(reference, tmp_path):
 def test_worker_killed_mid_task_is_retried_with_identical_output(reference, tmp_path, monkeypatch):
     rows, inputs, options, manifest = reference
     marker = tmp_path / "crashed"
-    monkeypatch.setenv(HOOKS_ENV, json.dumps({"crash_once": {"part": 1, "marker": str(marker)}}))
+    for name, value in hooks_env(crash_once={"part": 1, "marker": str(marker)}).items():
+        monkeypatch.setenv(name, value)
     config = {"inputs": [str(p) for p in inputs], "output": str(tmp_path / "ds"), **options}
     retried = run_ingest(config)
     assert marker.exists()  # the first attempt of part 1 died with os._exit(1)
@@ -178,7 +180,7 @@ def test_interrupted_driver_rerun_redoes_only_missing_parts(reference, tmp_path)
         "num_workers": 1,
         "ray_address": ray.get_runtime_context().gcs_address,
     }
-    env = {**os.environ, HOOKS_ENV: json.dumps({"part_delay_s": 0.5})}
+    env = {**os.environ, **hooks_env(part_delay_s=0.5)}
     log = tmp_path / "driver.log"
     with log.open("wb") as log_file:
         driver = subprocess.Popen(
@@ -258,3 +260,20 @@ def test_only_empty_inputs_is_an_error(ray_local, tmp_path, ingest_config, write
     empty.write_bytes(b"")
     with pytest.raises(IngestError, match="hold no documents.*nothing committed"):
         run_ingest(ingest_config([tmp_path / "in"], tmp_path / "ds"))
+
+
+@pytest.mark.ray
+def test_overwrite_replaces_a_dataset_of_another_format(
+    ray_local, ingest_config, write_jsonl, doc_rows, tmp_path
+):
+    import guideloom
+
+    out = tmp_path / "ds"
+    other = guideloom.StreamStorage(out, guideloom.StreamNumpyFormat({"tokens": np.uint32}))
+    with other.writer() as w:
+        w.append({"tokens": np.arange(5)})
+    rows = doc_rows(3)
+    manifest = run_ingest(ingest_config([write_jsonl("a.jsonl", rows)], out, overwrite=True))
+    assert manifest.total_tokens == len(_expected_tokens(rows))
+    assert manifest.format.config["fields"] == [["tokens", "<u2"]]  # the job's format, not uint32
+    assert not list(out.glob(".guideloom-ingest-probe-*"))  # the write probe is gone

@@ -7,7 +7,7 @@ import pytest
 
 from guideloom import DocumentDataset, StreamDataset
 from guideloom.errors import IngestError
-from guideloom.workers.output import open_storage, read_sidecar
+from guideloom.workers.output import PART_METADATA_KEY, open_storage
 from guideloom.workers.part import part_spec, run_name, write_part
 from guideloom.workers.planning import plan_parts
 from guideloom.workers.sources import expand_inputs
@@ -41,7 +41,9 @@ def test_stream_part_on_every_backend(write_jsonl, doc_rows, ingest_config, data
     expected = _expected_bytes_stream(rows)
     ds = StreamDataset(storage, sequence_length=len(expected))
     assert ds[0]["tokens"].dtype == np.uint16 and ds[0]["tokens"].tolist() == expected
-    assert read_sidecar(config, 0)["plan"] == "digest"
+    # the part's counts and plan digest are in its own completion record (no sidecar file)
+    kept = storage.read_part_record(0, run=run_name("digest")).metadata[PART_METADATA_KEY]
+    assert kept["plan"] == "digest"
 
 
 def test_a_valid_part_is_reused_and_a_stale_one_rewritten(write_jsonl, doc_rows, ingest_config, tmp_path):
@@ -109,3 +111,18 @@ def test_skip_counts_bad_and_empty_records(write_jsonl, ingest_config, tmp_path)
     assert result["documents"] == 1
     assert result["bad_records"] == {str(path): {"malformed_json": 1, "missing_field": 1}}
     assert result["empty_documents"] == {str(path): 2}
+
+
+def test_a_part_whose_shard_was_altered_is_rewritten(write_jsonl, doc_rows, ingest_config, tmp_path):
+    # reuse needs the same plan digest in the part's own record AND shards that pass the checksum
+    config = ingest_config([write_jsonl("a.jsonl", doc_rows(5))], tmp_path / "ds")
+    plan = _plan(config)
+    write_part(config, part_spec(plan, 0), "d1")
+    storage = open_storage(config, load_tokenizer("bytes"))
+    (shard,) = storage.read_part_record(0, run=run_name("d1")).shards
+    data = tmp_path / "ds" / shard.files["data"].path
+    raw = bytearray(data.read_bytes())
+    raw[-1] ^= 0xFF  # same size, other bytes
+    data.write_bytes(bytes(raw))
+    assert write_part(config, part_spec(plan, 0), "d1")["reused"] is False
+    assert write_part(config, part_spec(plan, 0), "d1")["reused"] is True

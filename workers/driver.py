@@ -1,0 +1,282 @@
+"""The ingestion driver: plan, run one Ray task per part, commit the manifest last.
+
+Why plain Ray tasks rather than Ray Data with a datasink: a part is the unit of determinism
+(its shard names and bytes depend only on the plan) and of restart (its completion record).
+One task per part, with ``max_retries`` for dead workers and a bounded number in flight, maps
+exactly onto ``storage.writer(part=k)``; Ray Data would re-block the records by its own
+scheduling, so part contents (and so shard bytes) would depend on the cluster and the run.
+
+The driver holds only the plan and per-part counts: memory does not grow with the input. Each
+task receives only its own part's description (`guideloom.workers.part.PartSpec`), so a
+task's argument does not grow with the number of input files either. Where it runs is
+`guideloom.workers.connect`'s rule; how it stops, `guideloom.workers.cancellation`'s.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import ray
+
+from guideloom.errors import DatasetExistsError, GuideLoomError, IngestError, SchemaMismatchError
+from guideloom.io import redact_url
+from guideloom.types import Tokenizer
+from guideloom.workers import hooks
+from guideloom.workers.cancellation import IngestCancelled, cancel_on_signals
+from guideloom.workers.config import IngestConfig
+from guideloom.workers.connect import connect
+from guideloom.workers.output import check_writable, open_storage, remove_foreign_manifest
+from guideloom.workers.part import PartResult, PartSpec, part_spec, run_name, tokenizer_of, write_part
+from guideloom.workers.planning import Plan, plan_parts
+from guideloom.workers.progress import Progress, make_progress
+from guideloom.workers.results import METADATA_KEY, metadata, summary
+from guideloom.workers.sources import expand_inputs
+
+__all__ = ["POLL_S", "SPLIT_WARNING_RATIO", "run_job", "task_config"]
+
+POLL_S = 1.0  # how often the driver wakes to refresh live progress
+SPLIT_WARNING_RATIO = 2  # note a compressed input larger than this many part sizes
+
+
+@ray.remote(num_cpus=0)
+class _Tally:
+    """Live counts of the parts in flight, reported from inside the tasks."""
+
+    def __init__(self) -> None:
+        self.running: dict[int, dict[str, int]] = {}
+
+    def report(self, counts: dict[str, int]) -> None:
+        self.running[counts["part"]] = counts
+
+    def snapshot(self) -> dict[int, dict[str, int]]:
+        return self.running
+
+
+def _start_tally() -> Any:
+    """The live-counts actor, on the driver's node (soft): losing a worker node leaves it."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()
+    strategy = NodeAffinitySchedulingStrategy(here, soft=True)
+    return _Tally.options(scheduling_strategy=strategy).remote()  # type: ignore[attr-defined]
+
+
+def _task(config: IngestConfig, spec: PartSpec, digest: str, tally: Any) -> PartResult:
+    report: Callable[[dict[str, int]], None] | None = None
+    if tally is not None:
+
+        def report(counts: dict[str, int]) -> None:
+            tally.report.remote(counts)
+
+    return write_part(config, spec, digest, report)
+
+
+_write_part_task = ray.remote(_task)
+
+
+def _check_picklable(tokenizer: Any) -> None:
+    """A tokenizer object travels to every task pickled (by Ray's cloudpickle): refuse one that
+    cannot before anything starts."""
+    if isinstance(tokenizer, str):
+        return
+    from ray import cloudpickle
+
+    try:
+        cloudpickle.dumps(tokenizer)
+    except Exception as err:  # pickling raises TypeError, PicklingError, AttributeError, ...
+        cls = type(tokenizer)
+        raise IngestError(
+            f"the tokenizer object {tokenizer!r} ({cls.__module__}.{cls.__qualname__}) cannot be "
+            f"pickled ({type(err).__name__}: {err}); Ray sends it to every task. Make it "
+            "picklable (keep what builds it, such as a file path, and load the rest lazily, or "
+            "define __reduce__), or register a factory by name (entry point group "
+            "'guideloom.tokenizers') and pass its spec"
+        ) from err
+
+
+def _existing(storage: Any, digest: str, config: IngestConfig) -> Any | None:
+    """The manifest when this very job was already committed; refuses another dataset."""
+    if not storage.exists():
+        return None
+    manifest = storage.manifest
+    recorded = (manifest.metadata or {}).get(METADATA_KEY, {}).get("plan")
+    if recorded == digest and not config.overwrite:
+        return manifest
+    if config.overwrite:
+        # Nothing is deleted here: the old dataset stays readable until commit() replaces its
+        # manifest, and commit removes the old files after that.
+        return None
+    raise DatasetExistsError(
+        f"{storage.url} already holds a dataset that this job did not write (other inputs, "
+        "tokenizer or options): pass --overwrite to replace it, or choose another --output"
+    )
+
+
+def _open_output(config: IngestConfig, tokenizer: Tokenizer) -> Any:
+    """The output storage; a dataset of another class or format there is refused or replaced."""
+    try:
+        return open_storage(config, tokenizer)
+    except SchemaMismatchError as err:
+        if not config.overwrite:
+            raise DatasetExistsError(
+                f"the output already holds a different dataset ({err}); pass --overwrite to "
+                "replace it, or choose another --output"
+            ) from err
+    remove_foreign_manifest(config)  # hide it from readers; delete() below removes the rest
+    storage = open_storage(config, tokenizer)
+    storage.delete()
+    return storage
+
+
+def _in_flight(config: IngestConfig) -> int:
+    """Parts submitted at once: ``num_workers``, else twice the cluster's CPUs right now (the
+    queued half is the demand an autoscaling cluster grows on; re-read as parts finish)."""
+    if config.num_workers:
+        return config.num_workers
+    return max(2 * int(ray.cluster_resources().get("CPU", 0)), 2)
+
+
+def task_config(config: IngestConfig) -> IngestConfig:
+    """The config a task receives: without the input list (the task reads its PartSpec)."""
+    return config.model_copy(update={"inputs": ["(planned by the driver)"]})
+
+
+def _task_options(config: IngestConfig, started: bool) -> dict[str, Any]:
+    """Ray options of the part tasks (``started``: this process started the local Ray)."""
+    options: dict[str, Any] = {"max_retries": config.max_retries, "num_cpus": 1}
+    if hooks.HOOKS_ENV in os.environ:  # tests only: see guideloom.workers.hooks
+        present = None if started else ray.get_runtime_context().runtime_env.get("env_vars", {})
+        seam = hooks.forwarded_env(present)
+        if seam:
+            options["runtime_env"] = {"env_vars": seam}
+    return options
+
+
+def _run_parts(
+    config: IngestConfig,
+    plan: Plan,
+    digest: str,
+    progress: Progress,
+    results: list[PartResult],
+    started: bool = False,
+) -> None:
+    """Run every part, appending each finished part's result to ``results`` as it ends
+    (``started``: this process started the local Ray it runs on)."""
+    task = _write_part_task.options(**_task_options(config, started))
+    tally = _start_tally() if progress.live else None
+    config_ref = ray.put(task_config(config))
+    todo = list(range(len(plan.parts)))[::-1]
+    pending: dict[Any, int] = {}
+    polled = time.monotonic()
+    try:
+        while todo or pending:
+            limit = _in_flight(config)
+            while todo and len(pending) < limit:
+                k = todo.pop()
+                pending[task.remote(config_ref, part_spec(plan, k), digest, tally)] = k
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
+            for ref in done:
+                pending.pop(ref)
+                try:
+                    results.append(ray.get(ref))
+                except ray.exceptions.RayTaskError as err:
+                    cause = err.cause
+                    if isinstance(cause, GuideLoomError):
+                        raise cause from None
+                    raise
+                progress.part_done(results[-1])
+            if tally is not None and time.monotonic() - polled >= POLL_S:
+                polled = time.monotonic()
+                try:
+                    running = ray.get(tally.snapshot.remote(), timeout=30)
+                except ray.exceptions.RayError:  # live counts are a nicety: go on without
+                    tally = None
+                    continue
+                progress.running([c for k, c in running.items() if k in pending.values()])
+    finally:
+        for ref in pending:
+            # Not force=True: a force-cancelled task whose reply is already on its way makes
+            # Ray 2.60 abort the driver ("Tried to complete task that was not pending").
+            ray.cancel(ref, force=False)
+        if tally is not None:
+            try:
+                ray.kill(tally)
+            except ray.exceptions.RayError:
+                pass
+
+
+def _compressed_notes(plan: Plan, part_size: int) -> list[str]:
+    notes = []
+    for f in plan.files:
+        if f.compression and f.size > SPLIT_WARNING_RATIO * part_size:
+            notes.append(
+                f"note: {redact_url(f.url)} ({f.size / 2**20:.1f} MiB, {f.compression}) cannot be "
+                f"split by byte offset: one part reads all of it while --part-size is "
+                f"{part_size / 2**20:.1f} MiB; split it into several files to use more workers"
+            )
+    return notes
+
+
+def run_job(config: IngestConfig) -> tuple[Any, Any, bool]:
+    """Plan, write every part on Ray and commit: (manifest, storage, whether the output already
+    held this job's dataset, so that nothing ran).
+
+    Raises:
+        IngestError: Bad input or options (see `guideloom.workers.ingest.ingest_dataset`).
+        DatasetExistsError: The output holds a dataset this job did not write.
+        IngestCancelled: Interrupted; the finished parts are kept.
+    """
+    _check_picklable(config.tokenizer)
+    tokenizer = tokenizer_of(config)
+    if config.eos and tokenizer.eos_id is None:
+        raise IngestError(
+            f"tokenizer {tokenizer.spec} has no end-of-document token: name one with "
+            "--eos-token, or pass --no-eos"
+        )
+    files = expand_inputs(config.inputs, config.input_format, config.input_storage_options)
+    plan = plan_parts(
+        files,
+        part_size=config.part_size,
+        text_per_line=config.text_per_line,
+        storage_options=config.input_storage_options,
+    )
+    digest = plan.digest({**config.identity(), "tokenizer": tokenizer.describe()})
+    storage = _open_output(config, tokenizer)
+    done = _existing(storage, digest, config)
+    progress = make_progress(config.progress, len(plan.parts), sum(plan.part_bytes))
+    if done is not None:
+        progress.message(f"{storage.url} already holds this job's dataset: nothing to do")
+        progress.close()
+        return done, storage, True
+    for note in _compressed_notes(plan, config.part_size):
+        progress.message(note)
+
+    check_writable(config, storage.url)
+    results: list[PartResult] = []
+    started = connect(config, progress.message)
+    restore = cancel_on_signals()
+    try:
+        _run_parts(config, plan, digest, progress, results, started)
+    except KeyboardInterrupt:
+        raise IngestCancelled(len(results), len(plan.parts)) from None
+    finally:
+        progress.close()
+        if started:
+            ray.shutdown()
+        restore()
+    results.sort(key=lambda r: r["part"])
+    reused = sum(bool(r.get("reused")) for r in results)
+    if reused:
+        progress.message(f"reused {reused} of {len(results)} parts from an earlier run")
+    recorded = metadata(config, plan, digest, tokenizer, results)
+    if recorded[METADATA_KEY]["documents"] == 0:
+        raise IngestError(
+            f"inputs {', '.join(config.inputs)} hold no documents (every file empty, or every "
+            "record empty or bad): nothing committed"
+        )
+    manifest = storage.commit(num_parts=len(plan.parts), metadata=recorded, run=run_name(digest))
+    progress.message(summary(manifest, storage.url, storage_options=bool(config.storage_options)))
+    return manifest, storage, False

@@ -1,0 +1,103 @@
+"""What a committed job records and prints: the manifest's ``ingest`` metadata and the summary.
+
+No Ray here: the CLI, ``guideloom inspect`` and the benchmarks read these without starting it.
+The metadata holds the job's identity (plan digest, tokenizer ``describe()``, the options that
+decide the bytes), the inputs compactly, and the counts summed over the parts' results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from typing import Any
+
+from guideloom.io import redact_url
+from guideloom.storage.opening import opening_code
+from guideloom.types import Tokenizer
+from guideloom.workers.config import IngestConfig
+from guideloom.workers.part import PartResult
+from guideloom.workers.planning import Plan
+
+__all__ = ["MAX_RECORDED_INPUTS", "METADATA_KEY", "METADATA_VERSION", "metadata", "open_code", "summary"]
+
+METADATA_KEY = "ingest"
+METADATA_VERSION = 2
+MAX_RECORDED_INPUTS = 16  # input patterns kept verbatim in the manifest's ingest metadata
+
+
+def _digest_of_files(plan: Plan) -> str:
+    h = hashlib.sha256()
+    for f in plan.files:
+        h.update(f"{f.url}\t{f.size}\n".encode())
+    return h.hexdigest()
+
+
+def metadata(
+    config: IngestConfig, plan: Plan, digest: str, tokenizer: Tokenizer, results: list[PartResult]
+) -> dict[str, Any]:
+    """The manifest metadata of a job (``{METADATA_KEY: {...}}``) from its parts' results."""
+    bad: dict[str, Counter[str]] = {}
+    empty: Counter[str] = Counter()
+    for r in results:
+        empty.update(r["empty_documents"])
+        for url, counts in r["bad_records"].items():
+            bad.setdefault(url, Counter()).update(counts)
+    return {
+        METADATA_KEY: {
+            "version": METADATA_VERSION,
+            "plan": digest,
+            "tokenizer": tokenizer.describe(),
+            "options": config.identity(),
+            "inputs": {
+                # The inputs as given (globs, directories or files), at most a few of them: an
+                # explicit list of 100k files is its count, bytes and digest, not 100k entries.
+                "patterns": [redact_url(p) for p in config.inputs[:MAX_RECORDED_INPUTS]],
+                "patterns_given": len(config.inputs),
+                "files": len(plan.files),
+                "bytes": sum(f.size for f in plan.files),
+                "sha256": _digest_of_files(plan),
+            },
+            "empty_files": sum(f.size == 0 for f in plan.files),
+            "parts": len(plan.parts),
+            "documents": sum(r["documents"] for r in results),
+            "tokens": sum(r["tokens"] for r in results),
+            "empty_documents": dict(sorted(empty.items())),
+            "bad_records": {u: dict(sorted(c.items())) for u, c in sorted(bad.items())},
+            "bad_records_total": sum(sum(c.values()) for c in bad.values()),
+        }
+    }
+
+
+def open_code(manifest: Any, url: str, *, storage_options: bool = False) -> str:
+    """The Python lines that open the dataset, from the storage class and format the manifest
+    records (the schema is never guessed from the files); the same lines ``guideloom inspect``
+    prints (`guideloom.storage.opening.opening_code`)."""
+    return opening_code(url, manifest, storage_options=storage_options)
+
+
+def summary(manifest: Any, url: str | None = None, *, storage_options: bool = False) -> str:
+    """A few lines on what a committed ingestion wrote, then the Python lines that open it."""
+    meta = manifest.metadata[METADATA_KEY]
+    tok = meta["tokenizer"]
+    lines = [
+        f"committed {len(manifest.shards)} shards, {manifest.total_bytes:,} bytes: "
+        f"{meta['documents']:,} documents, {meta['tokens']:,} tokens in {meta['parts']} parts",
+        f"tokenizer {tok['spec']} (vocabulary {tok['vocab_size']:,}, eos {tok['eos_id']})",
+    ]
+    empty = sum(meta["empty_documents"].values())
+    empty_files = meta["empty_files"]
+    if not isinstance(empty_files, int):  # metadata version 1 listed them
+        empty_files = len(empty_files)
+    if empty or empty_files:
+        lines.append(f"empty documents skipped: {empty}; empty files: {empty_files}")
+    if meta["bad_records_total"]:
+        lines.append(f"bad records skipped: {meta['bad_records_total']}")
+        for where, counts in meta["bad_records"].items():
+            reasons = ", ".join(f"{n} {reason}" for reason, n in counts.items())
+            lines.append(f"  {where}: {reasons}")
+    if url is not None:
+        lines.append("open it with:")
+        lines += [
+            "  " + line for line in open_code(manifest, url, storage_options=storage_options).splitlines()
+        ]
+    return "\n".join(lines)
