@@ -88,6 +88,7 @@ from guideloom.loading.order import (
     ShuffleSettings,
     positive_int,
 )
+from guideloom.loading.passes import Pass, Progress
 from guideloom.loading.placement import Placed, accelerator_available
 from guideloom.loading.sampler import (
     DEFAULT_READ_AHEAD_BYTES,
@@ -98,7 +99,7 @@ from guideloom.loading.sampler import (
 )
 from guideloom.loading.schedule import EpochSchedule
 from guideloom.loading.state import LoaderState, OrderIdentity
-from guideloom.loading.threads import SourceCopies, ThreadBatches
+from guideloom.loading.threads import SourceCopies, ThreadBatches, thread_settings
 
 __all__ = ["DEFAULT_READ_AHEAD_BYTES", "READ_AHEAD_ENV", "StatefulDataLoader"]
 
@@ -125,55 +126,6 @@ def _or(value: Any, default: Any) -> Any:
     return default if value is _DEFAULT else value
 
 
-class _Progress:
-    """What the training loop has seen of the current pass (what ``state_dict`` counts):
-    batches received, and whether the pass ended (it raised ``StopIteration``)."""
-
-    def __init__(self) -> None:
-        self.received = 0
-        self.ended = False
-
-
-class _Pass:
-    """One pass as the training loop sees it: the batches of any worker kind, counted on delivery.
-
-    ``batches`` is torchdata's iterator (worker processes), the inline generator
-    (``num_workers=0``) or a `guideloom.loading.threads.ThreadBatches`, optionally behind the
-    device stage (`guideloom.loading.placement.Placed`). Only what the loop has received counts,
-    never what was prefetched or already copied to the device.
-    """
-
-    def __init__(self, batches: Iterator[Any], progress: _Progress, closers: list[Any], length: int) -> None:
-        self._batches = batches
-        self._progress = progress
-        self._closers = closers  # objects whose close/_shutdown_workers ends the pass's workers
-        self._length = length
-
-    def __iter__(self) -> _Pass:
-        return self
-
-    def __next__(self) -> Any:
-        try:
-            batch = next(self._batches)
-        except StopIteration:
-            self._progress.ended = True
-            raise
-        self._progress.received += 1
-        return batch
-
-    def __len__(self) -> int:
-        return self._length
-
-    def close(self) -> None:
-        """End the pass now: stop its worker threads or processes."""
-        for c in self._closers:
-            stop = getattr(c, "close", None) or getattr(c, "_shutdown_workers", None)
-            if stop is not None:
-                stop()
-
-    _shutdown_workers = close  # the name torch's iterators use
-
-
 def _is_view(dataset: Any) -> bool:
     """A GuideLoom dataset view (or a mixture's): its storage has a GuideLoom layout."""
     return getattr(getattr(dataset, "storage", None), "layout", None) in _LAYOUTS
@@ -189,36 +141,6 @@ def _distributed_default(rank: int | None, world_size: int | None) -> tuple[int,
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
         raise ValueError(f"rank must be an integer in [0, world_size={world_size}), got {rank!r}")
     return int(rank), world_size
-
-
-_PROCESS_ONLY_KWARGS = ("multiprocessing_context", "worker_init_fn")
-
-
-def _thread_settings(method: Any, num_workers: int, kwargs: dict[str, Any]) -> tuple[int, int, float] | None:
-    """``(threads, prefetch_factor, timeout)`` for thread workers, None for torchdata's workers.
-
-    With threads, ``prefetch_factor`` and ``timeout`` are ours (torchdata accepts them only with
-    worker processes) and ``persistent_workers`` has nothing to keep: they are taken out of
-    ``kwargs``.
-    """
-    if method not in ("process", "thread"):
-        raise ValueError(f"parallel_method must be 'process' or 'thread', got {method!r}")
-    if method == "process" or num_workers == 0:
-        return None
-    for name in _PROCESS_ONLY_KWARGS:
-        if kwargs.get(name) is not None:
-            raise ValueError(
-                f"{name}= applies to worker processes; with parallel_method='thread' the workers "
-                "are threads of this process: leave it out, or use parallel_method='process'"
-            )
-        kwargs.pop(name, None)
-    kwargs.pop("persistent_workers", None)
-    prefetch = kwargs.pop("prefetch_factor", None)
-    prefetch = 2 if prefetch is None else positive_int("prefetch_factor", prefetch)
-    timeout = kwargs.pop("timeout", 0) or 0
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
-        raise ValueError(f"timeout must be a non-negative number of seconds, got {timeout!r}")
-    return num_workers, prefetch, float(timeout)
 
 
 def _torchdata_init(loader: _TorchdataLoader, *args: Any, **kwargs: Any) -> None:
@@ -449,7 +371,7 @@ class StatefulDataLoader(_TorchdataLoader):
         grouping = Grouping.from_options(read_ahead, read_ahead_bytes, view, batch_size)
         if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 0:
             raise ValueError(f"num_workers must be a non-negative integer, got {num_workers!r}")
-        threads = _thread_settings(parallel_method, int(num_workers), kwargs)
+        threads = thread_settings(parallel_method, int(num_workers), kwargs)
         self._threads = threads
         self._device = None if device is None else torch.device(device)
         self._pin = bool(pin_memory)
@@ -493,8 +415,8 @@ class StatefulDataLoader(_TorchdataLoader):
         )
         self._source_names: tuple[str, ...] = tuple(mixture.mixture.names) if mixture else ()
         self._sampler = sampler
-        self._live: _Progress | None = None  # what the current pass has delivered
-        self._pass: weakref.ref[_Pass] | None = None  # the current pass, not kept alive by us
+        self._live: Progress | None = None  # what the current pass has delivered
+        self._pass: weakref.ref[Pass] | None = None  # the current pass, not kept alive by us
         self._copies: SourceCopies | None = None  # thread workers' private views, made lazily
         self._prepare(epoch=0, position=0)
 
@@ -698,8 +620,8 @@ class StatefulDataLoader(_TorchdataLoader):
             closers.append(batches)
         if self._device is not None:
             batches = Placed(batches, self._device)
-        progress = _Progress()
-        current = _Pass(batches, progress, closers, len(self))
+        progress = Progress()
+        current = Pass(batches, progress, closers, len(self))
         self._live, self._pass = progress, weakref.ref(current)
         return current
 
