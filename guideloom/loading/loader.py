@@ -730,7 +730,8 @@ class StatefulDataLoader(_TorchdataLoader):
 
 def _refuse_guideloom_only(dataset: Any, takes_order: list[str], shuffle: Any, given: dict[str, Any]) -> None:
     """TypeError for what only GuideLoom's own path reads, on torchdata's path."""
-    if isinstance(dataset, Mixture) or getattr(dataset, "layout", None) in _LAYOUTS:
+    storage_not_view = getattr(dataset, "layout", None) in _LAYOUTS and not _is_view(dataset)
+    if isinstance(dataset, Mixture) or storage_not_view:
         raise TypeError(
             "StatefulDataLoader reads a GuideLoom dataset view (DocumentDataset, StreamDataset, "
             f"StreamWithMetaDataset), got {type(dataset).__name__}; build it with "

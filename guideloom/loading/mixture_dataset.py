@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -14,10 +14,16 @@ from guideloom.loading.mixture_plan import MixturePlan
 from guideloom.loading.order import ShuffleSettings
 from guideloom.storage.views import LocalWindows, StreamDataset
 
-if TYPE_CHECKING:
-    from guideloom.loading.mixture import Mixture
-
 __all__ = ["MixtureDataset"]
+
+
+class _Sources(Protocol):
+    """What the dataset reads of its `guideloom.loading.mixture.Mixture` (named structurally,
+    so that this module does not import the one that imports it)."""
+
+    names: tuple[str, ...]
+    storages: tuple[Any, ...]
+    layout: str
 
 
 class MixtureDataset:
@@ -26,7 +32,7 @@ class MixtureDataset:
     with one batched read per source (``read_windows`` / ``__getitems__``), reassembled in order.
     """
 
-    def __init__(self, mixture: Mixture, views: Sequence[Any], plan: MixturePlan) -> None:
+    def __init__(self, mixture: _Sources, views: Sequence[Any], plan: MixturePlan) -> None:
         self.mixture = mixture
         self.views = list(views)
         self.plan = plan

@@ -119,6 +119,9 @@ def test_a_view_with_a_sampler_or_in_order_false_is_torchdata_s_loader(stream: A
     assert got == [batch_keys(b) for b in reference] and len(got) == 8
     unordered = StatefulDataLoader(view, batch_size=4, in_order=False)
     assert "guideloom_loader" not in unordered.state_dict() and len(list(unordered)) == 8
+    mixture = Mixture({"a": (stream, 1.0)}).dataset(SEQUENCE_LENGTH)  # a mixture's view, too
+    sampled = StatefulDataLoader(mixture, batch_size=4, sampler=SequentialSampler(range(32)))
+    assert "guideloom_loader" not in sampled.state_dict() and len(list(sampled)) == 8
 
 
 @pytest.mark.parametrize(
