@@ -276,15 +276,13 @@ def mix(
     Reads only the manifests. The numbers are those a ``guideloom.Mixture`` of the same sources,
     weights and stopping strategy gives the loader (see docs/mixing.md).
     """
-    from fractions import Fraction
-
-    from guideloom.loading.interleave import decimal_fraction, integer_weights
-    from guideloom.loading.mixture import MixturePlan, document_tokens
+    from guideloom.loading.mixture_plan import MixturePlan, document_tokens, sample_weights
 
     names: list[str] = []
     sizes: list[int] = []
-    weights: list[float | Fraction] = []
-    means: list[float] = []
+    weights: list[float] = []
+    documents: list[int] = []  # weight_by tokens: each document source's documents and tokens
+    tokens: list[int] = []
     try:
         if weight_by not in ("samples", "tokens"):
             raise ValueError(f"--weight-by must be samples or tokens, got {weight_by!r}")
@@ -312,8 +310,8 @@ def mix(
                             f"{url}: --weight-by tokens needs its number of tokens, and its manifest "
                             "records none (write it with storage.writer(metadata={'tokens': N}))"
                         )
-                    weights[-1] = decimal_fraction(weight) * manifest.total_records / total
-                    means.append(total / manifest.total_records)
+                    documents.append(manifest.total_records)
+                    tokens.append(total)
             elif sequence_length is None:
                 raise ValueError(f"{url} is a stream: pass --sequence-length")
             else:
@@ -321,12 +319,14 @@ def mix(
             names.append(location.display_url)
         if len(classes) > 1:
             raise ValueError(f"the sources mix storage classes {sorted(classes)}: a mixture reads one")
+        # the Mixture's own arithmetic (weight_by="tokens": shares of tokens -> of documents)
+        sample, means = sample_weights(weights, documents, tokens)
         plan = MixturePlan(
             tuple(names),
             tuple(sizes),
-            integer_weights(weights),
+            sample,
             stopping_strategy,
-            mean_tokens=tuple(means),
+            mean_tokens=means,
             schedule=schedule,
         )
         lines = plan.lines(preview)

@@ -3,7 +3,10 @@
 ``assert_exact_resume(make_loader)`` runs the loader uninterrupted as a reference, then
 interrupts and restores it in every way a training job does, and compares batch by batch:
 
-- mid-epoch, at the very end of an epoch, and the epoch after a resumed one;
+- mid-epoch, at the very end of an epoch, and the epoch after a resumed one. The end of an
+  epoch is torchdata's rule: a state saved inside the loop at the epoch's last batch resumes
+  into an empty pass and then the next epoch; a state saved after the loop ended (the pass
+  raised ``StopIteration``) resumes into the next epoch;
 - saving with one ``num_workers`` and loading with another (``0 <-> 2`` by default), and checking
   that ``num_workers`` never changes the batches;
 - for several world sizes simulated in one process (one loader per rank);
@@ -12,7 +15,8 @@ interrupts and restores it in every way a training job does, and compares batch 
   position on, every remaining sample exactly once, up to the documented remainder.
 
 ``make_loader(num_workers=..., rank=..., world_size=...)`` must return a new
-`guideloom.StatefulDataLoader` over the same data with the same settings each time. Samples
+`guideloom.StatefulDataLoader` over the same data with the same settings each time (build it
+with ``parallel_method="thread"`` to check thread workers instead of processes). Samples
 are compared by content, so use data whose samples differ (e.g. token ids counting up). torch is
 imported only when the helper runs.
 """
@@ -159,13 +163,22 @@ def assert_exact_resume(
                     where = f"{at}, resumed after {k} of {n} batches (num_workers {save_w} -> {load_w})"
                     first = run.loader(save_w, rank, world)
                     _same(run.take(first, k), ref[0][:k], f"{where}, before saving")
-                    state = _roundtrip(first.state_dict())
+                    state = _roundtrip(first.state_dict())  # inside the loop, at batch k
                     del first
                     second = run.loader(load_w, rank, world)
                     second.load_state_dict(state)
-                    if k < n:
-                        _same(run.take(second), ref[0][k:], f"{where}, rest of the epoch")
+                    # at the epoch's last batch: torchdata's rule, the rest of the epoch is empty
+                    _same(run.take(second), ref[0][k:], f"{where}, rest of the epoch")
                     _same(run.take(second), ref[1], f"{where}, the epoch after")
+            for save_w, load_w in pairs:
+                where = f"{at}, resumed after the loop of epoch 0 ended (num_workers {save_w} -> {load_w})"
+                first = run.loader(save_w, rank, world)
+                _same(run.take(first), ref[0], f"{where}, before saving")
+                state = _roundtrip(first.state_dict())
+                del first
+                second = run.loader(load_w, rank, world)
+                second.load_state_dict(state)
+                _same(run.take(second), ref[1], f"{where}, the next pass")
 
     for old_world, new_world in elastic:
         glob_loader = run.loader(base, 0, 1)

@@ -3,6 +3,15 @@
 ``StatefulDataLoader`` (in `guideloom.loading.loader`) is loaded lazily, so that the pure
 order arithmetic (`guideloom.loading.order`, `guideloom.loading.schedule`,
 `guideloom.loading.state`) can be used and tested without torch.
+
+The modules, by layer (each imports only modules listed before it):
+
+- no torch: ``order`` (each epoch's order; `ShuffleSettings`), ``schedule`` (positions per
+  rank and step), ``state`` (the persisted state and its checks), ``interleave``,
+  ``mixture_plan``, ``mixture_order``, ``mixture_dataset`` and ``mixture`` (weighted mixtures),
+  ``passes`` (what the loop has received of a pass), ``threads`` (thread workers);
+- torch: ``collate``, ``placement`` (pinning, the copy to a device), ``sampler`` (batches and
+  read-ahead groups), ``fetch`` (what a worker runs), ``loader`` (the loader itself).
 """
 
 from __future__ import annotations

@@ -37,24 +37,26 @@ Epoch length (``stopping_strategy``, named as in Hugging Face ``interleave_datas
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from guideloom.errors import MixtureError, ResumeStateError
-from guideloom.loading.interleave import (
-    Interleave,
-    check_schedule,
-    decimal_fraction,
-    integer_weights,
+from guideloom.loading.interleave import check_schedule
+from guideloom.loading.mixture_dataset import MixtureDataset
+from guideloom.loading.mixture_order import MixtureOrder
+from guideloom.loading.mixture_plan import (
+    STRATEGIES,
+    MixturePlan,
+    Schedule,
+    StoppingStrategy,
+    WeightBy,
+    document_token_totals,
+    document_tokens,
+    sample_weights,
 )
-from guideloom.loading.order import EpochOrder, ShuffleMode, derive_key, permute_many
-from guideloom.storage.views import LocalWindows, StreamDataset
+from guideloom.loading.state import LoaderState
 
 __all__ = [
     "Mixture",
@@ -67,267 +69,6 @@ __all__ = [
     "document_tokens",
     "document_token_totals",
 ]
-
-StoppingStrategy = Literal["all_exhausted", "first_exhausted"]
-WeightBy = Literal["samples", "tokens"]
-Schedule = Literal["auto", "tree", "quota"]
-_STRATEGIES = ("all_exhausted", "first_exhausted")
-_PURPOSE_SOURCE = 5  # keys each source's order apart from the others (see order.derive_key)
-_GAP = 1024  # positions further apart than this are evaluated as separate ranges
-
-
-@dataclass(frozen=True)
-class MixturePlan:
-    """The arithmetic of a mixture, from counts alone: what ``guideloom mix`` prints.
-
-    ``sizes``: samples (windows or documents) per source; ``weights``: positive integers (see
-    `guideloom.loading.interleave.integer_weights`); ``starts``: draws of each source
-    before this mixture began (a curriculum switch), 0 otherwise; ``mean_tokens``: each
-    source's mean tokens per sample, when the weights were given as shares of tokens (the
-    table then shows each source's share of tokens too); ``schedule``: the interleave's
-    schedule (``"auto"``, ``"tree"`` or ``"quota"``, see `guideloom.loading.interleave`).
-    """
-
-    names: tuple[str, ...]
-    sizes: tuple[int, ...]
-    weights: tuple[int, ...]
-    stopping_strategy: str = "all_exhausted"
-    starts: tuple[int, ...] = field(default=())
-    mean_tokens: tuple[float, ...] = field(default=())
-    schedule: str = "auto"
-
-    def __post_init__(self) -> None:
-        try:
-            check_schedule(self.weights, self.schedule)
-        except ValueError as err:
-            raise MixtureError(f"{err} (sources: {', '.join(self.names)})") from None
-        if self.stopping_strategy not in _STRATEGIES:
-            raise MixtureError(
-                f"stopping_strategy must be 'all_exhausted' (repeat smaller sources until every "
-                f"source is used up) or 'first_exhausted' (end the epoch when the first source "
-                f"is used up), got {self.stopping_strategy!r}"
-            )
-        if not self.starts:
-            object.__setattr__(self, "starts", (0,) * len(self.sizes))
-        for name, size in zip(self.names, self.sizes):
-            if size < 1:
-                raise MixtureError(f"source {name!r} has no samples: an empty source cannot be mixed")
-
-    @cached_property
-    def interleave(self) -> Interleave:
-        return Interleave(self.weights, self.schedule)  # the schedule was checked at construction
-
-    @cached_property
-    def epoch_length(self) -> int:
-        """Positions (samples) in one mixture epoch."""
-        return self.interleave.first_reaching(self.sizes, every=self.stopping_strategy == "all_exhausted")
-
-    @cached_property
-    def draws(self) -> tuple[int, ...]:
-        """Samples each source gives per mixture epoch."""
-        return tuple(self.interleave.counts(self.epoch_length))
-
-    @property
-    def shares(self) -> tuple[float, ...]:
-        return self.interleave.shares
-
-    @property
-    def token_shares(self) -> tuple[float, ...]:
-        """Each source's expected share of the tokens (needs ``mean_tokens``; else empty)."""
-        if not self.mean_tokens:
-            return ()
-        tokens = [share * m for share, m in zip(self.shares, self.mean_tokens)]
-        return tuple(t / sum(tokens) for t in tokens)
-
-    @property
-    def repeats(self) -> tuple[float, ...]:
-        """How many times each source is read per mixture epoch (``draws / size``)."""
-        return tuple(d / n for d, n in zip(self.draws, self.sizes))
-
-    def drawn_after(self, epoch: int, position: int) -> list[int]:
-        """Running draw number of each source once ``position`` of ``epoch`` is reached."""
-        counts = self.interleave.counts(position)
-        return [s + epoch * d + c for s, d, c in zip(self.starts, self.draws, counts)]
-
-    def identity(self) -> dict[str, Any]:
-        """What a loader state records about the mixture (plain ints and strings).
-
-        ``schedule`` is recorded only when it is not ``"tree"``, the one schedule of states saved
-        before there was a choice, so those states still match their mixtures."""
-        out: dict[str, Any] = {
-            "stopping_strategy": self.stopping_strategy,
-            "sources": [list(x) for x in zip(self.sizes, self.weights, self.starts)],
-        }
-        if self.interleave.schedule != "tree":
-            out["schedule"] = self.interleave.schedule
-        return out
-
-    def lines(self, preview: int = 64) -> list[str]:
-        """A human-readable table of the plan, plus the first ``preview`` positions' sources."""
-        width = max(6, *(len(n) for n in self.names))
-        out = [
-            f"mixture epoch  {self.epoch_length:,} samples ({self.stopping_strategy})",
-            f"max deviation  {self.interleave.max_deviation:.3f} samples per source over any prefix "
-            f"({self.interleave.schedule} schedule)",
-            "",
-            f"  {'letter':6}  {'source':{width}}  {'share':>9}  {'samples':>12}  {'per epoch':>12}  repeats"
-            + ("  token share" if self.mean_tokens else ""),
-        ]
-        for k, (name, share, size, draws, rep) in enumerate(
-            zip(self.names, self.shares, self.sizes, self.draws, self.repeats)
-        ):
-            out.append(
-                f"  {_letter(k):6}  {name:{width}}  {share:9.4%}  {size:12,d}  {draws:12,d}  {rep:.3f}x"
-                + (f"  {self.token_shares[k]:11.4%}" if self.mean_tokens else "")
-            )
-        if preview:
-            src, _ = self.interleave.sources(0, min(preview, self.epoch_length))
-            out += ["", "first positions  " + "".join(_letter(int(i)) for i in src)]
-        return out
-
-
-def _letter(k: int) -> str:
-    return chr(ord("A") + k) if k < 26 else f"[{k}]"
-
-
-class MixtureOrder:
-    """One mixture epoch's order: ``order(positions) -> indexes into the MixtureDataset``.
-
-    The drop-in counterpart of `guideloom.loading.order.EpochOrder` for the loader's
-    batch sampler: any positions, O(#sources) per range of consecutive positions.
-    """
-
-    def __init__(
-        self,
-        plan: MixturePlan,
-        *,
-        shuffle: ShuffleMode,
-        seed: int,
-        epoch: int,
-        block_size: int = 1,
-        buffer_blocks: int = 1,
-        run_size: int = 1,
-    ) -> None:
-        self.plan = plan
-        self.num_samples = plan.epoch_length
-        self.epoch = int(epoch)
-        self._settings = {"shuffle": shuffle, "block_size": block_size, "buffer_blocks": buffer_blocks}
-        self._run_size = run_size
-        self._seeds = [derive_key(seed, _PURPOSE_SOURCE, i) for i in range(len(plan.sizes))]
-        self._offsets = np.concatenate([[0], np.cumsum(plan.sizes)[:-1]]).astype(np.int64)
-        self._orders: dict[tuple[int, int], EpochOrder] = {}
-
-    def _source_order(self, i: int, epoch: int) -> EpochOrder:
-        key = (i, epoch)
-        order = self._orders.get(key)
-        if order is None:
-            if len(self._orders) > 256:
-                self._orders.clear()
-            size = self.plan.sizes[i]
-            run = self._run_size
-            block = int(self._settings["block_size"])  # type: ignore[call-overload]
-            order = self._orders[key] = EpochOrder(
-                size,
-                shuffle=self._settings["shuffle"],  # type: ignore[arg-type]
-                seed=self._seeds[i],
-                epoch=epoch,
-                block_size=block,
-                buffer_blocks=int(self._settings["buffer_blocks"]),  # type: ignore[call-overload]
-                run_size=run,
-            )
-        return order
-
-    def locate(self, positions: np.ndarray | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """For each position: its source and that source's running draw number ``g``."""
-        p = np.atleast_1d(np.asarray(positions, dtype=np.int64))
-        if p.size and (p.min() < 0 or p.max() >= self.num_samples):
-            raise IndexError(f"positions must lie in [0, {self.num_samples})")
-        src = np.empty(p.size, dtype=np.int64)
-        draw = np.empty(p.size, dtype=np.int64)
-        if not p.size:
-            return src, draw
-        order = np.argsort(p, kind="stable")
-        sp = p[order]
-        cuts = np.flatnonzero(np.diff(sp) > _GAP) + 1
-        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), sp.size]):
-            first, last = int(sp[lo]), int(sp[hi - 1])
-            s, d = self.plan.interleave.sources(first, last + 1)
-            src[order[lo:hi]], draw[order[lo:hi]] = s[sp[lo:hi] - first], d[sp[lo:hi] - first]
-        plan = self.plan
-        base = np.array([s + self.epoch * d for s, d in zip(plan.starts, plan.draws)], dtype=np.int64)
-        return src, draw + base[src]
-
-    def __call__(self, positions: np.ndarray | Sequence[int] | range) -> np.ndarray:
-        """Indexes into the `MixtureDataset` (source offset + sample index) at ``positions``."""
-        src, g = self.locate(np.asarray(positions, dtype=np.int64))
-        sizes = np.asarray(self.plan.sizes, dtype=np.int64)
-        epochs, pos = np.divmod(g, sizes[src])
-        # one group per (source, source epoch): a small, much repeated source spans many epochs
-        pairs, where = np.unique(epochs * len(sizes) + src, return_inverse=True)
-        orders = [self._source_order(int(k % len(sizes)), int(k // len(sizes))) for k in pairs.tolist()]
-        if self._settings["shuffle"] == "full":
-            samples = permute_many(orders, where, pos)
-        elif self._settings["shuffle"] == "none":
-            samples = pos
-        else:
-            samples = np.empty(pos.size, dtype=np.int64)
-            by_group = np.argsort(where, kind="stable")
-            bounds = np.searchsorted(where[by_group], np.arange(len(orders) + 1)).tolist()
-            for order, lo, hi in zip(orders, bounds[:-1], bounds[1:]):
-                rows = by_group[lo:hi]
-                samples[rows] = order(pos[rows])
-        return samples + self._offsets[src]
-
-
-def document_tokens(manifest: Any) -> int | None:
-    """A document dataset's total tokens as its manifest records them, or None.
-
-    Read from the manifest's metadata: ``"tokens"`` (what a writer records with
-    ``storage.writer(metadata={"tokens": n})``), else ``"ingest"`` -> ``"tokens"`` (what
-    ``guideloom ingest`` records).
-    """
-    meta = manifest.metadata or {}
-    for value in (meta.get("tokens"), (meta.get("ingest") or {}).get("tokens")):
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
-
-
-def document_token_totals(
-    storages: Sequence[Any], names: Sequence[str], source_tokens: Mapping[str, int] | None = None
-) -> list[int]:
-    """Each document source's total tokens (its mean document length is that / its documents).
-
-    Totals come from ``source_tokens[name]`` if given, else from the manifest (see
-    `document_tokens`). Raises `MixtureError` naming a source whose total is unknown or not
-    a positive integer, or a ``source_tokens`` name that is no source.
-    """
-    given = dict(source_tokens or {})
-    unknown = sorted(set(given) - set(names))
-    if unknown:
-        raise MixtureError(
-            f"source_tokens names {unknown}, which are not sources of this mixture ({list(names)})"
-        )
-    out = []
-    for name, storage in zip(names, storages):
-        manifest = storage.manifest
-        total = given.get(name, document_tokens(manifest))
-        if total is None:
-            raise MixtureError(
-                f"source {name!r} ({storage.url}): weight_by='tokens' needs its number of tokens, and "
-                "its manifest records none; write it with storage.writer(metadata={'tokens': N}) or "
-                "pass Mixture(..., source_tokens={" + repr(name) + ": N})"
-            )
-        if isinstance(total, bool) or not isinstance(total, (int, np.integer)) or total < 1:
-            raise MixtureError(
-                f"source {name!r} ({storage.url}) has {total!r} tokens: a token count must be a positive integer"
-            )
-        if manifest.total_records < 1:
-            raise MixtureError(
-                f"source {name!r} ({storage.url}) has no documents: an empty source cannot be mixed"
-            )
-        out.append(int(total))
-    return out
 
 
 class Mixture:
@@ -429,7 +170,7 @@ class Mixture:
                 raise MixtureError(
                     f"source {name!r} has weight {w!r}: weights must be positive, finite numbers"
                 )
-        if stopping_strategy not in _STRATEGIES:
+        if stopping_strategy not in STRATEGIES:
             raise MixtureError(
                 f"stopping_strategy must be 'all_exhausted' or 'first_exhausted', got {stopping_strategy!r}"
             )
@@ -452,25 +193,24 @@ class Mixture:
         self.weight_by = weight_by
         self.token_weights: tuple[float, ...] = ()
         self.mean_tokens: tuple[float, ...] = ()
+        documents: tuple[int, ...] = ()
+        totals: list[int] = []
         if weight_by == "tokens" and self.layout == "documents":
             self.token_weights = tuple(float(w) for w in weights)
             totals = document_token_totals(self.storages, names, source_tokens)
-            self.mean_tokens = tuple(t / s.manifest.total_records for t, s in zip(totals, self.storages))
-            # exact: weight / (tokens / documents), as fractions
-            weights = [
-                decimal_fraction(w) * s.manifest.total_records / t
-                for w, s, t in zip(weights, self.storages, totals)
-            ]
+            documents = tuple(s.manifest.total_records for s in self.storages)
         elif source_tokens is not None:
             raise MixtureError(
                 "source_tokens is only read with weight_by='tokens' for document sources: "
                 "stream windows all hold sequence_length tokens, so shares of windows are shares of tokens"
             )
         try:
-            self.weights = integer_weights(weights)
+            self.weights, means = sample_weights(weights, documents, totals)
             check_schedule(self.weights, schedule)  # before any source is opened
         except ValueError as err:
             raise MixtureError(f"{err} (sources: {', '.join(names)})") from None
+        if totals:
+            self.mean_tokens = means
 
     def _check_schema(self, name: str, storage: Any) -> None:
         first = self.storages[0]
@@ -560,30 +300,29 @@ class Mixture:
         """Each source's running draw number where the ``after`` state stopped (curriculum)."""
         if self.after is None:
             return (0,) * len(sizes)
-        from guideloom.loading.state import LoaderState
-
         saved = LoaderState.from_dict(self.after)
-        if saved.mixture is None:
+        mixed = saved.identity.mixture
+        if mixed is None:
             raise ResumeStateError("after= must be a state saved by a loader over a Mixture")
-        old = saved.mixture["sources"]
+        old = mixed["sources"]
         fingerprints = [str(s.manifest.fingerprint) for s in self.storages]
-        if len(old) != len(sizes) or saved.mixture.get("fingerprints") != fingerprints:
+        if len(old) != len(sizes) or mixed.get("fingerprints") != fingerprints:
             raise ResumeStateError(
                 "after= holds a state of a mixture of other sources: a curriculum keeps the same "
                 "sources in the same order and changes only their weights"
             )
-        if saved.sequence_length != sequence_length or [o[0] for o in old] != list(sizes):
+        if saved.identity.sequence_length != sequence_length or [o[0] for o in old] != list(sizes):
             raise ResumeStateError(
-                f"after= holds a state saved with sequence_length {saved.sequence_length}; this "
+                f"after= holds a state saved with sequence_length {saved.identity.sequence_length}; this "
                 f"mixture is read with {sequence_length}"
             )
         plan = MixturePlan(
             self.names,
             sizes,
             tuple(o[1] for o in old),
-            saved.mixture["stopping_strategy"],
+            mixed["stopping_strategy"],
             tuple(o[2] for o in old),
-            schedule=saved.mixture.get("schedule", "tree"),
+            schedule=mixed.get("schedule", "tree"),
         )
         return tuple(plan.drawn_after(saved.epoch, saved.position))
 
@@ -610,149 +349,3 @@ class Mixture:
         return (
             f"Mixture({{{parts}}}, stopping_strategy={self.stopping_strategy!r}, schedule={self.schedule!r})"
         )
-
-
-class MixtureDataset:
-    """The sources of a `Mixture` as one indexed view: index ``offset_i + j`` is sample
-    ``j`` of source ``i``. The loader orders it with `MixtureOrder`; a batch is read
-    with one batched read per source (``read_windows`` / ``__getitems__``), reassembled in order.
-    """
-
-    def __init__(self, mixture: Mixture, views: Sequence[Any], plan: MixturePlan) -> None:
-        self.mixture = mixture
-        self.views = list(views)
-        self.plan = plan
-        self.layout = mixture.layout
-        self.storage = mixture.storages[0]  # the layout and format all sources share
-        self.sequence_length = getattr(self.views[0], "sequence_length", None)
-        self._starts = np.concatenate([[0], np.cumsum(plan.sizes)]).astype(np.int64)
-        self.is_local = all(s.location.is_local for s in mixture.storages)
-        # local stream sources are read by one LocalWindows, all in one pass into one array
-        local_windows = (
-            self.is_local
-            and self.layout == "stream"
-            and all(isinstance(v, StreamDataset) for v in self.views)
-            and len({v.stream_format.dtype for v in self.views}) == 1
-        )
-        self._windows = LocalWindows(self.views) if local_windows else None
-        self.fingerprints = [str(s.manifest.fingerprint) for s in mixture.storages]
-        ident = {**plan.identity(), "fingerprints": self.fingerprints}
-        self.identity = ident
-        self.fingerprint = hashlib.blake2b(
-            json.dumps(ident, sort_keys=True).encode(), digest_size=8
-        ).hexdigest()
-        self.url = "mixture of " + ", ".join(f"{n!r}" for n in mixture.names)
-
-    def __len__(self) -> int:
-        return int(self._starts[-1])
-
-    def check_state(self, saved: dict[str, Any] | None) -> None:
-        """Raise `ResumeStateError` naming the source if ``saved`` is another mixture's."""
-        if saved != self.identity:
-            raise ResumeStateError(mixture_difference(saved, self.identity, self.mixture.names))
-
-    def epoch_order(self, **settings: Any) -> MixtureOrder:
-        """The order of one mixture epoch (``seed``, ``epoch`` and shuffle settings)."""
-        return MixtureOrder(self.plan, **settings)
-
-    def _split(self, indexes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        idx = np.asarray(indexes, dtype=np.int64)
-        if idx.size and (idx.min() < 0 or idx.max() >= len(self)):
-            raise IndexError(f"indexes must lie in [0, {len(self)}) for {self.url}")
-        src = np.searchsorted(self._starts, idx, side="right") - 1
-        return src, idx - self._starts[src]
-
-    def read_windows(self, indexes: Sequence[int]) -> dict[str, np.ndarray]:
-        """Stream windows ``indexes`` as ``{field: (len(indexes), sequence_length) array}``."""
-        src, local = self._split(indexes)
-        if self._windows is not None:
-            return self.views[0]._split(self._windows.read(local, src))
-        out: dict[str, np.ndarray] = {}
-        for i in np.unique(src).tolist():
-            sel = np.flatnonzero(src == i)
-            part = self.views[i].read_windows(local[sel].tolist())
-            for name, values in part.items():
-                if name not in out:
-                    out[name] = np.empty((src.size, *values.shape[1:]), dtype=values.dtype)
-                out[name][sel] = values
-        return out
-
-    def __getitems__(self, indexes: Sequence[int]) -> list[Any]:
-        src, local = self._split(indexes)
-        out: list[Any] = [None] * src.size
-        for i in np.unique(src).tolist():
-            sel = np.flatnonzero(src == i)
-            for row, sample in zip(sel.tolist(), self.views[i].__getitems__(local[sel].tolist())):
-                out[row] = sample
-        return out
-
-    def __getitem__(self, i: int) -> Any:
-        return self.__getitems__([i])[0]
-
-    def source_of(self, index: int) -> tuple[str, int]:
-        """``(source name, sample index in that source)`` of a mixture index."""
-        src, local = self._split([index])
-        return self.mixture.names[int(src[0])], int(local[0])
-
-    def __repr__(self) -> str:
-        return f"MixtureDataset({self.url}, len={len(self)}, epoch_length={self.plan.epoch_length})"
-
-
-def mixture_difference(
-    saved: dict[str, Any] | None, current: dict[str, Any] | None, names: Sequence[str] = ()
-) -> str:
-    """The message of the ResumeStateError for a state whose mixture differs from the loader's."""
-    fix = " Build the mixture as the run that saved the state did, or start without loading it."
-    if saved is None:
-        return (
-            "the loader state was saved by a loader over a single dataset, but this loader reads a Mixture."
-            + fix
-        )
-    if current is None:
-        return (
-            "the loader state was saved by a loader over a Mixture, but this loader reads a single dataset."
-            + fix
-        )
-    if saved["stopping_strategy"] != current["stopping_strategy"]:
-        return (
-            f"the loader state was saved with stopping_strategy {saved['stopping_strategy']!r}, but this "
-            f"mixture has {current['stopping_strategy']!r}." + fix
-        )
-    old, new = saved["sources"], current["sources"]
-    then, now = saved.get("schedule", "tree"), current.get("schedule", "tree")
-    if then != now and [s[:2] for s in old] == [s[:2] for s in new]:
-        return (
-            f"the loader state was saved with the {then!r} schedule, but this mixture deals its "
-            f"positions by {now!r} (schedule='auto' takes 'quota' where the 'tree' is not within "
-            f"one sample; states saved before GuideLoom had 'quota' are 'tree'). Build the "
-            f"Mixture with schedule={then!r} to continue that run exactly."
-        )
-    if len(old) != len(new):
-        return (
-            f"the loader state was saved from a mixture of {len(old)} sources, but this one has {len(new)}."
-            + fix
-        )
-    label = [f"source {names[i]!r}" if i < len(names) else f"source {i}" for i in range(len(new))]
-    for i, (o, n, fo, fn) in enumerate(zip(old, new, saved["fingerprints"], current["fingerprints"])):
-        if fo != fn:
-            return (
-                f"{label[i]} holds other data than when the state was saved (fingerprint {fo} vs {fn})." + fix
-            )
-        if o[0] != n[0]:
-            return f"{label[i]} had {o[0]} samples when the state was saved, but has {n[0]} now." + fix
-    old_total, new_total = sum(s[1] for s in old), sum(s[1] for s in new)
-    if any(o[1] * new_total != n[1] * old_total for o, n in zip(old, new)):
-        then = ", ".join(f"{label[i]} {o[1] / old_total:.6g}" for i, o in enumerate(old))
-        now = ", ".join(f"{label[i]} {n[1] / new_total:.6g}" for i, n in enumerate(new))
-        return (
-            f"the weights differ: the state was saved with the shares {then}; this mixture has {now}. "
-            "To change weights going forward, build the new Mixture with after=<that state> (a "
-            "curriculum step, see docs/mixing.md)." + fix
-        )
-    for i, (o, n) in enumerate(zip(old, new)):
-        if o[2] != n[2]:
-            return (
-                f"{label[i]} started at draw {o[2]} in the saved run, but at {n[2]} now (another "
-                "after= state)." + fix
-            )
-    return "the loader state was saved from another mixture." + fix

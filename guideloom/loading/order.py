@@ -56,14 +56,31 @@ All arithmetic is on 64-bit unsigned NumPy arrays and vectorized over a batch of
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["EpochOrder", "FeistelPermutation", "ShuffleMode", "derive_key", "permute_many"]
+__all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "DEFAULT_BUFFER_BLOCKS",
+    "DEFAULT_RUN_SIZE",
+    "EpochOrder",
+    "FeistelPermutation",
+    "ShuffleMode",
+    "ShuffleSettings",
+    "derive_key",
+    "permute_many",
+    "positive_int",
+]
 
 ShuffleMode = Literal["none", "full", "block"]
+_MODES = ("none", "full", "block")
+DEFAULT_BLOCK_SIZE = 64  # samples per block (the loader's shuffle_block_size)
+DEFAULT_BUFFER_BLOCKS = 4  # blocks per shuffle buffer (shuffle_buffer_blocks)
+DEFAULT_RUN_SIZE = 8  # the largest default run (shuffle_run_size is gcd(8, block size))
 
 _MASK64 = (1 << 64) - 1
 _ROUNDS = 6
@@ -154,19 +171,121 @@ class FeistelPermutation:
         return self._walk(values, inverse=True)
 
 
+@dataclass(frozen=True)
+class ShuffleSettings:
+    """How every epoch is shuffled: the mode and, for ``"block"``, its three sizes.
+
+    Built and checked once (by the loader from its options, or by `EpochOrder`'s keyword form),
+    then handed on whole: to the epoch orders, a mixture's order and the loader state, which
+    records it. ``block_size`` (samples), ``buffer_blocks`` and ``run_size`` (samples; it divides
+    ``block_size``) are positive integers for ``"block"`` and None for ``"none"`` and ``"full"``,
+    which have no blocks.
+    """
+
+    mode: ShuffleMode = "none"
+    block_size: int | None = None
+    buffer_blocks: int | None = None
+    run_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in _MODES:
+            raise ValueError(f"shuffle mode must be 'none', 'full' or 'block', got {self.mode!r}")
+        sizes = (self.block_size, self.buffer_blocks, self.run_size)
+        if self.mode != "block":
+            if any(x is not None for x in sizes):
+                raise ValueError(f"shuffle mode {self.mode!r} has no blocks: leave the block sizes None")
+            return
+        if any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in sizes):
+            raise ValueError("block_size, buffer_blocks and run_size must be positive")
+        block, _, run = self.blocks
+        if block % run:
+            raise ValueError(
+                f"block_size={self.block_size} must be a multiple of run_size={self.run_size}: blocks are "
+                "made of whole runs"
+            )
+
+    @property
+    def blocks(self) -> tuple[int, int, int]:
+        """``(block_size, buffer_blocks, run_size)`` of a ``"block"`` order; 1s for the others."""
+        return (self.block_size or 1, self.buffer_blocks or 1, self.run_size or 1)
+
+    @classmethod
+    def of(
+        cls, mode: ShuffleMode, block_size: int = 1, buffer_blocks: int = 1, run_size: int = 1
+    ) -> ShuffleSettings:
+        """``mode`` with these block sizes (positive), which only ``"block"`` keeps."""
+        if mode not in _MODES:
+            raise ValueError(f"shuffle mode must be 'none', 'full' or 'block', got {mode!r}")
+        if block_size < 1 or buffer_blocks < 1 or run_size < 1:
+            raise ValueError("block_size, buffer_blocks and run_size must be positive")
+        if mode != "block":
+            return cls(mode)
+        return cls("block", _as_int(block_size), _as_int(buffer_blocks), _as_int(run_size))
+
+    @classmethod
+    def from_options(
+        cls,
+        shuffle: bool | str | None,
+        block_size: Any = DEFAULT_BLOCK_SIZE,
+        buffer_blocks: Any = DEFAULT_BUFFER_BLOCKS,
+        run_size: Any = None,
+    ) -> ShuffleSettings:
+        """The loader's options, checked with messages that name them: ``shuffle`` is False /
+        None / ``"none"``, True / ``"full"`` or ``"block"``; ``shuffle_block_size``,
+        ``shuffle_buffer_blocks`` and ``shuffle_run_size`` (default ``gcd(8, block size)``)
+        only matter for ``"block"``."""
+        mode = _shuffle_mode(shuffle)
+        if mode != "block":
+            return cls(mode)
+        block = positive_int("shuffle_block_size", block_size)
+        buffer = positive_int("shuffle_buffer_blocks", buffer_blocks)
+        if run_size is None:
+            run = math.gcd(DEFAULT_RUN_SIZE, block)
+        else:
+            run = positive_int("shuffle_run_size", run_size)
+            if block % run:
+                raise ValueError(
+                    f"shuffle_block_size={block} must be a multiple of shuffle_run_size={run}: "
+                    "blocks are made of whole runs"
+                )
+        return cls("block", block, buffer, run)
+
+
+def _as_int(value: Any) -> int:
+    return int(value) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else value
+
+
+def _shuffle_mode(shuffle: bool | str | None) -> ShuffleMode:
+    if shuffle is None or shuffle is False or shuffle == "none":
+        return "none"
+    if shuffle is True or shuffle == "full":
+        return "full"
+    if shuffle == "block":
+        return "block"
+    raise ValueError(f"shuffle must be False, True, 'full' or 'block', got {shuffle!r}")
+
+
+def positive_int(name: str, value: Any) -> int:
+    """``value`` as an int if it is a positive integer (not a bool), else a ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
 class EpochOrder:
     """The sample order of one epoch: ``order(positions) -> sample indexes``.
 
-    ``num_samples`` samples (windows or documents); ``shuffle`` is ``"none"``, ``"full"`` or
-    ``"block"``; ``block_size`` (samples), ``buffer_blocks`` and ``run_size`` (samples; it must
-    divide ``block_size``) only matter for ``"block"``.
+    ``num_samples`` samples (windows or documents); ``shuffle`` is a `ShuffleSettings`, or
+    (the keyword form) a mode ``"none"``, ``"full"`` or ``"block"`` with ``block_size``
+    (samples), ``buffer_blocks`` and ``run_size`` (samples; it must divide ``block_size``),
+    which only matter for ``"block"``.
     """
 
     def __init__(
         self,
         num_samples: int,
         *,
-        shuffle: ShuffleMode,
+        shuffle: ShuffleMode | ShuffleSettings,
         seed: int,
         epoch: int,
         block_size: int = 1,
@@ -175,31 +294,29 @@ class EpochOrder:
     ) -> None:
         if num_samples < 1:
             raise ValueError(f"an epoch order needs at least 1 sample, got {num_samples}")
-        if shuffle not in ("none", "full", "block"):
-            raise ValueError(f"shuffle mode must be 'none', 'full' or 'block', got {shuffle!r}")
-        if block_size < 1 or buffer_blocks < 1 or run_size < 1:
-            raise ValueError("block_size, buffer_blocks and run_size must be positive")
-        if block_size % run_size:
-            raise ValueError(
-                f"block_size={block_size} must be a multiple of run_size={run_size}: blocks are "
-                "made of whole runs"
-            )
+        settings = (
+            shuffle
+            if isinstance(shuffle, ShuffleSettings)
+            else ShuffleSettings.of(shuffle, block_size, buffer_blocks, run_size)
+        )
+        self.settings = settings
         self.num_samples = n = int(num_samples)
-        self.shuffle = shuffle
+        self.shuffle = settings.mode
         self.seed = int(seed)
         self.epoch = int(epoch)
-        if shuffle == "full":
+        if settings.mode == "full":
             self._perm = FeistelPermutation(n, derive_key(seed, epoch, _PURPOSE_FULL))
-        elif shuffle == "block":
+        elif settings.mode == "block":
             # Block arithmetic is in units of runs; the last N mod run_size samples (no whole
             # run) keep the epoch's last positions, and run_size > 1 rotates the sample indexes.
-            self._run = run = int(run_size)
+            block, buffer, run = settings.blocks
+            self._run = run
             self._units = units = n // run  # whole runs
             self._tail = units * run  # first position of the leftover samples
             self._rotate = derive_key(seed, epoch, _PURPOSE_ROTATE) % n if run > 1 else 0
             if units:
-                self._k = k = int(block_size) // run  # runs per block
-                self._g = int(buffer_blocks)
+                self._k = k = block // run  # runs per block
+                self._g = buffer
                 self._nb = nb = -(-units // k)
                 self._r = units - (nb - 1) * k  # runs in the last (possibly partial) block, 1 .. k
                 self._blocks = FeistelPermutation(nb, derive_key(seed, epoch, _PURPOSE_BLOCKS))

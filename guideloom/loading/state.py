@@ -3,7 +3,7 @@
 ``StatefulDataLoader.state_dict()`` returns::
 
     {"guideloom_loader": {
-        "version": 2,
+        "version": 3,
         "layout": "stream",             # "documents" | "stream" | "stream_with_meta"
         "fingerprint": "…",             # the manifest's content fingerprint (not the URL)
         "num_samples": 48828,           # windows or documents in one epoch
@@ -15,14 +15,34 @@
         "shuffle_run_size": 8,          # None unless shuffle == "block"
         "epoch": 3,
         "position": 1024,               # samples handed out in this epoch over all ranks
+        "finished": False,              # the pass ended (the loop saw its end): see below
         "batch_size": 8,                # informational: may differ on resume
         "world_size": 4,                # informational: may differ on resume
         "drop_last": False,             # informational: may differ on resume
     }}
 
-``position == num_samples`` means the epoch is complete: iterating again starts ``epoch + 1``.
-Everything above ``epoch`` must match the loader that loads the state, or loading raises
-`guideloom.errors.ResumeStateError`; the last three may change (elastic resume).
+Everything from ``layout`` to ``shuffle_run_size`` must match the loader that loads the state, or
+loading raises `guideloom.errors.ResumeStateError`; the last three may change (elastic resume).
+
+The end of an epoch follows torchdata's ``StatefulDataLoader``: ``position`` counts what the loop
+has received, so a state saved inside the loop at an epoch's last batch has the epoch's last
+position and ``finished`` false. Loaded, its next pass is *empty* (nothing of that epoch is left)
+and the pass after it starts ``epoch + 1``. A state saved after the loop ended (the pass raised
+``StopIteration``) has ``finished`` true: loaded, its next pass starts ``epoch + 1``. So the
+usual ``for epoch in range(start_epoch, num_epochs): for batch in loader: ...`` loop, resumed
+from a checkpoint of either kind with the epoch counter saved beside it, trains every epoch
+exactly once.
+
+Older versions, migrated on load (`LoaderState.from_dict`):
+
+- Version 1 had no ``shuffle_run_size``; its block order is the one of ``shuffle_run_size=1``, so
+  a version-1 state loads as that (a loader built with ``shuffle_run_size=1`` continues it
+  exactly).
+- Versions 1 and 2 had no ``finished``: under their rule a state with nothing of its epoch left
+  for the loader (``position == num_samples``, or only the end-of-epoch remainder that the
+  loader's ranks and ``drop_last`` leave out) started ``epoch + 1`` at once, whether it was saved
+  at the last batch or after the loop. Such states keep doing so (`LoaderState.next_pass`: they
+  load as ``epoch + 1``, position 0), so checkpoints written before version 3 resume as they did.
 
 A loader over a `guideloom.loading.mixture.Mixture` adds one key (absent otherwise)::
 
@@ -32,24 +52,25 @@ A loader over a `guideloom.loading.mixture.Mixture` adds one key (absent otherwi
                     "schedule": "quota"},                 # only when it is not "tree"
 
 and then ``fingerprint`` and ``num_samples`` are the mixture's (a hash of this key, and the
-mixture epoch's length). It must match too; a mismatch names the source that differs.
-
-Version 1 had no ``shuffle_run_size``; its block order is the one of ``shuffle_run_size=1``, so a
-version-1 state loads as that (a loader built with ``shuffle_run_size=1`` continues it exactly).
+mixture epoch's length). It must match too; a mismatch names the source that differs
+(`mixture_difference`).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from guideloom.errors import ResumeStateError
+from guideloom.loading.order import ShuffleSettings
 
-__all__ = ["STATE_KEY", "STATE_VERSION", "LoaderState"]
+__all__ = ["STATE_KEY", "STATE_VERSION", "LoaderState", "OrderIdentity", "mixture_difference"]
 
 STATE_KEY = "guideloom_loader"
-STATE_VERSION = 2
-_READABLE_VERSIONS = (1, 2)
+STATE_VERSION = 3
+_READABLE_VERSIONS = (1, 2, 3)
 
 _MUST_MATCH = (
     ("layout", "storage layout"),
@@ -75,6 +96,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "shuffle_run_size": (int, type(None)),
     "epoch": (int,),
     "position": (int,),
+    "finished": (bool,),  # version 3
     "batch_size": (int,),
     "world_size": (int,),
     "drop_last": (bool,),
@@ -82,30 +104,100 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
 
 
 @dataclass(frozen=True)
-class LoaderState:
-    """What identifies the data order (the first nine fields) and where in it the loader is."""
+class OrderIdentity:
+    """What identifies a loader's data and order: a saved state must match it to continue."""
 
     layout: str
     fingerprint: str
     num_samples: int
     sequence_length: int | None
     seed: int
-    shuffle: str
-    shuffle_block_size: int | None
-    shuffle_buffer_blocks: int | None
-    shuffle_run_size: int | None
+    shuffle: ShuffleSettings
+    mixture: dict[str, Any] | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The identity as the state's flat keys (``layout`` .. ``shuffle_run_size``)."""
+        return {
+            "layout": self.layout,
+            "fingerprint": self.fingerprint,
+            "num_samples": self.num_samples,
+            "sequence_length": self.sequence_length,
+            "seed": self.seed,
+            "shuffle": self.shuffle.mode,
+            "shuffle_block_size": self.shuffle.block_size,
+            "shuffle_buffer_blocks": self.shuffle.buffer_blocks,
+            "shuffle_run_size": self.shuffle.run_size,
+        }
+
+    def check_continues(self, current: OrderIdentity, source_names: Sequence[str] = ()) -> None:
+        """Raise `ResumeStateError` unless this (saved) identity is ``current``'s, naming what
+        differs: for a mixture the source (``source_names``: the mixture's names), else the field."""
+        if self.mixture != current.mixture:
+            raise ResumeStateError(mixture_difference(self.mixture, current.mixture, source_names))
+        saved_fields, current_fields = self.fields(), current.fields()
+        for name, what in _MUST_MATCH:
+            saved, now = saved_fields[name], current_fields[name]
+            if saved != now:
+                hint = ""
+                if name == "fingerprint":
+                    hint = (
+                        " The state was saved over a dataset with other content; moving the same"
+                        " dataset to another URL or bucket keeps the fingerprint."
+                    )
+                raise ResumeStateError(
+                    f"the loader state was saved with {what} {saved!r}, but this loader has "
+                    f"{now!r}; it cannot continue that order.{hint} Build the loader with the "
+                    "settings of the run that saved the state, or start without loading it."
+                )
+
+
+@dataclass(frozen=True)
+class LoaderState:
+    """Where a loader is in its order: ``identity``, the epoch and the position in it.
+
+    ``finished``: the pass ended (see the module docstring); None for a state of version 1 or
+    2, saved under their end-of-epoch rule. ``batch_size``, ``world_size`` and ``drop_last``
+    are the saving loader's, recorded for information.
+    """
+
+    identity: OrderIdentity
     epoch: int
     position: int
     batch_size: int
     world_size: int
     drop_last: bool
-    mixture: dict[str, Any] | None = None
+    finished: bool | None = False
 
     def to_dict(self) -> dict[str, Any]:
-        fields = asdict(self)
-        if fields["mixture"] is None:
-            del fields["mixture"]
-        return {STATE_KEY: {"version": STATE_VERSION, **fields}}
+        fields: dict[str, Any] = {
+            "version": STATE_VERSION,
+            **self.identity.fields(),
+            "epoch": self.epoch,
+            "position": self.position,
+            "finished": bool(self.finished),
+            "batch_size": self.batch_size,
+            "world_size": self.world_size,
+            "drop_last": self.drop_last,
+        }
+        if self.identity.mixture is not None:
+            fields["mixture"] = copy.deepcopy(self.identity.mixture)
+        return {STATE_KEY: fields}
+
+    def next_pass(self, batches_left: Callable[[int], int]) -> tuple[int, int]:
+        """``(epoch, position)`` at which the loading loader's next pass starts.
+
+        ``batches_left(position)``: how many batches of the epoch that loader still has from
+        ``position`` (its ranks, batch size and ``drop_last`` decide). A finished pass (which
+        ends at the epoch's last position) moves to the next epoch; an unfinished one stays, so
+        a state at an epoch's last batch gives an empty pass, and a state whose position was
+        edited away from the end continues there. A version-1/2 state keeps its own rule:
+        nothing left means the next epoch.
+        """
+        if self.finished and self.position == self.identity.num_samples:
+            return self.epoch + 1, 0
+        if self.finished is None and self.position > 0 and batches_left(self.position) == 0:
+            return self.epoch + 1, 0
+        return self.epoch, self.position
 
     @classmethod
     def from_dict(cls, state: Any) -> LoaderState:
@@ -128,10 +220,11 @@ class LoaderState:
         if version == 1 and "shuffle_run_size" not in inner:
             # version 1 permuted single samples inside a buffer: run size 1
             inner = {**inner, "shuffle_run_size": 1 if inner.get("shuffle") == "block" else None}
-        missing = [name for name in _FIELD_TYPES if name not in inner]
+        expected = {k: v for k, v in _FIELD_TYPES.items() if version >= 3 or k != "finished"}
+        missing = [name for name in expected if name not in inner]
         if missing:
             raise ResumeStateError(f"truncated loader state: missing {', '.join(missing)}")
-        for name, types in _FIELD_TYPES.items():
+        for name, types in expected.items():
             value = inner[name]
             is_bool = isinstance(value, bool)
             if not isinstance(value, types) or (is_bool and bool not in types):
@@ -139,35 +232,39 @@ class LoaderState:
                     f"corrupt loader state: {name}={value!r} should be of type "
                     f"{' or '.join(t.__name__ for t in types)}"
                 )
-        fields = {name: inner[name] for name in _FIELD_TYPES}
-        result = cls(**fields, mixture=_mixture_section(inner.get("mixture")))
-        if result.epoch < 0 or not 0 <= result.position <= result.num_samples:
+        try:
+            shuffle = ShuffleSettings(
+                inner["shuffle"],
+                inner["shuffle_block_size"],
+                inner["shuffle_buffer_blocks"],
+                inner["shuffle_run_size"],
+            )
+        except ValueError as err:
+            raise ResumeStateError(f"corrupt loader state: {err}") from None
+        identity = OrderIdentity(
+            layout=inner["layout"],
+            fingerprint=inner["fingerprint"],
+            num_samples=inner["num_samples"],
+            sequence_length=inner["sequence_length"],
+            seed=inner["seed"],
+            shuffle=shuffle,
+            mixture=_mixture_section(inner.get("mixture")),
+        )
+        result = cls(
+            identity,
+            epoch=inner["epoch"],
+            position=inner["position"],
+            batch_size=inner["batch_size"],
+            world_size=inner["world_size"],
+            drop_last=inner["drop_last"],
+            finished=inner["finished"] if version >= 3 else None,
+        )
+        if result.epoch < 0 or not 0 <= result.position <= identity.num_samples:
             raise ResumeStateError(
                 f"corrupt loader state: epoch={result.epoch}, position={result.position} "
-                f"(positions lie in [0, {result.num_samples}])"
+                f"(positions lie in [0, {identity.num_samples}])"
             )
         return result
-
-    def check_compatible(self, current: LoaderState) -> None:
-        """Raise `ResumeStateError` if this saved state does not belong to ``current``."""
-        if self.mixture != current.mixture:
-            from guideloom.loading.mixture import mixture_difference
-
-            raise ResumeStateError(mixture_difference(self.mixture, current.mixture))
-        for name, what in _MUST_MATCH:
-            saved, now = getattr(self, name), getattr(current, name)
-            if saved != now:
-                hint = ""
-                if name == "fingerprint":
-                    hint = (
-                        " The state was saved over a dataset with other content; moving the same"
-                        " dataset to another URL or bucket keeps the fingerprint."
-                    )
-                raise ResumeStateError(
-                    f"the loader state was saved with {what} {saved!r}, but this loader has "
-                    f"{now!r}; it cannot continue that order.{hint} Build the loader with the "
-                    "settings of the run that saved the state, or start without loading it."
-                )
 
 
 def _mixture_section(section: Any) -> dict[str, Any] | None:
@@ -195,3 +292,66 @@ def _mixture_section(section: Any) -> dict[str, Any] | None:
         )
     keys = ("stopping_strategy", "sources", "fingerprints", "schedule")
     return {k: section[k] for k in keys if k in section}
+
+
+def mixture_difference(
+    saved: dict[str, Any] | None, current: dict[str, Any] | None, names: Sequence[str] = ()
+) -> str:
+    """The message of the ResumeStateError for a state whose mixture differs from the loader's.
+
+    ``saved`` and ``current`` are mixture sections (None: a single dataset); ``names`` the
+    current mixture's source names, for the message."""
+    fix = " Build the mixture as the run that saved the state did, or start without loading it."
+    if saved is None:
+        return (
+            "the loader state was saved by a loader over a single dataset, but this loader reads a Mixture."
+            + fix
+        )
+    if current is None:
+        return (
+            "the loader state was saved by a loader over a Mixture, but this loader reads a single dataset."
+            + fix
+        )
+    if saved["stopping_strategy"] != current["stopping_strategy"]:
+        return (
+            f"the loader state was saved with stopping_strategy {saved['stopping_strategy']!r}, but this "
+            f"mixture has {current['stopping_strategy']!r}." + fix
+        )
+    old, new = saved["sources"], current["sources"]
+    then, now = saved.get("schedule", "tree"), current.get("schedule", "tree")
+    if then != now and [s[:2] for s in old] == [s[:2] for s in new]:
+        return (
+            f"the loader state was saved with the {then!r} schedule, but this mixture deals its "
+            f"positions by {now!r} (schedule='auto' takes 'quota' where the 'tree' is not within "
+            f"one sample; states saved before GuideLoom had 'quota' are 'tree'). Build the "
+            f"Mixture with schedule={then!r} to continue that run exactly."
+        )
+    if len(old) != len(new):
+        return (
+            f"the loader state was saved from a mixture of {len(old)} sources, but this one has {len(new)}."
+            + fix
+        )
+    label = [f"source {names[i]!r}" if i < len(names) else f"source {i}" for i in range(len(new))]
+    for i, (o, n, fo, fn) in enumerate(zip(old, new, saved["fingerprints"], current["fingerprints"])):
+        if fo != fn:
+            return (
+                f"{label[i]} holds other data than when the state was saved (fingerprint {fo} vs {fn})." + fix
+            )
+        if o[0] != n[0]:
+            return f"{label[i]} had {o[0]} samples when the state was saved, but has {n[0]} now." + fix
+    old_total, new_total = sum(s[1] for s in old), sum(s[1] for s in new)
+    if any(o[1] * new_total != n[1] * old_total for o, n in zip(old, new)):
+        then = ", ".join(f"{label[i]} {o[1] / old_total:.6g}" for i, o in enumerate(old))
+        now = ", ".join(f"{label[i]} {n[1] / new_total:.6g}" for i, n in enumerate(new))
+        return (
+            f"the weights differ: the state was saved with the shares {then}; this mixture has {now}. "
+            "To change weights going forward, build the new Mixture with after=<that state> (a "
+            "curriculum step, see docs/mixing.md)." + fix
+        )
+    for i, (o, n) in enumerate(zip(old, new)):
+        if o[2] != n[2]:
+            return (
+                f"{label[i]} started at draw {o[2]} in the saved run, but at {n[2]} now (another "
+                "after= state)." + fix
+            )
+    return "the loader state was saved from another mixture." + fix

@@ -32,7 +32,9 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-__all__ = ["THREAD_NAME_PREFIX", "SourceCopies", "ThreadBatches", "live_threads"]
+from guideloom.loading.order import positive_int
+
+__all__ = ["THREAD_NAME_PREFIX", "SourceCopies", "ThreadBatches", "live_threads", "thread_settings"]
 
 THREAD_NAME_PREFIX = "guideloom-loader"
 
@@ -146,3 +148,33 @@ def _ours(thread: threading.Thread) -> bool:
 def live_threads() -> list[threading.Thread]:
     """The loader threads alive in this process (of every loader)."""
     return [t for t in threading.enumerate() if _ours(t)]
+
+
+_PROCESS_ONLY_KWARGS = ("multiprocessing_context", "worker_init_fn")
+
+
+def thread_settings(method: Any, num_workers: int, kwargs: dict[str, Any]) -> tuple[int, int, float] | None:
+    """``(threads, prefetch_factor, timeout)`` for thread workers, None for torchdata's workers.
+
+    With threads, ``prefetch_factor`` and ``timeout`` are ours (torchdata accepts them only with
+    worker processes) and ``persistent_workers`` has nothing to keep: they are taken out of
+    ``kwargs``.
+    """
+    if method not in ("process", "thread"):
+        raise ValueError(f"parallel_method must be 'process' or 'thread', got {method!r}")
+    if method == "process" or num_workers == 0:
+        return None
+    for name in _PROCESS_ONLY_KWARGS:
+        if kwargs.get(name) is not None:
+            raise ValueError(
+                f"{name}= applies to worker processes; with parallel_method='thread' the workers "
+                "are threads of this process: leave it out, or use parallel_method='process'"
+            )
+        kwargs.pop(name, None)
+    kwargs.pop("persistent_workers", None)
+    prefetch = kwargs.pop("prefetch_factor", None)
+    prefetch = 2 if prefetch is None else positive_int("prefetch_factor", prefetch)
+    timeout = kwargs.pop("timeout", 0) or 0
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise ValueError(f"timeout must be a non-negative number of seconds, got {timeout!r}")
+    return num_workers, prefetch, float(timeout)

@@ -42,7 +42,7 @@ def _keys(loader: Any) -> list[Any]:
 )
 def test_run_size_is_part_of_the_state(stream: Any, settings: dict[str, Any], run_size: Any) -> None:
     inner = _loader(stream, **settings).state_dict()["guideloom_loader"]
-    assert inner["version"] == 2
+    assert inner["version"] == 3  # version 3: the end-of-epoch flag "finished"
     assert inner["shuffle_run_size"] == run_size
 
 

@@ -1,0 +1,136 @@
+"""What a worker runs: read a group of batches in one read, collate each batch, pin it.
+
+The same path serves the three kinds of workers (see `guideloom.loading.loader`): the training
+loop's own thread (``num_workers=0``), thread workers (`guideloom.loading.threads`) and
+torchdata's worker processes. `BatchSource` is the view as the DataLoader sees it; its
+`BatchSource.read_group` fetches consecutive batches with one read (on object storage one round
+of merged, concurrent range requests instead of one round trip per batch) and returns one
+uncollated part per batch. `Finish` then collates a part and pins it when asked.
+
+Worker processes get a whole group as one item (a `guideloom.loading.sampler.Group`) and send
+it back through a pipe; `GroupCollate` collates it there. A stream group with the default
+collate is read and collated *whole* (`Whole`: one tensor per field) and split into its batches
+in the main process (`unrolled`: views, no copy), so one shared-memory handle per field crosses
+the pipe instead of one per batch (each is a file descriptor in transit, and a group may hold a
+thousand batches).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from guideloom.loading.collate import collate_aligned, collate_documents, collate_windows
+from guideloom.loading.placement import pin
+
+__all__ = ["BatchSource", "Finish", "GroupCollate", "Whole", "batch_path", "unrolled"]
+
+Collate = Callable[[Any], Any]
+
+
+class Whole(NamedTuple):
+    """A stream group read as one ``{field: (rows, sequence_length)}`` dict, with its batch sizes."""
+
+    data: Any
+    sizes: list[int]
+
+
+class GroupCollate:
+    """Worker processes: collate each batch of a group; the main process unrolls the list
+    (`unrolled`). A `Whole` group is collated whole."""
+
+    def __init__(self, collate: Collate) -> None:
+        self.collate = collate
+
+    def __call__(self, parts: Any) -> Any:
+        if isinstance(parts, Whole):
+            return Whole(self.collate(parts.data), parts.sizes)
+        return [self.collate(p) for p in parts]
+
+
+def unrolled(groups: Iterator[Any]) -> Iterator[Any]:
+    """The batches of collated groups, in order (a `Whole` group split into row slices)."""
+    for group in groups:
+        if isinstance(group, Whole):
+            bounds = np.cumsum([0, *group.sizes]).tolist()
+            for lo, hi in zip(bounds[:-1], bounds[1:]):
+                yield {k: v[lo:hi] for k, v in group.data.items()}
+        else:
+            yield from group
+
+
+class BatchSource(Dataset):  # type: ignore[type-arg]
+    """The view as the DataLoader sees it: ``__getitems__`` fetches one batch, or one group of
+    consecutive batches (a `guideloom.loading.sampler.Group`, from worker processes' sampler),
+    in one read: on object storage one round of merged, concurrent range requests instead of
+    one round trip per batch.
+    """
+
+    def __init__(self, view: Any, use_windows: bool, use_aligned: bool = False) -> None:
+        self.view = view
+        self.use_windows = use_windows  # stream fast path: dict of (B, L) arrays in one call
+        # streams with metadata read for the default collate: a SpanBatch, no dict per row
+        self.use_aligned = use_aligned and hasattr(view, "read_aligned")
+
+    def __len__(self) -> int:
+        return len(self.view)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.view[index]
+
+    def _read(self, indexes: list[int]) -> Any:
+        if self.use_windows:
+            return self.view.read_windows(indexes)
+        if self.use_aligned:
+            return self.view.read_aligned(indexes)
+        return self.view.__getitems__(indexes)
+
+    def read_group(self, batches: list[list[int]]) -> list[Any]:
+        """Several batches fetched with one read; one uncollated result per batch, in order."""
+        if len(batches) == 1:
+            return [self._read(list(batches[0]))]
+        data = self._read([i for b in batches for i in b])
+        bounds = np.cumsum([0, *(len(b) for b in batches)]).tolist()
+        return [
+            {k: v[lo:hi] for k, v in data.items()} if self.use_windows else data[lo:hi]
+            for lo, hi in zip(bounds[:-1], bounds[1:])
+        ]
+
+    def __getitems__(self, indexes: list[int]) -> Any:
+        sizes = getattr(indexes, "sizes", None)
+        if sizes is None:
+            return self._read(list(indexes))
+        if self.use_windows:
+            return Whole(self._read(list(indexes)), list(sizes))
+        bounds = np.cumsum([0, *sizes]).tolist()
+        flat = list(indexes)
+        return self.read_group([flat[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])])
+
+
+def batch_path(view: Any, layout: str, collate_fn: Collate | None) -> tuple[BatchSource, Collate]:
+    """The source and collate of a view: a ``collate_fn`` gets lists of samples; by default
+    streams are read as ``{field: array}`` windows and collated to tensors, streams with
+    metadata as aligned batches, documents as lists of records."""
+    if collate_fn is not None:
+        return BatchSource(view, use_windows=False), collate_fn
+    if layout == "stream":
+        return BatchSource(view, use_windows=True), collate_windows
+    if layout == "stream_with_meta":
+        return BatchSource(view, use_windows=False, use_aligned=True), collate_aligned
+    return BatchSource(view, use_windows=False), collate_documents
+
+
+class Finish:
+    """One fetched batch -> what the loop receives: collated, and pinned when asked (thread
+    workers and ``num_workers=0``; torch's pin-memory thread serves worker processes)."""
+
+    def __init__(self, collate: Collate, pin_memory: bool) -> None:
+        self.collate = collate
+        self.pin_memory = pin_memory
+
+    def __call__(self, part: Any) -> Any:
+        batch = self.collate(part)
+        return pin(batch) if self.pin_memory else batch

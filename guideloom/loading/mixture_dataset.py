@@ -1,0 +1,107 @@
+"""The sources of a mixture as one indexed view, read with one batched read per source (no torch)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from guideloom.loading.mixture_order import MixtureOrder
+from guideloom.loading.mixture_plan import MixturePlan
+from guideloom.loading.order import ShuffleSettings
+from guideloom.storage.views import LocalWindows, StreamDataset
+
+__all__ = ["MixtureDataset"]
+
+
+class _Sources(Protocol):
+    """What the dataset reads of its `guideloom.loading.mixture.Mixture` (named structurally,
+    so that this module does not import the one that imports it)."""
+
+    names: tuple[str, ...]
+    storages: tuple[Any, ...]
+    layout: str
+
+
+class MixtureDataset:
+    """The sources of a `Mixture` as one indexed view: index ``offset_i + j`` is sample
+    ``j`` of source ``i``. The loader orders it with `MixtureOrder`; a batch is read
+    with one batched read per source (``read_windows`` / ``__getitems__``), reassembled in order.
+    """
+
+    def __init__(self, mixture: _Sources, views: Sequence[Any], plan: MixturePlan) -> None:
+        self.mixture = mixture
+        self.views = list(views)
+        self.plan = plan
+        self.layout = mixture.layout
+        self.storage = mixture.storages[0]  # the layout and format all sources share
+        self.sequence_length = getattr(self.views[0], "sequence_length", None)
+        self._starts = np.concatenate([[0], np.cumsum(plan.sizes)]).astype(np.int64)
+        self.is_local = all(s.location.is_local for s in mixture.storages)
+        # local stream sources are read by one LocalWindows, all in one pass into one array
+        local_windows = (
+            self.is_local
+            and self.layout == "stream"
+            and all(isinstance(v, StreamDataset) for v in self.views)
+            and len({v.stream_format.dtype for v in self.views}) == 1
+        )
+        self._windows = LocalWindows(self.views) if local_windows else None
+        self.fingerprints = [str(s.manifest.fingerprint) for s in mixture.storages]
+        ident = {**plan.identity(), "fingerprints": self.fingerprints}
+        self.identity = ident
+        self.fingerprint = hashlib.blake2b(
+            json.dumps(ident, sort_keys=True).encode(), digest_size=8
+        ).hexdigest()
+        self.url = "mixture of " + ", ".join(f"{n!r}" for n in mixture.names)
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def epoch_order(self, shuffle: ShuffleSettings, seed: int, epoch: int) -> MixtureOrder:
+        """The order of one mixture epoch."""
+        return MixtureOrder(self.plan, shuffle=shuffle, seed=seed, epoch=epoch)
+
+    def _split(self, indexes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        idx = np.asarray(indexes, dtype=np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= len(self)):
+            raise IndexError(f"indexes must lie in [0, {len(self)}) for {self.url}")
+        src = np.searchsorted(self._starts, idx, side="right") - 1
+        return src, idx - self._starts[src]
+
+    def read_windows(self, indexes: Sequence[int]) -> dict[str, np.ndarray]:
+        """Stream windows ``indexes`` as ``{field: (len(indexes), sequence_length) array}``."""
+        src, local = self._split(indexes)
+        if self._windows is not None:
+            return self.views[0]._split(self._windows.read(local, src))
+        out: dict[str, np.ndarray] = {}
+        for i in np.unique(src).tolist():
+            sel = np.flatnonzero(src == i)
+            part = self.views[i].read_windows(local[sel].tolist())
+            for name, values in part.items():
+                if name not in out:
+                    out[name] = np.empty((src.size, *values.shape[1:]), dtype=values.dtype)
+                out[name][sel] = values
+        return out
+
+    def __getitems__(self, indexes: Sequence[int]) -> list[Any]:
+        src, local = self._split(indexes)
+        out: list[Any] = [None] * src.size
+        for i in np.unique(src).tolist():
+            sel = np.flatnonzero(src == i)
+            for row, sample in zip(sel.tolist(), self.views[i].__getitems__(local[sel].tolist())):
+                out[row] = sample
+        return out
+
+    def __getitem__(self, i: int) -> Any:
+        return self.__getitems__([i])[0]
+
+    def source_of(self, index: int) -> tuple[str, int]:
+        """``(source name, sample index in that source)`` of a mixture index."""
+        src, local = self._split([index])
+        return self.mixture.names[int(src[0])], int(local[0])
+
+    def __repr__(self) -> str:
+        return f"MixtureDataset({self.url}, len={len(self)}, epoch_length={self.plan.epoch_length})"

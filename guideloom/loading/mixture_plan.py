@@ -1,0 +1,224 @@
+"""The arithmetic of a mixture from counts alone: epoch length, draws, shares (no I/O, no torch).
+
+`MixturePlan` is what ``guideloom mix`` prints and what a `guideloom.loading.mixture.Mixture`
+reads by: each source's samples and integer weight give the epoch length (by the stopping
+strategy), the draws of each source per mixture epoch and its repeats. `sample_weights` turns
+the weights a user gives into the plan's integer weights, also for ``weight_by="tokens"``
+(document sources weighted by shares of tokens), for the `Mixture` and for the CLI alike.
+See `guideloom.loading.mixture` for how a mixture epoch is ordered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import cached_property
+from typing import Any, Literal
+
+import numpy as np
+
+from guideloom.errors import MixtureError
+from guideloom.loading.interleave import Interleave, check_schedule, decimal_fraction, integer_weights
+
+__all__ = [
+    "MixturePlan",
+    "Schedule",
+    "StoppingStrategy",
+    "WeightBy",
+    "document_token_totals",
+    "document_tokens",
+    "sample_weights",
+]
+
+StoppingStrategy = Literal["all_exhausted", "first_exhausted"]
+WeightBy = Literal["samples", "tokens"]
+Schedule = Literal["auto", "tree", "quota"]
+STRATEGIES = ("all_exhausted", "first_exhausted")
+
+
+@dataclass(frozen=True)
+class MixturePlan:
+    """The arithmetic of a mixture, from counts alone: what ``guideloom mix`` prints.
+
+    ``sizes``: samples (windows or documents) per source; ``weights``: positive integers (see
+    `guideloom.loading.interleave.integer_weights`); ``starts``: draws of each source
+    before this mixture began (a curriculum switch), 0 otherwise; ``mean_tokens``: each
+    source's mean tokens per sample, when the weights were given as shares of tokens (the
+    table then shows each source's share of tokens too); ``schedule``: the interleave's
+    schedule (``"auto"``, ``"tree"`` or ``"quota"``, see `guideloom.loading.interleave`).
+    """
+
+    names: tuple[str, ...]
+    sizes: tuple[int, ...]
+    weights: tuple[int, ...]
+    stopping_strategy: str = "all_exhausted"
+    starts: tuple[int, ...] = field(default=())
+    mean_tokens: tuple[float, ...] = field(default=())
+    schedule: str = "auto"
+
+    def __post_init__(self) -> None:
+        try:
+            check_schedule(self.weights, self.schedule)
+        except ValueError as err:
+            raise MixtureError(f"{err} (sources: {', '.join(self.names)})") from None
+        if self.stopping_strategy not in STRATEGIES:
+            raise MixtureError(
+                f"stopping_strategy must be 'all_exhausted' (repeat smaller sources until every "
+                f"source is used up) or 'first_exhausted' (end the epoch when the first source "
+                f"is used up), got {self.stopping_strategy!r}"
+            )
+        if not self.starts:
+            object.__setattr__(self, "starts", (0,) * len(self.sizes))
+        for name, size in zip(self.names, self.sizes):
+            if size < 1:
+                raise MixtureError(f"source {name!r} has no samples: an empty source cannot be mixed")
+
+    @cached_property
+    def interleave(self) -> Interleave:
+        return Interleave(self.weights, self.schedule)  # the schedule was checked at construction
+
+    @cached_property
+    def epoch_length(self) -> int:
+        """Positions (samples) in one mixture epoch."""
+        return self.interleave.first_reaching(self.sizes, every=self.stopping_strategy == "all_exhausted")
+
+    @cached_property
+    def draws(self) -> tuple[int, ...]:
+        """Samples each source gives per mixture epoch."""
+        return tuple(self.interleave.counts(self.epoch_length))
+
+    @property
+    def shares(self) -> tuple[float, ...]:
+        return self.interleave.shares
+
+    @property
+    def token_shares(self) -> tuple[float, ...]:
+        """Each source's expected share of the tokens (needs ``mean_tokens``; else empty)."""
+        if not self.mean_tokens:
+            return ()
+        tokens = [share * m for share, m in zip(self.shares, self.mean_tokens)]
+        return tuple(t / sum(tokens) for t in tokens)
+
+    @property
+    def repeats(self) -> tuple[float, ...]:
+        """How many times each source is read per mixture epoch (``draws / size``)."""
+        return tuple(d / n for d, n in zip(self.draws, self.sizes))
+
+    def drawn_after(self, epoch: int, position: int) -> list[int]:
+        """Running draw number of each source once ``position`` of ``epoch`` is reached."""
+        counts = self.interleave.counts(position)
+        return [s + epoch * d + c for s, d, c in zip(self.starts, self.draws, counts)]
+
+    def identity(self) -> dict[str, Any]:
+        """What a loader state records about the mixture (plain ints and strings).
+
+        ``schedule`` is recorded only when it is not ``"tree"``, the one schedule of states saved
+        before there was a choice, so those states still match their mixtures."""
+        out: dict[str, Any] = {
+            "stopping_strategy": self.stopping_strategy,
+            "sources": [list(x) for x in zip(self.sizes, self.weights, self.starts)],
+        }
+        if self.interleave.schedule != "tree":
+            out["schedule"] = self.interleave.schedule
+        return out
+
+    def lines(self, preview: int = 64) -> list[str]:
+        """A human-readable table of the plan, plus the first ``preview`` positions' sources."""
+        width = max(6, *(len(n) for n in self.names))
+        out = [
+            f"mixture epoch  {self.epoch_length:,} samples ({self.stopping_strategy})",
+            f"max deviation  {self.interleave.max_deviation:.3f} samples per source over any prefix "
+            f"({self.interleave.schedule} schedule)",
+            "",
+            f"  {'letter':6}  {'source':{width}}  {'share':>9}  {'samples':>12}  {'per epoch':>12}  repeats"
+            + ("  token share" if self.mean_tokens else ""),
+        ]
+        for k, (name, share, size, draws, rep) in enumerate(
+            zip(self.names, self.shares, self.sizes, self.draws, self.repeats)
+        ):
+            out.append(
+                f"  {_letter(k):6}  {name:{width}}  {share:9.4%}  {size:12,d}  {draws:12,d}  {rep:.3f}x"
+                + (f"  {self.token_shares[k]:11.4%}" if self.mean_tokens else "")
+            )
+        if preview:
+            src, _ = self.interleave.sources(0, min(preview, self.epoch_length))
+            out += ["", "first positions  " + "".join(_letter(int(i)) for i in src)]
+        return out
+
+
+def _letter(k: int) -> str:
+    return chr(ord("A") + k) if k < 26 else f"[{k}]"
+
+
+def sample_weights(
+    weights: Sequence[float], documents: Sequence[int] = (), tokens: Sequence[int] = ()
+) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """The plan's weights: coprime integers with the proportions of samples ``weights`` ask for.
+
+    Without ``tokens``, ``weights`` are shares of samples. With ``tokens`` (``weight_by="tokens"``
+    for document sources: each source's total tokens, with ``documents`` its documents) they are
+    shares of tokens, turned into shares of documents by each source's mean document length
+    (exactly: ``weight / (tokens / documents)`` as fractions). Returns the integer weights and,
+    with ``tokens``, each source's mean tokens per document (else ``()``).
+
+    Raises ``ValueError`` as `guideloom.loading.interleave.integer_weights` does.
+    """
+    if not tokens:
+        return integer_weights(weights), ()
+    means = tuple(t / d for t, d in zip(tokens, documents))
+    per_document: list[float | Fraction] = [
+        decimal_fraction(w) * d / t for w, d, t in zip(weights, documents, tokens)
+    ]
+    return integer_weights(per_document), means
+
+
+def document_tokens(manifest: Any) -> int | None:
+    """A document dataset's total tokens as its manifest records them, or None.
+
+    Read from the manifest's metadata: ``"tokens"`` (what a writer records with
+    ``storage.writer(metadata={"tokens": n})``), else ``"ingest"`` -> ``"tokens"`` (what
+    ``guideloom ingest`` records).
+    """
+    meta = manifest.metadata or {}
+    for value in (meta.get("tokens"), (meta.get("ingest") or {}).get("tokens")):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def document_token_totals(
+    storages: Sequence[Any], names: Sequence[str], source_tokens: Mapping[str, int] | None = None
+) -> list[int]:
+    """Each document source's total tokens (its mean document length is that / its documents).
+
+    Totals come from ``source_tokens[name]`` if given, else from the manifest (see
+    `document_tokens`). Raises `MixtureError` naming a source whose total is unknown or not
+    a positive integer, or a ``source_tokens`` name that is no source.
+    """
+    given = dict(source_tokens or {})
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise MixtureError(
+            f"source_tokens names {unknown}, which are not sources of this mixture ({list(names)})"
+        )
+    out = []
+    for name, storage in zip(names, storages):
+        manifest = storage.manifest
+        total = given.get(name, document_tokens(manifest))
+        if total is None:
+            raise MixtureError(
+                f"source {name!r} ({storage.url}): weight_by='tokens' needs its number of tokens, and "
+                "its manifest records none; write it with storage.writer(metadata={'tokens': N}) or "
+                "pass Mixture(..., source_tokens={" + repr(name) + ": N})"
+            )
+        if isinstance(total, bool) or not isinstance(total, (int, np.integer)) or total < 1:
+            raise MixtureError(
+                f"source {name!r} ({storage.url}) has {total!r} tokens: a token count must be a positive integer"
+            )
+        if manifest.total_records < 1:
+            raise MixtureError(
+                f"source {name!r} ({storage.url}) has no documents: an empty source cannot be mixed"
+            )
+        out.append(int(total))
+    return out
