@@ -54,7 +54,8 @@ from guideloom.loading.interleave import (
     integer_weights,
 )
 from guideloom.loading.order import EpochOrder, ShuffleMode, derive_key, permute_many
-from guideloom.storage.views import LocalWindows, StreamDataset
+from guideloom.storage.windows import StreamDataset
+from guideloom.storage.windows import WindowReader as LocalWindows
 
 __all__ = [
     "Mixture",

@@ -1,64 +1,41 @@
-"""Reading items out of shard files: positioned reads on local disk, range requests elsewhere.
+"""Items of a dataset's index files (document offsets, span tables, span directories), read
+without holding the files whole.
 
-Readers ask for "items ``[a, b)`` of file kind K of shard s" and get a ``uint8`` array of exactly
-those bytes. On local disk that is one ``pread`` on a cached file descriptor (or a ``preadv``
-straight into the caller's output). Nothing is memory-mapped: mapped pages of a file stay
-resident in the reading process, so a reader's RSS would grow with the dataset, while
-positioned reads keep it flat. Measured against a read-only map with ``MADV_RANDOM`` (shuffled
-4 KiB windows, one process): the map copies at 0.95-0.99x of a raw memmap gather and ``preadv``
-at 0.87x, but on a filesystem with large page-cache folios (ext4 on Linux 6.18 here) each fault
-maps about a megabyte, 16 MB of file pages after one batch of 16 windows; dropping them often
-enough to stay within 64 MiB (``MADV_DONTNEED``) brought the map down to 0.55x. On any other
-filesystem the requests of one batch are merged where adjacent and fetched together with
-concurrent range requests. Every file is checked against the manifest's size before its bytes
-are used.
+Index files are never read whole. Where the bytes are behind range requests, `IndexFiles.gather`
+and `IndexFiles.search` read fixed-size pages of them through a `PageCache` bounded in bytes
+(``cache_bytes``, default 4 MiB per process), so a reader's memory does not grow with the number
+of records or spans, and a batch costs at most one round of requests for the pages it lacks. On
+local disk the operating system's page cache already holds them: `IndexFiles.runs` reads the
+items of each run straight through the shard reader, and nothing is kept in the process. Span
+tables of datasets written with a span directory (manifest version 2) are not searched at all;
+an older one's search may take a few rounds where the data is far from uniform.
 
-Index files (document offsets, span tables) are never read whole: `ShardAccess.gather`
-and `ShardAccess.search` read fixed-size pages of them through a `PageCache`
-bounded in bytes (``cache_bytes``, default 4 MiB per process), so a reader's memory does not
-grow with the number of records or spans, and a batch costs at most one round of requests for
-the pages it lacks. Span tables of datasets written with a span directory (manifest version 2)
-are not searched at all; an older one's search may take a few rounds where the data is far
-from uniform.
+All bytes come through the dataset's `guideloom.types.ShardReader`; this module opens nothing.
 """
 
 from __future__ import annotations
 
-import os
-from collections import OrderedDict
 from collections.abc import Sequence
-from functools import cached_property
-from typing import NamedTuple
+from itertools import repeat
 
 import numpy as np
 
 import guideloom.layout as layout
-from guideloom.errors import ShardCorruptError, ShardNotFoundError
-from guideloom.io import Location
-from guideloom.manifest import Manifest
 from guideloom.storage.pagecache import DEFAULT_PAGE_BYTES, PageCache, cache_bytes_from_env
+from guideloom.types import ShardReader
 
-__all__ = ["ItemRequest", "ShardAccess"]
+__all__ = ["IndexFiles"]
 
-_MAX_OPEN_FILES = 128  # local file descriptors kept open
 _SHARD_BITS = 40  # a (shard, page) pair packed into one int64: page < 2**40
 
 
-class ItemRequest(NamedTuple):
-    shard: int  # row in the manifest's shard table
-    file: str  # "data", "index", "meta" or "spans"
-    start: int  # first item
-    stop: int  # one past the last item
-    itemsize: int  # bytes per item
-
-
-class ShardAccess:
-    """Byte access to the files of one dataset's shards. Picklable; safe to fork."""
+class IndexFiles:
+    """Items of the index files of one dataset's shards, through its shard reader. Picklable
+    (a copy starts with an empty cache); safe to fork."""
 
     def __init__(
         self,
-        location: Location,
-        manifest: Manifest,
+        reader: ShardReader,
         *,
         cache_bytes: int | None = None,
         page_bytes: int = DEFAULT_PAGE_BYTES,
@@ -67,62 +44,78 @@ class ShardAccess:
         or 4 MiB); ``page_bytes``: size of one index page in bytes."""
         if isinstance(page_bytes, bool) or not isinstance(page_bytes, int) or page_bytes < 64:
             raise ValueError(f"page_bytes must be a number of bytes >= 64, got {page_bytes!r}")
-        self.location = location
-        self.table = manifest.shard_table
+        self.reader = reader
         self.page_bytes = page_bytes
         self.cache = PageCache(cache_bytes_from_env() if cache_bytes is None else cache_bytes)
-        self._fds: OrderedDict[tuple[int, str], int] = OrderedDict()
-        self._pid = os.getpid()
+        # Decided once: local files are read run by run (the OS caches them), others by pages.
+        self.paged = not reader.local
 
     def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()
-        state["_fds"] = OrderedDict()
         state["cache"] = PageCache(self.cache.capacity)
         return state
 
-    def __del__(self) -> None:
-        self.close()
+    def runs(
+        self,
+        file: str,
+        shards: Sequence[int] | np.ndarray,
+        firsts: Sequence[int] | np.ndarray,
+        stops: Sequence[int] | np.ndarray,
+        itemsize: int,
+    ) -> bytes:
+        """Items ``[firsts[k], stops[k])`` of file ``file`` of shard ``shards[k]`` for every run
+        ``k`` (the items must exist), joined end to end in run order. On local disk one read per
+        run; elsewhere the pages that hold them, through the cache (one round for those it lacks).
+        Lists of Python ints (a small batch) or arrays (a larger one) are both taken as they are.
+        """
+        h = layout.HEADER_SIZE
+        if not self.paged:
+            if isinstance(firsts, np.ndarray):
+                begin = (np.asarray(firsts) * itemsize + h).tolist()
+                end = (np.asarray(stops) * itemsize + h).tolist()
+                requests = list(zip(np.asarray(shards).tolist(), repeat(file), begin, end))
+            else:
+                requests = [
+                    (s, file, h + a * itemsize, h + b * itemsize) for s, a, b in zip(shards, firsts, stops)
+                ]
+            return b"".join(self.reader.read(requests))
+        first = np.asarray(firsts, dtype=np.int64)
+        counts = np.asarray(stops, dtype=np.int64) - first
+        ends = np.cumsum(counts)
+        rows = np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64) - np.repeat(
+            ends - counts - first, counts
+        )
+        return self.gather(
+            file, np.repeat(np.asarray(shards, dtype=np.int64), counts), rows, itemsize
+        ).tobytes()
 
-    def close(self) -> None:
-        """Close the cached local file descriptors (reads reopen them)."""
-        fds = getattr(self, "_fds", None)
-        if fds and getattr(self, "_pid", None) == os.getpid():
-            for fd in fds.values():
-                os.close(fd)
-        if fds is not None:
-            fds.clear()
-
-    @cached_property
-    def local(self) -> bool:
-        """Whether the shards are on local disk (positioned reads) rather than behind range
-        requests; asked once per batch, so it is worked out once."""
-        return self.location.is_local
-
-    def read(self, requests: Sequence[ItemRequest]) -> list[np.ndarray]:
-        """The bytes of each request's items, as ``uint8`` arrays, in request order."""
-        if self.local:
-            out = []
-            for r in requests:
-                a, b = layout.item_range(r.start, r.stop, r.itemsize)
-                data = os.pread(self.fd(r.shard, r.file), b - a, a)
-                if len(data) != b - a:
-                    self._short(r.shard, r.file, a, b, len(data))
-                out.append(np.frombuffer(data, dtype=np.uint8))
-            return out
-        starts, ends = [], []
-        for r in requests:
-            a, b = layout.item_range(r.start, r.stop, r.itemsize)
-            starts.append(a)
-            ends.append(b)
-        blobs = self._fetch([(r.shard, r.file) for r in requests], starts, ends)
-        return [np.frombuffer(b, dtype=np.uint8) for b in blobs]
-
-    def read_into(self, shard: int, file: str, start: int, out: np.ndarray) -> None:
-        """Local disk only: fill ``out`` (contiguous ``uint8``) with the item bytes at ``start``."""
-        got = os.preadv(self.fd(shard, file), [out.data], layout.HEADER_SIZE + start)
-        if got != len(out):
-            a = layout.HEADER_SIZE + start
-            self._short(shard, file, a, a + len(out), got)
+    def run_ends(
+        self, file: str, shards: np.ndarray, firsts: np.ndarray, lasts: np.ndarray, itemsize: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Items ``firsts[k]`` and ``lasts[k]`` (``firsts[k] <= lasts[k]``) of file ``file`` of
+        shard ``shards[k]``, as two ``(len(shards), itemsize)`` ``uint8`` arrays: the two ends of
+        each run of items. On local disk one read of each whole run; elsewhere just the pages of
+        the two ends, through the cache."""
+        if self.paged:
+            n = len(shards)
+            items = self.gather(
+                file, np.concatenate([shards, shards]), np.concatenate([firsts, lasts]), itemsize
+            )
+            return items[:n], items[n:]
+        h = layout.HEADER_SIZE
+        shards_l, firsts_l, lasts_l = (np.asarray(x).tolist() for x in (shards, firsts, lasts))
+        blobs = self.reader.read(
+            [
+                (s, file, h + a * itemsize, h + (b + 1) * itemsize)
+                for s, a, b in zip(shards_l, firsts_l, lasts_l)
+            ]
+        )
+        first = b"".join([blob[:itemsize] for blob in blobs])
+        last = b"".join([blob[-itemsize:] for blob in blobs])
+        return (
+            np.frombuffer(first, np.uint8).reshape(-1, itemsize),
+            np.frombuffer(last, np.uint8).reshape(-1, itemsize),
+        )
 
     def gather(self, file: str, shards: np.ndarray, rows: np.ndarray, itemsize: int) -> np.ndarray:
         """Item ``rows[k]`` of file ``file`` of shard ``shards[k]``, for every ``k``, as one
@@ -234,90 +227,11 @@ class ShardAccess:
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _path(self, shard: int, file: str) -> str:
-        return self.table.path(shard, file)
-
-    def _size(self, shard: int, file: str) -> int:
-        return self.table.files[file].size[shard]
-
     def _read_pages(self, keys: list[tuple[str, int, int]], itemsize: int) -> list[bytes]:
         per_bytes = max(1, self.page_bytes // itemsize) * itemsize
-        starts, ends = [], []
+        size = self.reader.table.size
+        requests = []
         for file, s, p in keys:
             a = layout.HEADER_SIZE + p * per_bytes
-            starts.append(a)
-            ends.append(min(a + per_bytes, self._size(s, file)))
-        if self.local:
-            out = []
-            for (file, s, _), a, b in zip(keys, starts, ends):
-                data = os.pread(self.fd(s, file), b - a, a)
-                if len(data) != b - a:
-                    self._short(s, file, a, b, len(data))
-                out.append(data)
-            return out
-        return self._fetch([(s, f) for f, s, _ in keys], starts, ends)
-
-    def _fetch(self, files: list[tuple[int, str]], starts: list[int], ends: list[int]) -> list[bytes]:
-        """Bytes ``[starts[k], ends[k])`` of file kind ``files[k][1]`` of shard ``files[k][0]``,
-        each checked against the manifest: its length, and the whole file's size where the
-        storage reports it with the bytes."""
-        rels = [self._path(s, f) for s, f in files]
-        totals: dict[str, int] = {}
-        try:
-            blobs = self.location.read_ranges(rels, starts, ends, totals=totals)
-        except FileNotFoundError as err:
-            raise ShardNotFoundError(
-                f"a shard file of {self.location.display_url} is missing ({err}); run "
-                "`guideloom verify` to list the damaged shards, then restore or rewrite them"
-            ) from err
-        for blob, rel, (s, f), a, b in zip(blobs, rels, files, starts, ends):
-            if len(blob) != b - a:
-                self._short(s, f, a, b, len(blob))
-            # The server said how big the whole object is (S3's Content-Range): a file that grew
-            # or was replaced is caught here, without a request of its own.
-            total = totals.get(rel)
-            if total is not None and total != self._size(s, f):
-                self._resized(s, self.location.describe(rel), total, self._size(s, f))
-        return blobs
-
-    def _resized(self, shard: int, where: str, size: int, expected: int) -> None:
-        raise ShardCorruptError(
-            f"{self.table.shard_name(shard)}: {where} has {size} bytes but the manifest "
-            f"records {expected}; the file was truncated or replaced. Restore it or "
-            "rewrite the dataset"
-        )
-
-    def _short(self, shard: int, file: str, start: int, end: int, got: int) -> None:
-        raise ShardCorruptError(
-            f"{self.table.shard_name(shard)}: {self.location.describe(self._path(shard, file))} "
-            f"ended early: bytes [{start}, {end}) were asked for, {got} came back; the manifest "
-            f"records {self._size(shard, file)} bytes. The file is truncated: restore it or "
-            "rewrite the dataset"
-        )
-
-    def fd(self, shard: int, file: str) -> int:
-        """An open descriptor of a local shard file, size-checked against the manifest once."""
-        if self._pid != os.getpid():  # forked: the parent's descriptors are shared; keep our own
-            self._fds = OrderedDict()
-            self._pid = os.getpid()
-        key = (shard, file)
-        fd = self._fds.get(key)
-        if fd is not None:
-            self._fds.move_to_end(key)
-            return fd
-        expected = self._size(shard, file)
-        path = self.location.local_path(self._path(shard, file))
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            raise ShardNotFoundError(
-                f"{self.table.shard_name(shard)}: {path} is missing; restore it or rewrite the dataset"
-            ) from None
-        size = os.fstat(fd).st_size
-        if size != expected:
-            os.close(fd)
-            self._resized(shard, path, size, expected)
-        self._fds[key] = fd
-        while len(self._fds) > _MAX_OPEN_FILES:
-            os.close(self._fds.popitem(last=False)[1])
-        return fd
+            requests.append((s, file, a, min(a + per_bytes, size(s, file))))
+        return self.reader.read(requests)
