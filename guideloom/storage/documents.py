@@ -69,7 +69,20 @@ class DocumentDataset(View):
         return max(1, int(self.manifest.total_bytes) // max(1, self._len))
 
     def read_batch(self, indexes: Sequence[int]) -> list[Any]:
-        """`__getitems__`: the decoded documents."""
+        """The batch as the loader's default collate takes it: `__getitems__`'s documents.
+
+        Args:
+            indexes: Document indexes, as for `__getitems__`.
+
+        Returns:
+            One decoded document per index, in the order of `indexes`.
+
+        Raises:
+            IndexError: An index is out of range.
+            ShardNotFoundError: A shard file the manifest lists is missing.
+            ShardCorruptError: A shard file is shorter than the manifest records.
+            StorageAccessError: The storage refused a request or could not be reached.
+        """
         return self.__getitems__(indexes)
 
     def __getitems__(self, indexes: Sequence[int]) -> list[Any]:

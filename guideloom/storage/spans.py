@@ -87,7 +87,21 @@ class StreamWithMetaDataset(Windows):
                 )
 
     def read_batch(self, indexes: Sequence[int]) -> Any:
-        """`read_aligned`: what the loader's default collate takes."""
+        """The batch as the loader's default collate takes it: `read_aligned`'s result.
+
+        Args:
+            indexes: Window indexes, as for `__getitems__`.
+
+        Returns:
+            A `guideloom.formats.meta.SpanBatch`, or the samples where the format has its own
+            `align` or `align_batch` (see `read_aligned`).
+
+        Raises:
+            IndexError: An index is out of range.
+            ShardNotFoundError: A shard file the manifest lists is missing.
+            ShardCorruptError: A shard file is shorter than the manifest records.
+            StorageAccessError: The storage refused a request or could not be reached.
+        """
         return self.read_aligned(indexes)
 
     def __getitems__(self, indexes: Sequence[int]) -> list[Any]:

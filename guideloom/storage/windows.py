@@ -91,7 +91,16 @@ class Windows(View):
         return self.sequence_length * self.stream_format.itemsize
 
     def pieces(self, window: int) -> list[Piece]:
-        """``(shard, start, stop, offset_in_window)`` pieces covering window ``window`` (tokens)."""
+        """Where window ``window``'s tokens are: one piece per shard it touches.
+
+        Args:
+            window: A window number in `0 .. len(self) - 1`.
+
+        Returns:
+            `(shard, start, stop, offset)` per piece, in window order: tokens `[start, stop)` of
+            shard `shard` (a row of the manifest's shard table) are the window's tokens from
+            `offset` on.
+        """
         return window_pieces(
             self.shard_starts.tolist(), self.shard_tokens.tolist(), window, self.sequence_length
         )
@@ -380,7 +389,20 @@ class StreamDataset(Windows):
         super().__init__(storage, sequence_length, storage.format)  # type: ignore[arg-type]
 
     def read_batch(self, indexes: Sequence[int]) -> dict[str, np.ndarray]:
-        """`read_windows`: ``{field: (len(indexes), sequence_length) array}``."""
+        """The batch as the loader's default collate takes it: `read_windows`'s arrays.
+
+        Args:
+            indexes: Window indexes, as for `read_windows`.
+
+        Returns:
+            `{field: array of shape (len(indexes), sequence_length)}`.
+
+        Raises:
+            IndexError: An index is out of range.
+            ShardNotFoundError: A shard file the manifest lists is missing.
+            ShardCorruptError: A shard file is shorter than the manifest records.
+            StorageAccessError: The storage refused a request or could not be reached.
+        """
         return self.read_windows(indexes)
 
     def __getitems__(self, indexes: Sequence[int]) -> list[dict[str, np.ndarray]]:
