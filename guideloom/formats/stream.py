@@ -153,22 +153,12 @@ class StreamNumpyFormat(Format):
             out[name] = arr
         return out
 
-    def from_bytes(self, data: bytes | memoryview | np.ndarray) -> np.ndarray:
-        """Interpret raw shard bytes as structured elements (no copy).
-
-        Args:
-            data: Bytes of whole elements (a multiple of `itemsize` bytes).
-
-        Returns:
-            A read-only structured array of `len(data) // itemsize` elements over `data`.
-
-        Raises:
-            ValueError: The length of `data` is not a multiple of `itemsize`.
-        """
-        return np.frombuffer(data, dtype=self.dtype)
-
     def split_fields(self, elements: np.ndarray) -> dict[str, np.ndarray]:
-        """Structured elements -> ``{field: contiguous array}``.
+        """Structured elements -> ``{field: array}``: what readers hand out for a batch of windows.
+
+        With one field, and contiguous ``elements``, the result is a view of the same bytes as
+        that field's dtype (no copy: a packed single-field element is just the value); with
+        several fields, each field is copied out into a contiguous array.
 
         Args:
             elements: A structured array of this format's `dtype`.
@@ -176,6 +166,9 @@ class StreamNumpyFormat(Format):
         Returns:
             One contiguous array per field, each with the shape of `elements`.
         """
+        if len(self.fields) == 1 and elements.flags.c_contiguous:
+            ((name, dt),) = self.fields.items()
+            return {name: elements.view(dt)}
         return {name: np.ascontiguousarray(elements[name]) for name in self.fields}
 
 

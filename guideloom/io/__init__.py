@@ -1,6 +1,14 @@
-"""URLs and byte ranges over fsspec: the only layer that touches files."""
+"""Files and bytes: the only layer that opens files or talks to fsspec.
+
+`Location` (a dataset root on any fsspec filesystem: reads, writes, listings, retries under a
+deadline, error translation), the shard readers every view reads through (`open_shard_reader`:
+positioned reads on local disk, merged concurrent range requests elsewhere), and the one rule
+for showing URLs (`redact_url`). Range planning lives in `guideloom.io.ranges`, the S3 client
+pieces in `guideloom.io.s3`, what backend errors mean in `guideloom.io.failures`.
+"""
 
 from guideloom.io.location import Location
+from guideloom.io.shards import open_shard_reader
 from guideloom.io.urls import redact_text, redact_url
 
-__all__ = ["Location", "redact_text", "redact_url"]
+__all__ = ["Location", "open_shard_reader", "redact_text", "redact_url"]

@@ -1,11 +1,14 @@
 """A dataset root on any fsspec filesystem, and byte ranges of the files under it.
 
-This is the only module that talks to fsspec. It adds what GuideLoom needs on top of it and
+`Location` is the one object that talks to fsspec. It adds what GuideLoom needs on top of it and
 nothing else: atomic whole-file writes, half-open byte ranges (only fsspec builds ``Range``
-headers), short-read detection, a few retries on transient network errors under one total
-deadline per operation, translation of every backend error into `guideloom.errors` once,
-and fork safety: the filesystem object is created lazily in each process, because an s3fs
-instance used in a parent process does not work in a forked DataLoader worker.
+headers), a few retries on transient network errors under one total deadline per operation,
+translation of every backend error into `guideloom.errors` once (`guideloom.io.failures`), and
+fork safety: the filesystem object is created lazily in each process, because an s3fs
+instance used in a parent process does not work in a forked DataLoader worker. Batches of
+ranges are planned by `guideloom.io.ranges` and, on S3, fetched with the client pieces of
+`guideloom.io.s3`. Shard files are read through `guideloom.io.shards`, which checks sizes and
+lengths against the manifest.
 
 The deadline: every operation (one read, one batch of ranges, one write, one listing), retries
 included, ends within ``deadline_s`` seconds (default `DEFAULT_DEADLINE_S`; set it with
@@ -21,99 +24,31 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any
 
 import fsspec
 import fsspec.asyn
 from fsspec.implementations.local import LocalFileSystem
 
-from guideloom.errors import (
-    BucketNotFoundError,
-    GuideLoomError,
-    StorageAccessError,
-    StorageTimeoutError,
-    UnknownProtocolError,
+from guideloom.errors import UnknownProtocolError
+from guideloom.io import s3
+from guideloom.io.failures import (
+    DEADLINE_ENV,
+    DEADLINE_OPTION,
+    DeadlineExceeded,
+    is_deadline,
+    is_transient,
+    translated,
 )
+from guideloom.io.ranges import DEFAULT_GAP_BUDGET, DEFAULT_MAX_GAP, merge_ranges
 from guideloom.io.urls import redact_url
 
 __all__ = ["DEADLINE_ENV", "DEADLINE_OPTION", "DEFAULT_DEADLINE_S", "Location"]
 
-T = TypeVar("T")
-
 DEFAULT_DEADLINE_S = 120.0  # seconds one storage operation may take, retries included
-DEADLINE_ENV = "GUIDELOOM_IO_DEADLINE_S"
-DEADLINE_OPTION = "guideloom_deadline_s"  # a storage option GuideLoom takes out for itself
-
-_TRANSIENT = (ConnectionError, TimeoutError)
-# Raised by aiohttp when a body ends early or the server drops the connection: worth a retry.
-_TRANSIENT_NAMES = {"ClientPayloadError", "ServerDisconnectedError", "ClientOSError", "ContentLengthError"}
-_UNREACHABLE = {
-    "EndpointConnectionError",
-    "ConnectTimeoutError",
-    "ClientConnectorError",
-    "ConnectionRefusedError",
-}
-_BACKEND_MODULES = (
-    "aiohttp",
-    "botocore",
-    "aiobotocore",
-    "s3fs",
-    "fsspec",
-    "urllib3",
-    "requests",
-    "gcsfs",
-    "adlfs",
-)
 _RETRIES = 3
-_MAX_CONCURRENT_RANGES = 64  # range requests in flight at once for one batch
-# s3fs's client (aiobotocore) keeps at most 10 connections by default, which would queue most of
-# the ranges above; GuideLoom asks for as many as it sends, unless the user set the option.
-_S3_PROTOCOLS = ("s3://", "s3a://")
-POOL_OPTION = "max_pool_connections"  # in s3fs's config_kwargs (botocore's Config)
-# Merging ranges that are close, not only touching: a gap of up to DEFAULT_MAX_GAP bytes is read
-# through when that saves a request, as long as all gaps read through stay within
-# DEFAULT_GAP_BUDGET of the bytes asked for (read amplification <= 1 + budget).
-DEFAULT_MAX_GAP = 256 * 2**10  # a few milliseconds of transfer: less than a request costs
-DEFAULT_GAP_BUDGET = 0.05
-
-
-class _DeadlineExceeded(Exception):
-    """Internal: an operation ran out of its total time; ``last`` is the error seen before."""
-
-    def __init__(self, seconds: float, attempts: int, last: BaseException | None) -> None:
-        super().__init__(f"no answer within {seconds:g} s")
-        self.seconds, self.attempts, self.last = seconds, attempts, last
-
-
-def _is_transient(err: BaseException) -> bool:
-    if type(err).__name__ == "FSTimeoutError":
-        return False  # our own deadline, handled by the caller
-    return isinstance(err, _TRANSIENT) or type(err).__name__ in _TRANSIENT_NAMES
-
-
-def _is_backend_error(err: BaseException) -> bool:
-    module = type(err).__module__.split(".", 1)[0]
-    return isinstance(err, OSError) or module in _BACKEND_MODULES or type(err).__name__ == "TimeoutError"
-
-
-def _bucket_missing(err: BaseException) -> bool:
-    """Whether the backend said the bucket is missing (some servers give no message: then only
-    the botocore error class in the chain tells)."""
-    seen: BaseException | None = err
-    for _ in range(5):
-        if seen is None:
-            return False
-        text = str(seen)
-        if (
-            type(seen).__name__ == "NoSuchBucket"
-            or "NoSuchBucket" in text
-            or "bucket does not exist" in text.lower()
-        ):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
 
 
 class Location:
@@ -173,16 +108,11 @@ class Location:
         return self._fs
 
     def _fs_options(self) -> dict[str, Any]:
-        """The options given to fsspec: the user's, plus an S3 connection pool as large as the
+        """The options given to fsspec: the user's, plus on S3 a connection pool as large as the
         number of ranges fetched at once (where the user did not choose one)."""
-        options = dict(self.storage_options)
-        if self.url.startswith(_S3_PROTOCOLS):
-            config = dict(options.get("config_kwargs") or {})
-            config.setdefault(POOL_OPTION, _MAX_CONCURRENT_RANGES)
-            options["config_kwargs"] = config
-            if "session" not in options and "profile" not in options:
-                options["session"] = _s3_session()
-        return options
+        if self.url.startswith(s3.S3_PROTOCOLS):
+            return s3.s3_options(self.storage_options)
+        return dict(self.storage_options)
 
     @property
     def is_local(self) -> bool:
@@ -223,7 +153,7 @@ class Location:
             )
         if url:
             return redact_url(str(url))
-        if self.url.startswith(("s3://", "s3a://")):
+        if self.url.startswith(s3.S3_PROTOCOLS):
             return "the AWS default endpoint (no endpoint_url given)"
         return "(the default for this protocol)"
 
@@ -237,60 +167,9 @@ class Location:
 
     # -- error translation and retries ----------------------------------------------------------
 
-    @contextmanager
-    def _translated(self, action: str, rel: str) -> Iterator[None]:
-        where = self.describe(rel)
-        try:
-            yield
-        except GuideLoomError:
-            raise
-        except _DeadlineExceeded as err:
-            last = f"; last error: {type(err.last).__name__}: {_safe(err.last)}" if err.last else ""
-            raise StorageTimeoutError(
-                f"{action} {where}: no complete answer from the storage endpoint {self.endpoint} "
-                f"within {err.seconds:g} s ({err.attempts} attempt(s){last}). Check that the "
-                f"endpoint is up and reachable, or allow more time ({DEADLINE_ENV}, or the storage "
-                f"option {DEADLINE_OPTION})"
-            ) from err.last
-        except FileNotFoundError as err:
-            if _bucket_missing(err):
-                raise BucketNotFoundError(
-                    f"{action} {where}: the bucket does not exist at the endpoint {self.endpoint}; "
-                    "create the bucket first, or check its name and the endpoint_url"
-                ) from err
-            if action == "writing":
-                raise FileNotFoundError(
-                    f"{action} {where}: the bucket or parent directory does not exist; create the "
-                    "bucket first (or check its name and the endpoint_url)"
-                ) from err
-            raise FileNotFoundError(f"{action} {where}: not found") from err
-        except PermissionError as err:
-            raise StorageAccessError(
-                f"{action} {where}: access denied ({type(err).__name__}: {_safe(err)}). Check the "
-                "credentials (storage_options key/secret or the AWS_* environment variables), the "
-                "endpoint_url, and that the bucket exists and you may use it"
-            ) from err
-        except Exception as err:
-            if type(err).__name__ in _UNREACHABLE:  # botocore / aiohttp: nothing answered
-                raise StorageAccessError(
-                    f"{action} {where}: could not connect to the storage endpoint {self.endpoint} "
-                    f"({type(err).__name__}). Check the endpoint_url (storage_options endpoint_url "
-                    "or client_kwargs.endpoint_url, FSSPEC_S3_ENDPOINT_URL, AWS_ENDPOINT_URL) and "
-                    "that the server is running"
-                ) from err
-            if not _is_backend_error(err):
-                raise  # a bug or a bad argument, not the storage: keep it as it is
-            if isinstance(err, OSError) and _looks_like_access_problem(err):
-                raise StorageAccessError(
-                    f"{action} {where}: the storage refused the request ({_safe(err)}). Check the "
-                    "credentials, the endpoint_url and the bucket name"
-                ) from err
-            raise StorageAccessError(
-                f"{action} {where}: the storage endpoint {self.endpoint} failed "
-                f"({type(err).__name__}: {_safe(err)}) after retries. It may be overloaded or "
-                "the object damaged on the server; retry later, and run `guideloom verify` if it "
-                "persists"
-            ) from err
+    def _translated(self, action: str, rel: str) -> AbstractContextManager[None]:
+        """Backend errors of the body as `guideloom.errors` naming ``rel`` (see `translated`)."""
+        return translated(action, self.describe(rel), lambda: self.endpoint)
 
     def _call(self, method: str, *args: Any, deadline: float | None = None, **kwargs: Any) -> Any:
         """``fs.<method>(*args, **kwargs)`` with retries on transient errors, all within the
@@ -303,17 +182,15 @@ class Location:
         for attempt in range(1, _RETRIES + 1):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise _DeadlineExceeded(self.deadline_s, attempt - 1, last)
+                raise DeadlineExceeded(self.deadline_s, attempt - 1, last)
             try:
                 if getattr(fs, "async_impl", False):
                     return getattr(fs, method)(*args, timeout=remaining, **kwargs)
                 return getattr(fs, method)(*args, **kwargs)
             except Exception as err:
-                if type(err).__name__ == "FSTimeoutError" or (
-                    isinstance(err, TimeoutError) and time.monotonic() >= deadline
-                ):
-                    raise _DeadlineExceeded(self.deadline_s, attempt, last) from None
-                if not _is_transient(err) or attempt == _RETRIES:
+                if is_deadline(err) or (isinstance(err, TimeoutError) and time.monotonic() >= deadline):
+                    raise DeadlineExceeded(self.deadline_s, attempt, last) from None
+                if not is_transient(err) or attempt == _RETRIES:
                     raise
                 last = err
                 time.sleep(min(0.2 * 2 ** (attempt - 1), max(0.0, deadline - time.monotonic())))
@@ -370,7 +247,11 @@ class Location:
         if totals is not None and sizes:
             totals.update({rel: sizes[p] for rel, p in zip(rel_of, paths) if p in sizes})
         views = [memoryview(b) for b in blobs]
-        return [bytes(views[i][a:b]) for i, a, b in merged.slices]
+        # A range that is a whole request (nothing merged into it) is handed over as fetched.
+        return [
+            blobs[i] if a == 0 and b == len(views[i]) and type(blobs[i]) is bytes else bytes(views[i][a:b])
+            for i, a, b in merged.slices
+        ]
 
     def _fetch_ranges(
         self,
@@ -399,7 +280,7 @@ class Location:
                 )
             failed = []
             for i, blob in zip(todo, got):
-                if isinstance(blob, _DeadlineExceeded):
+                if isinstance(blob, DeadlineExceeded):
                     blob.attempts = attempt
                     with self._translated("reading", rels[i]):
                         raise blob
@@ -409,9 +290,9 @@ class Location:
                     out[i] = blob
             if not failed:
                 return
-            final = attempt == _RETRIES or not all(_is_transient(e) for _, e in failed)
+            final = attempt == _RETRIES or not all(is_transient(e) for _, e in failed)
             if final or time.monotonic() >= deadline:
-                i, err = next(((i, e) for i, e in failed if not _is_transient(e)), failed[0])
+                i, err = next(((i, e) for i, e in failed if not is_transient(e)), failed[0])
                 with self._translated("reading", rels[i]):
                     raise err
             todo = [i for i, _ in failed]
@@ -428,19 +309,19 @@ class Location:
         """One concurrent round of range requests; a failed range comes back as its exception.
 
         On async filesystems each range has its own timeout (the time left to ``deadline``), so
-        a range that never completes is reported as itself (a ``_DeadlineExceeded``), and the
+        a range that never completes is reported as itself (a ``DeadlineExceeded``), and the
         others still arrive. On S3, ``totals`` gets each file's whole size from the responses."""
         fs = self.fs
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return [_DeadlineExceeded(self.deadline_s, 0, None)] * len(paths)
+            return [DeadlineExceeded(self.deadline_s, 0, None)] * len(paths)
         if not getattr(fs, "async_impl", False):
             result: list[Any] = self._call(
                 "cat_ranges", paths, starts, ends, on_error="return", deadline=deadline
             )
             return result
-        limit = asyncio.Semaphore(_MAX_CONCURRENT_RANGES)
-        ranged_get = _s3_ranged_get if type(fs).__name__ == "S3FileSystem" else None
+        limit = asyncio.Semaphore(s3.MAX_CONCURRENT_RANGES)
+        ranged_get = s3.ranged_get if s3.is_s3(fs) else None
 
         async def one(path: str, start: int, end: int) -> Any:
             async with limit:
@@ -453,7 +334,7 @@ class Location:
                     # Keyword arguments: s3fs's second positional argument is a version id.
                     return await asyncio.wait_for(fs._cat_file(path, start=start, end=end), remaining)
                 except asyncio.TimeoutError:
-                    return _DeadlineExceeded(self.deadline_s, 1, None)
+                    return DeadlineExceeded(self.deadline_s, 1, None)
                 except Exception as err:  # returned, not raised: the caller names its file
                     return err
 
@@ -550,145 +431,3 @@ class Location:
                 self._call("rm", self.path(rel), recursive=recursive)
             except FileNotFoundError:
                 pass
-
-
-_BOTOCORE_LOADER: Any = None  # botocore's data loader: the JSON models it has read stay cached
-_S3_SESSION: tuple[Any, Any] = (None, None)  # ((pid, AWS_* environment), aiobotocore session)
-
-
-def _s3_session() -> Any:
-    """One aiobotocore session per process, all sharing one botocore data loader.
-
-    A new S3 client reads botocore's models of S3 (a few MB of JSON) before its first request,
-    about 0.13 s here. DataLoader workers are forked from the training process, so a loader that
-    the parent has filled is inherited already parsed: each worker's session registers it, and
-    its first request skips that work. One session per process also keeps fsspec's instance
-    cache sharing one filesystem between the datasets of a process, as without a session. A
-    session caches the credentials it found, so a change to the ``AWS_*`` environment starts a
-    new one."""
-    global _BOTOCORE_LOADER, _S3_SESSION
-    key = (os.getpid(), tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
-    held, session = _S3_SESSION
-    if held != key or session is None:
-        from aiobotocore.session import AioSession
-
-        session = AioSession()
-        if _BOTOCORE_LOADER is None:
-            _BOTOCORE_LOADER = session.get_component("data_loader")
-        else:
-            session.register_component("data_loader", _BOTOCORE_LOADER)
-        _S3_SESSION = (key, session)
-    return session
-
-
-async def _s3_ranged_get(fs: Any, path: str, start: int, end: int) -> tuple[bytes, int | None]:
-    """Bytes ``[start, end)`` of an S3 object, and the object's whole size from the response's
-    ``Content-Range`` (``bytes a-b/size``; None if the server leaves it out). s3fs's own
-    ``_cat_file`` returns only the body; this is the same single GET (``_call_s3`` translates
-    backend errors and retries throttling, as it does for ``_cat_file``)."""
-    bucket, key, version = fs.split_path(path)
-    extra = {"VersionId": version} if version else {}
-    resp = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", **extra)
-    try:
-        data = await resp["Body"].read()
-    finally:
-        resp["Body"].close()
-    return data, _content_range_total(resp.get("ContentRange"))
-
-
-def _content_range_total(header: str | None) -> int | None:
-    """The size after the slash of a ``Content-Range`` header (``bytes 0-99/1234`` -> 1234)."""
-    if not header or "/" not in header:
-        return None
-    tail = header.rsplit("/", 1)[1].strip()
-    return int(tail) if tail.isdigit() else None
-
-
-class _Merged:
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, int, int]] = []  # (rel, start, end) actually fetched
-        self.slices: list[tuple[int, int, int]] = []  # per asked range: (request, start, end)
-
-
-def merge_ranges(
-    rels: Sequence[str],
-    starts: Sequence[int],
-    ends: Sequence[int],
-    max_gap: int,
-    gap_budget: float | None = None,
-) -> _Merged:
-    """Plan requests: ranges of one file that touch or overlap become one request, and so do
-    ranges at most ``max_gap`` bytes apart. With ``gap_budget`` (a fraction), gaps are read
-    through smallest first only while their bytes add up to at most ``gap_budget`` times the
-    bytes asked for, so the plan fetches at most ``1 + gap_budget`` times what was asked."""
-    order = sorted(range(len(rels)), key=lambda i: (rels[i], starts[i]))
-    bridged = _bridged_gaps(order, rels, starts, ends, max_gap, gap_budget)
-    out = _Merged()
-    out.slices = [(0, 0, 0)] * len(rels)
-    current = -1
-    for k, i in enumerate(order):
-        rel, start, end = rels[i], int(starts[i]), int(ends[i])
-        if end < start:
-            raise ValueError(f"byte range [{start}, {end}) of {rel} is reversed")
-        if current >= 0:
-            c_rel, c_start, c_end = out.requests[current]
-            if c_rel == rel and (start <= c_end or (k in bridged and start <= c_end + max_gap)):
-                out.requests[current] = (rel, c_start, max(c_end, end))
-                out.slices[i] = (current, start - c_start, end - c_start)
-                continue
-        out.requests.append((rel, start, end))
-        current = len(out.requests) - 1
-        out.slices[i] = (current, 0, end - start)
-    return out
-
-
-def _bridged_gaps(
-    order: list[int],
-    rels: Sequence[str],
-    starts: Sequence[int],
-    ends: Sequence[int],
-    max_gap: int,
-    gap_budget: float | None,
-) -> set[int]:
-    """Positions ``k`` in ``order`` whose range may be joined to the request before it across a
-    gap: every gap of at most ``max_gap`` bytes without a budget, else the smallest such gaps
-    while their sum stays within ``gap_budget`` of the bytes asked for."""
-    if max_gap <= 0:
-        return set()
-    gaps: list[tuple[int, int]] = []  # (gap bytes, position in order)
-    reach = -1  # end of the bytes covered so far in the current file
-    asked = 0
-    for k, i in enumerate(order):
-        start, end = int(starts[i]), int(ends[i])
-        asked += max(0, end - start)
-        if k and rels[i] == rels[order[k - 1]]:
-            gap = start - reach
-            if 0 < gap <= max_gap:
-                gaps.append((gap, k))
-            reach = max(reach, end)
-        else:
-            reach = end
-    if gap_budget is None:
-        return {k for _, k in gaps}
-    allowed = gap_budget * asked
-    chosen: set[int] = set()
-    spent = 0
-    for gap, k in sorted(gaps):
-        if spent + gap > allowed:
-            break
-        spent += gap
-        chosen.add(k)
-    return chosen
-
-
-def _safe(err: BaseException) -> str:
-    # Backend messages name buckets and keys, never secrets; cut them short anyway.
-    return str(err).splitlines()[0][:300] if str(err) else type(err).__name__
-
-
-def _looks_like_access_problem(err: OSError) -> bool:
-    text = str(err)
-    return any(
-        code in text
-        for code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "Forbidden", "403")
-    )

@@ -12,7 +12,8 @@ import numpy as np
 from guideloom.loading.mixture_order import MixtureOrder
 from guideloom.loading.mixture_plan import MixturePlan
 from guideloom.loading.order import ShuffleSettings
-from guideloom.storage.views import LocalWindows, StreamDataset
+from guideloom.storage.windows import StreamDataset
+from guideloom.storage.windows import WindowReader as LocalWindows
 
 __all__ = ["MixtureDataset"]
 

@@ -13,7 +13,8 @@ import pytest
 
 from guideloom import StatefulDataLoader, StreamDataset, StreamNumpyFormat, StreamStorage
 from guideloom.io import Location
-from guideloom.io.location import POOL_OPTION, merge_ranges
+from guideloom.io.ranges import merge_ranges
+from guideloom.io.s3 import POOL_OPTION
 from guideloom.testing import assert_exact_resume
 
 WINDOW = 256  # tokens (uint16): 512 bytes per window

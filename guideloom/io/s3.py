@@ -1,0 +1,96 @@
+"""The S3 client pieces GuideLoom adds to s3fs: one session per process, a connection pool as
+large as the ranges fetched at once, and ranged GETs that also report the object's size.
+
+Nothing here is needed for other filesystems; `guideloom.io.location.Location` calls in when a
+URL is ``s3://`` (or ``s3a://``) or its filesystem is s3fs's.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = [
+    "MAX_CONCURRENT_RANGES",
+    "POOL_OPTION",
+    "S3_PROTOCOLS",
+    "content_range_total",
+    "is_s3",
+    "ranged_get",
+    "s3_options",
+]
+
+MAX_CONCURRENT_RANGES = 64  # range requests in flight at once for one batch
+S3_PROTOCOLS = ("s3://", "s3a://")
+# s3fs's client (aiobotocore) keeps at most 10 connections by default, which would queue most of
+# the concurrent ranges; GuideLoom asks for as many as it sends, unless the user set the option.
+POOL_OPTION = "max_pool_connections"  # in s3fs's config_kwargs (botocore's Config)
+
+_BOTOCORE_LOADER: Any = None  # botocore's data loader: the JSON models it has read stay cached
+_S3_SESSION: tuple[Any, Any] = (None, None)  # ((pid, AWS_* environment), aiobotocore session)
+
+
+def s3_options(options: dict[str, Any]) -> dict[str, Any]:
+    """s3fs's options for ``options`` (the user's): a connection pool of `MAX_CONCURRENT_RANGES`
+    where the user chose none, and the process's shared session where the user gave no session
+    or profile."""
+    out = dict(options)
+    config = dict(out.get("config_kwargs") or {})
+    config.setdefault(POOL_OPTION, MAX_CONCURRENT_RANGES)
+    out["config_kwargs"] = config
+    if "session" not in out and "profile" not in out:
+        out["session"] = _s3_session()
+    return out
+
+
+def _s3_session() -> Any:
+    """One aiobotocore session per process, all sharing one botocore data loader.
+
+    A new S3 client reads botocore's models of S3 (a few MB of JSON) before its first request,
+    about 0.13 s here. DataLoader workers are forked from the training process, so a loader that
+    the parent has filled is inherited already parsed: each worker's session registers it, and
+    its first request skips that work. One session per process also keeps fsspec's instance
+    cache sharing one filesystem between the datasets of a process, as without a session. A
+    session caches the credentials it found, so a change to the ``AWS_*`` environment starts a
+    new one."""
+    global _BOTOCORE_LOADER, _S3_SESSION
+    key = (os.getpid(), tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
+    held, session = _S3_SESSION
+    if held != key or session is None:
+        from aiobotocore.session import AioSession
+
+        session = AioSession()
+        if _BOTOCORE_LOADER is None:
+            _BOTOCORE_LOADER = session.get_component("data_loader")
+        else:
+            session.register_component("data_loader", _BOTOCORE_LOADER)
+        _S3_SESSION = (key, session)
+    return session
+
+
+async def ranged_get(fs: Any, path: str, start: int, end: int) -> tuple[bytes, int | None]:
+    """Bytes ``[start, end)`` of an S3 object, and the object's whole size from the response's
+    ``Content-Range`` (``bytes a-b/size``; None if the server leaves it out). s3fs's own
+    ``_cat_file`` returns only the body; this is the same single GET (``_call_s3`` translates
+    backend errors and retries throttling, as it does for ``_cat_file``)."""
+    bucket, key, version = fs.split_path(path)
+    extra = {"VersionId": version} if version else {}
+    resp = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", **extra)
+    try:
+        data = await resp["Body"].read()
+    finally:
+        resp["Body"].close()
+    return data, content_range_total(resp.get("ContentRange"))
+
+
+def content_range_total(header: str | None) -> int | None:
+    """The size after the slash of a ``Content-Range`` header (``bytes 0-99/1234`` -> 1234)."""
+    if not header or "/" not in header:
+        return None
+    tail = header.rsplit("/", 1)[1].strip()
+    return int(tail) if tail.isdigit() else None
+
+
+def is_s3(fs: Any) -> bool:
+    """Whether ``fs`` is s3fs's filesystem (its ranged GETs report the object's size)."""
+    return type(fs).__name__ == "S3FileSystem"
