@@ -13,6 +13,7 @@ seam                   who relies on it                       implemented by
 `ShardReader`          the views (documents, windows, spans)  `guideloom.io.shards` (local, remote)
 `DatasetView`          the loader and mixtures                the three dataset views, mixtures
 `Tokenizer`            ingestion                              `guideloom.workers.tokenizer`
+`InputReader`          ingestion (planning, parts)            `guideloom.workers.readers`
 =====================  =====================================  ====================================
 
 The extension points that are classes to subclass rather than protocols live with their layer:
@@ -32,16 +33,25 @@ This module imports nothing of GuideLoom's but the vocabulary below, so every la
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
 __all__ = [
-    "ByteRequest",
-    "DatasetView",
-    "FileTable",
-    "Layout",
     "LAYOUTS",
+    "BadRecord",
+    "ByteRequest",
+    "Cut",
+    "DatasetView",
+    "Document",
+    "FileTable",
+    "InputFileInfo",
+    "InputReader",
+    "InputRecord",
+    "Layout",
+    "ReadOptions",
+    "SegmentInfo",
     "ShardReader",
     "Tokenizer",
 ]
@@ -245,9 +255,6 @@ class Tokenizer(Protocol):
 # records of one segment. Built-in kinds live in `guideloom.workers.readers`; a user's package
 # adds one by name through `guideloom.registry` (group ``guideloom.input_readers``).
 
-from collections.abc import Iterator  # noqa: E402  (what this section adds needs these)
-from dataclasses import dataclass, field  # noqa: E402
-
 
 class InputFileInfo(Protocol):
     """One input file as planning found it (`guideloom.workers.sources.InputFile`)."""
@@ -387,15 +394,3 @@ class InputReader(Protocol):
         cannot be read at all (a truncated gzip stream) raises `guideloom.errors.IngestError`
         naming the file."""
         ...
-
-
-__all__ += [
-    "BadRecord",
-    "Cut",
-    "Document",
-    "InputFileInfo",
-    "InputReader",
-    "InputRecord",
-    "ReadOptions",
-    "SegmentInfo",
-]

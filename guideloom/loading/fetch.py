@@ -25,6 +25,7 @@ from torch.utils.data import Dataset
 
 from guideloom.loading.collate import collate_aligned, collate_documents, collate_windows
 from guideloom.loading.placement import pin
+from guideloom.types import DatasetView, Layout
 
 __all__ = ["BatchSource", "Finish", "GroupCollate", "Whole", "batch_path", "unrolled"]
 
@@ -67,13 +68,17 @@ class BatchSource(Dataset):  # type: ignore[type-arg]
     consecutive batches (a `guideloom.loading.sampler.Group`, from worker processes' sampler),
     in one read: on object storage one round of merged, concurrent range requests instead of
     one round trip per batch.
+
+    ``batched``: read what the layout's default collate takes (`DatasetView.read_batch`);
+    otherwise (a user's ``collate_fn``) the list of samples (``__getitems__``).
     """
 
-    def __init__(self, view: Any, use_windows: bool, use_aligned: bool = False) -> None:
+    def __init__(self, view: DatasetView, batched: bool) -> None:
         self.view = view
-        self.use_windows = use_windows  # stream fast path: dict of (B, L) arrays in one call
-        # streams with metadata read for the default collate: a SpanBatch, no dict per row
-        self.use_aligned = use_aligned and hasattr(view, "read_aligned")
+        self.batched = batched
+        # streams read for the default collate: one dict of (B, L) arrays per read, which a
+        # group keeps whole (one tensor per field through a worker's pipe, see `Whole`)
+        self.columns = batched and view.layout == "stream"
 
     def __len__(self) -> int:
         return len(self.view)
@@ -82,10 +87,8 @@ class BatchSource(Dataset):  # type: ignore[type-arg]
         return self.view[index]
 
     def _read(self, indexes: list[int]) -> Any:
-        if self.use_windows:
-            return self.view.read_windows(indexes)
-        if self.use_aligned:
-            return self.view.read_aligned(indexes)
+        if self.batched:
+            return self.view.read_batch(indexes)
         return self.view.__getitems__(indexes)
 
     def read_group(self, batches: list[list[int]]) -> list[Any]:
@@ -95,32 +98,35 @@ class BatchSource(Dataset):  # type: ignore[type-arg]
         data = self._read([i for b in batches for i in b])
         bounds = np.cumsum([0, *(len(b) for b in batches)]).tolist()
         return [
-            {k: v[lo:hi] for k, v in data.items()} if self.use_windows else data[lo:hi]
+            {k: v[lo:hi] for k, v in data.items()} if self.columns else data[lo:hi]
             for lo, hi in zip(bounds[:-1], bounds[1:])
         ]
 
     def __getitems__(self, indexes: list[int]) -> Any:
-        sizes = getattr(indexes, "sizes", None)
+        sizes = getattr(indexes, "sizes", None)  # a Group of batches, or one batch's list
         if sizes is None:
             return self._read(list(indexes))
-        if self.use_windows:
+        if self.columns:
             return Whole(self._read(list(indexes)), list(sizes))
         bounds = np.cumsum([0, *sizes]).tolist()
         flat = list(indexes)
         return self.read_group([flat[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])])
 
 
-def batch_path(view: Any, layout: str, collate_fn: Collate | None) -> tuple[BatchSource, Collate]:
+_COLLATES: dict[Layout, Collate] = {
+    "stream": collate_windows,
+    "stream_with_meta": collate_aligned,
+    "documents": collate_documents,
+}
+
+
+def batch_path(view: DatasetView, collate_fn: Collate | None) -> tuple[BatchSource, Collate]:
     """The source and collate of a view: a ``collate_fn`` gets lists of samples; by default
     streams are read as ``{field: array}`` windows and collated to tensors, streams with
     metadata as aligned batches, documents as lists of records."""
     if collate_fn is not None:
-        return BatchSource(view, use_windows=False), collate_fn
-    if layout == "stream":
-        return BatchSource(view, use_windows=True), collate_windows
-    if layout == "stream_with_meta":
-        return BatchSource(view, use_windows=False, use_aligned=True), collate_aligned
-    return BatchSource(view, use_windows=False), collate_documents
+        return BatchSource(view, batched=False), collate_fn
+    return BatchSource(view, batched=True), _COLLATES[view.layout]
 
 
 class Finish:

@@ -100,10 +100,11 @@ from guideloom.loading.sampler import (
 from guideloom.loading.schedule import EpochSchedule
 from guideloom.loading.state import LoaderState, OrderIdentity
 from guideloom.loading.threads import SourceCopies, ThreadBatches, thread_settings
+from guideloom.storage import Storage, open_view
+from guideloom.types import DatasetView
 
 __all__ = ["DEFAULT_READ_AHEAD_BYTES", "READ_AHEAD_ENV", "StatefulDataLoader"]
 
-_LAYOUTS = ("documents", "stream", "stream_with_meta")
 _ORDER_ARGUMENTS = ("sampler", "batch_sampler", "generator")  # they take over the order
 
 
@@ -127,8 +128,8 @@ def _or(value: Any, default: Any) -> Any:
 
 
 def _is_view(dataset: Any) -> bool:
-    """A GuideLoom dataset view (or a mixture's): its storage has a GuideLoom layout."""
-    return getattr(getattr(dataset, "storage", None), "layout", None) in _LAYOUTS
+    """A GuideLoom dataset view (or a mixture's): a `guideloom.types.DatasetView`."""
+    return isinstance(dataset, DatasetView)
 
 
 def _distributed_default(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -337,7 +338,7 @@ class StatefulDataLoader(_TorchdataLoader):
         torch_options: dict[str, Any],
     ) -> None:
         """GuideLoom's loader over ``view``: every setting checked here, once (see `__init__`)."""
-        layout = view.storage.layout
+        layout = view.layout
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise ValueError(f"seed must be an integer, got {seed!r}")
         batch_size = positive_int("batch_size", batch_size)
@@ -349,7 +350,7 @@ class StatefulDataLoader(_TorchdataLoader):
         mixture = view if isinstance(view, MixtureDataset) else None  # see loading/mixture.py
         num_samples = mixture.plan.epoch_length if mixture else len(view)
         what = "documents" if layout == "documents" else "windows"
-        where = mixture.url if mixture else view.storage.url
+        where = view.url
         if num_samples < 1:
             raise ValueError(f"the dataset at {where} has no {what} to load")
         if world_size > num_samples:
@@ -365,7 +366,7 @@ class StatefulDataLoader(_TorchdataLoader):
                 "drop_last=False"
             )
 
-        source, collate = batch_path(view, layout, collate_fn)
+        source, collate = batch_path(view, collate_fn)
         kwargs = dict(torch_options)
         kwargs.setdefault("snapshot_every_n_steps", None)  # our state needs no torchdata snapshots
         grouping = Grouping.from_options(read_ahead, read_ahead_bytes, view, batch_size)
@@ -406,9 +407,9 @@ class StatefulDataLoader(_TorchdataLoader):
         self._shuffle = settings
         self._identity = OrderIdentity(
             layout=layout,
-            fingerprint=mixture.fingerprint if mixture else str(view.storage.manifest.fingerprint),
+            fingerprint=view.fingerprint,
             num_samples=num_samples,
-            sequence_length=getattr(view, "sequence_length", None) if layout != "documents" else None,
+            sequence_length=view.sequence_length,
             seed=int(seed),
             shuffle=settings,
             mixture=mixture.identity if mixture else None,
@@ -515,8 +516,6 @@ class StatefulDataLoader(_TorchdataLoader):
                 positive or longer than the stream; `in_order=False`; or another setting out
                 of range (see the class).
         """
-        from guideloom import DocumentDataset, StreamDataset, StreamWithMetaDataset
-
         for name in _ORDER_ARGUMENTS:
             if name in kwargs:
                 raise TypeError(
@@ -525,32 +524,11 @@ class StatefulDataLoader(_TorchdataLoader):
                 )
         if kwargs.get("in_order", True) is not True:
             raise ValueError("in_order=False is not supported: it breaks exact resume")
-        layout = getattr(storage, "layout", None)
-        view: Any
+        view: DatasetView
         if isinstance(storage, Mixture):  # several storages, weighted: see docs/mixing.md
             view = storage.dataset(sequence_length)
-        elif layout == "documents":
-            if sequence_length is not None:
-                raise ValueError(
-                    f"sequence_length={sequence_length!r} has no meaning for the document dataset "
-                    f"at {storage.url}: documents are read whole; leave it out"
-                )
-            view = DocumentDataset(storage)
-        elif layout in ("stream", "stream_with_meta"):
-            if sequence_length is None:
-                raise ValueError(
-                    f"sequence_length is required for the stream dataset at {storage.url}: pass "
-                    "the number of tokens per training window, e.g. sequence_length=2048"
-                )
-            sequence_length = positive_int("sequence_length", sequence_length)
-            total = int(storage.manifest.total_tokens)
-            if sequence_length > total:
-                raise ValueError(
-                    f"sequence_length={sequence_length} is larger than the whole stream at "
-                    f"{storage.url} ({total} tokens): no complete window fits"
-                )
-            view_cls = StreamDataset if layout == "stream" else StreamWithMetaDataset
-            view = view_cls(storage, sequence_length=sequence_length)
+        elif isinstance(storage, Storage):
+            view = open_view(storage, sequence_length)
         else:
             raise TypeError(f"from_storage takes a GuideLoom storage, got {type(storage).__name__}")
         return cls(
@@ -730,8 +708,7 @@ class StatefulDataLoader(_TorchdataLoader):
 
 def _refuse_guideloom_only(dataset: Any, takes_order: list[str], shuffle: Any, given: dict[str, Any]) -> None:
     """TypeError for what only GuideLoom's own path reads, on torchdata's path."""
-    storage_not_view = getattr(dataset, "layout", None) in _LAYOUTS and not _is_view(dataset)
-    if isinstance(dataset, Mixture) or storage_not_view:
+    if isinstance(dataset, (Mixture, Storage)):
         raise TypeError(
             "StatefulDataLoader reads a GuideLoom dataset view (DocumentDataset, StreamDataset, "
             f"StreamWithMetaDataset), got {type(dataset).__name__}; build it with "

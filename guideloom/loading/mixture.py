@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from guideloom.errors import MixtureError, ResumeStateError
+from guideloom.formats import StreamNumpyFormat
 from guideloom.loading.interleave import check_schedule
 from guideloom.loading.mixture_dataset import MixtureDataset
 from guideloom.loading.mixture_order import MixtureOrder
@@ -57,6 +58,9 @@ from guideloom.loading.mixture_plan import (
     sample_weights,
 )
 from guideloom.loading.state import LoaderState
+from guideloom.storage import Storage, open_view
+from guideloom.storage.view import View
+from guideloom.types import DatasetView
 
 __all__ = [
     "Mixture",
@@ -143,6 +147,7 @@ class Mixture:
             raise MixtureError("a Mixture needs at least one source: pass {name: (storage, weight)}")
         names: list[str] = []
         items: list[Any] = []
+        storages: list[Storage] = []
         weights: list[Any] = []
         for key, pair in pairs:
             if not isinstance(pair, (tuple, list)) or len(pair) != 2:
@@ -150,17 +155,18 @@ class Mixture:
                     f"source {key!r}: expected a (storage, weight) pair, got {type(pair).__name__}"
                 )
             item, weight = pair
-            storage = getattr(item, "storage", item)
-            if getattr(storage, "layout", None) not in ("documents", "stream", "stream_with_meta"):
+            storage = _storage_of(item)
+            if storage is None:
                 raise MixtureError(
                     f"source {key!r}: expected a GuideLoom storage or dataset view, got {type(item).__name__}"
                 )
             names.append(str(key) if isinstance(sources, Mapping) else storage.url)
             items.append(item)
+            storages.append(storage)
             weights.append(weight)
         self.names = tuple(names)
         self.items = tuple(items)
-        self.storages = tuple(getattr(x, "storage", x) for x in items)
+        self.storages = tuple(storages)
         for name, w in zip(names, weights):
             if (
                 isinstance(w, bool)
@@ -212,11 +218,13 @@ class Mixture:
         if totals:
             self.mean_tokens = means
 
-    def _check_schema(self, name: str, storage: Any) -> None:
+    def _check_schema(self, name: str, storage: Storage) -> None:
         first = self.storages[0]
         if self.layout == "documents":
             return  # documents are decoded whole by each source's own format
-        if self.layout == "stream":
+        mine: Any
+        theirs: Any
+        if isinstance(storage.format, StreamNumpyFormat) and isinstance(first.format, StreamNumpyFormat):
             mine, theirs = storage.format.dtype, first.format.dtype
         else:
             mine, theirs = storage.format.spec(), first.format.spec()
@@ -249,38 +257,40 @@ class Mixture:
             DatasetNotFoundError: A source has no committed dataset.
             StorageAccessError: The storage refused a request or could not be reached.
         """
-        from guideloom import DocumentDataset, StreamDataset, StreamWithMetaDataset
-
         if self.layout == "documents" and sequence_length is not None:
             raise MixtureError(
                 f"sequence_length={sequence_length!r} has no meaning for a mixture of document "
                 f"datasets (source {self.names[0]!r}, ...): documents are read whole; leave it out"
             )
-        views = []
+        views: list[DatasetView] = []
         for name, item in zip(self.names, self.items):
-            if item is not getattr(item, "storage", item):  # a view: its window length must agree
-                own = getattr(item, "sequence_length", None)
+            if not isinstance(item, Storage):  # a view: its window length must agree
+                own = item.sequence_length
                 if sequence_length is not None and own is not None and own != sequence_length:
                     raise MixtureError(
                         f"source {name!r} is a view with sequence_length={own}, but the mixture is "
                         f"read with sequence_length={sequence_length}; use one length for all sources"
                     )
                 views.append(item)
-            elif self.layout == "documents":
-                views.append(DocumentDataset(item))
-            else:
+                continue
+            if self.layout != "documents":
                 if sequence_length is None:
                     raise MixtureError(
                         f"sequence_length is required to mix the stream source {name!r}: pass the "
                         "number of tokens per training window, e.g. sequence_length=2048"
                     )
-                cls = StreamDataset if self.layout == "stream" else StreamWithMetaDataset
-                views.append(cls(item, sequence_length=sequence_length))
-        lengths = {getattr(v, "sequence_length", None) for v in views}
+                if item.manifest.total_tokens < sequence_length:
+                    raise MixtureError(
+                        f"source {name!r} ({item.url}) has no complete windows: an empty source "
+                        "cannot be mixed; leave it out"
+                    )
+            try:
+                views.append(open_view(item, sequence_length))
+            except ValueError as err:
+                raise MixtureError(f"source {name!r}: {err}") from None
+        lengths = {v.sequence_length for v in views}
         if len(lengths) > 1:
-            detail = ", ".join(
-                f"{n!r}: {getattr(v, 'sequence_length', None)}" for n, v in zip(self.names, views)
-            )
+            detail = ", ".join(f"{n!r}: {v.sequence_length}" for n, v in zip(self.names, views))
             raise MixtureError(f"the sources have different sequence lengths ({detail}); use one for all")
         for name, view, storage in zip(self.names, views, self.storages):
             if len(view) < 1:
@@ -349,3 +359,10 @@ class Mixture:
         return (
             f"Mixture({{{parts}}}, stopping_strategy={self.stopping_strategy!r}, schedule={self.schedule!r})"
         )
+
+
+def _storage_of(item: Any) -> Storage | None:
+    """The storage of a mixture source given as a storage or as a view of one (None: neither)."""
+    if isinstance(item, Storage):
+        return item
+    return item.storage if isinstance(item, View) else None

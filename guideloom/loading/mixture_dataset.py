@@ -12,8 +12,8 @@ import numpy as np
 from guideloom.loading.mixture_order import MixtureOrder
 from guideloom.loading.mixture_plan import MixturePlan
 from guideloom.loading.order import ShuffleSettings
-from guideloom.storage.windows import StreamDataset
-from guideloom.storage.windows import WindowReader as LocalWindows
+from guideloom.storage import StreamDataset, WindowReader
+from guideloom.types import DatasetView, Layout
 
 __all__ = ["MixtureDataset"]
 
@@ -24,32 +24,33 @@ class _Sources(Protocol):
 
     names: tuple[str, ...]
     storages: tuple[Any, ...]
-    layout: str
+    layout: Layout
 
 
 class MixtureDataset:
-    """The sources of a `Mixture` as one indexed view: index ``offset_i + j`` is sample
-    ``j`` of source ``i``. The loader orders it with `MixtureOrder`; a batch is read
-    with one batched read per source (``read_windows`` / ``__getitems__``), reassembled in order.
+    """The sources of a `Mixture` as one indexed view (a `guideloom.types.DatasetView`): index
+    ``offset_i + j`` is sample ``j`` of source ``i``. The loader orders it with `MixtureOrder`;
+    a batch is read with one batched read per source (``read_batch`` / ``__getitems__``),
+    reassembled in order.
     """
 
-    def __init__(self, mixture: _Sources, views: Sequence[Any], plan: MixturePlan) -> None:
+    def __init__(self, mixture: _Sources, views: Sequence[DatasetView], plan: MixturePlan) -> None:
         self.mixture = mixture
         self.views = list(views)
         self.plan = plan
-        self.layout = mixture.layout
+        self.layout: Layout = mixture.layout
         self.storage = mixture.storages[0]  # the layout and format all sources share
-        self.sequence_length = getattr(self.views[0], "sequence_length", None)
+        self.sequence_length: int | None = self.views[0].sequence_length
         self._starts = np.concatenate([[0], np.cumsum(plan.sizes)]).astype(np.int64)
         self.is_local = all(s.location.is_local for s in mixture.storages)
-        # local stream sources are read by one LocalWindows, all in one pass into one array
+        # local stream sources are read by one WindowReader, all in one pass into one array
+        streams = [v for v in self.views if isinstance(v, StreamDataset)]
         local_windows = (
             self.is_local
-            and self.layout == "stream"
-            and all(isinstance(v, StreamDataset) for v in self.views)
-            and len({v.stream_format.dtype for v in self.views}) == 1
+            and len(streams) == len(self.views)
+            and len({v.stream_format.dtype for v in streams}) == 1
         )
-        self._windows = LocalWindows(self.views) if local_windows else None
+        self._windows = WindowReader(streams) if local_windows else None
         self.fingerprints = [str(s.manifest.fingerprint) for s in mixture.storages]
         ident = {**plan.identity(), "fingerprints": self.fingerprints}
         self.identity = ident
@@ -60,6 +61,20 @@ class MixtureDataset:
 
     def __len__(self) -> int:
         return int(self._starts[-1])
+
+    @property
+    def sample_bytes(self) -> int:
+        """Bytes one sample takes in storage: the sources' averages, weighted by their shares."""
+        shares = self.plan.shares
+        return max(1, round(sum(share * v.sample_bytes for share, v in zip(shares, self.views))))
+
+    def read_batch(self, indexes: Sequence[int]) -> Any:
+        """Samples ``indexes`` as the default collate takes them: streams ``{field: (batch,
+        sequence_length) array}``; other layouts the list of samples (each source's own
+        shape: records, or what its format's ``align`` builds)."""
+        if self.layout == "stream":
+            return self.read_windows(indexes)
+        return self.__getitems__(indexes)
 
     def epoch_order(self, shuffle: ShuffleSettings, seed: int, epoch: int) -> MixtureOrder:
         """The order of one mixture epoch."""
@@ -76,11 +91,11 @@ class MixtureDataset:
         """Stream windows ``indexes`` as ``{field: (len(indexes), sequence_length) array}``."""
         src, local = self._split(indexes)
         if self._windows is not None:
-            return self.views[0]._split(self._windows.read(local, src))
+            return self._windows.views[0].stream_format.split_fields(self._windows.read(local, src))
         out: dict[str, np.ndarray] = {}
         for i in np.unique(src).tolist():
             sel = np.flatnonzero(src == i)
-            part = self.views[i].read_windows(local[sel].tolist())
+            part = self.views[i].read_batch(local[sel].tolist())
             for name, values in part.items():
                 if name not in out:
                     out[name] = np.empty((src.size, *values.shape[1:]), dtype=values.dtype)

@@ -30,6 +30,7 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from guideloom.loading.schedule import EpochSchedule
+from guideloom.types import DatasetView
 
 __all__ = [
     "DEFAULT_READ_AHEAD_BYTES",
@@ -68,7 +69,9 @@ class Grouping(NamedTuple):
     ramp: bool
 
     @classmethod
-    def from_options(cls, read_ahead: Any, read_ahead_bytes: Any, view: Any, batch_size: int) -> Grouping:
+    def from_options(
+        cls, read_ahead: Any, read_ahead_bytes: Any, view: DatasetView, batch_size: int
+    ) -> Grouping:
         """The loader's ``read_ahead`` (batches) or ``read_ahead_bytes`` (bytes per read) for
         batches of ``batch_size`` samples of ``view``; ValueError for a bad setting."""
         if read_ahead is not None:
@@ -88,7 +91,7 @@ class Grouping(NamedTuple):
         # windows and one collate, and one item through a worker's pipe, instead of one per batch
         # (2-4x the batches/s of lone batches with num_workers=0, 10-18x with worker processes).
         budget = read_ahead_budget(read_ahead_bytes)
-        batch_bytes = batch_size * _sample_bytes(view)
+        batch_bytes = batch_size * view.sample_bytes
         fit = max(1, budget // batch_bytes)
         return cls(1 << (fit.bit_length() - 1), fit > 1)
 
@@ -111,18 +114,6 @@ def grouped(batches: Iterator[list[int]], size: int, ramp: bool) -> Iterator[lis
             target = min(size, max(1, done)) if ramp else size
     if group:
         yield group
-
-
-def _sample_bytes(view: Any) -> int:
-    """Bytes one sample of ``view`` takes in storage (a document: the average; a mixture: the
-    average over its sources, each by its share of the samples)."""
-    plan = getattr(view, "plan", None)
-    if plan is not None and hasattr(view, "views"):
-        return max(1, round(sum(share * _sample_bytes(v) for share, v in zip(plan.shares, view.views))))
-    length = getattr(view, "sequence_length", None)
-    if length is not None:
-        return int(length) * int(view.stream_format.itemsize)
-    return max(1, int(view.manifest.total_bytes) // max(1, len(view)))
 
 
 def read_ahead_budget(value: Any) -> int:

@@ -96,15 +96,18 @@ def test_open_view_picks_the_layouts_view_and_checks_the_window_length(where: st
 
 
 def test_every_view_is_a_dataset_view(where: str) -> None:
-    from guideloom.loading.loader import _sample_bytes
-
     stream, documents = _stream(f"{where}/s"), _documents(f"{where}/d")
     meta, _ = _meta(f"{where}/m")
     for view in (open_view(documents), open_view(stream, SEQ), open_view(meta, SEQ)):
         assert isinstance(view, DatasetView)
         assert view.url == view.storage.url
         assert view.fingerprint == str(view.manifest.fingerprint)
-        assert view.sample_bytes == _sample_bytes(view)  # what the loader sizes read-ahead with
+        # what the loader sizes read-ahead with: a window's bytes, or a document's on average
+        if view.sequence_length is None:
+            expected = view.manifest.total_bytes // len(view)
+        else:
+            expected = view.sequence_length * view.stream_format.itemsize
+        assert view.sample_bytes == expected
     docs = open_view(documents)
     assert (
         docs.read_batch([3, 1, -1])
