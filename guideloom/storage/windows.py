@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Sequence
+from functools import cached_property
 from itertools import repeat
 
 import numpy as np
@@ -79,7 +80,16 @@ class Windows(View):
         self.total_tokens = int(tokens.sum())
         self._len = self.total_tokens // self.sequence_length
         self._itemsize = stream_format.itemsize
-        self._windows = WindowReader([self])
+
+    @cached_property
+    def _windows(self) -> WindowReader:
+        """The reader of this view's windows, built on the first read (opening stays cheap)."""
+        return WindowReader([self])
+
+    @cached_property
+    def _shard_lists(self) -> tuple[list[int], list[int]]:
+        """Shard starts and token counts as Python ints, for `pieces` (bisection per call)."""
+        return self.shard_starts.tolist(), self.shard_tokens.tolist()
 
     @property
     def _starts(self) -> np.ndarray:  # the name tests and older callers use for `shard_starts`
@@ -101,13 +111,8 @@ class Windows(View):
             shard `shard` (a row of the manifest's shard table) are the window's tokens from
             `offset` on.
         """
-        return window_pieces(
-            self.shard_starts.tolist(), self.shard_tokens.tolist(), window, self.sequence_length
-        )
-
-    def _split(self, elements: np.ndarray) -> dict[str, np.ndarray]:
-        """Kept for `guideloom.loading.mixture`: `StreamNumpyFormat.split_fields`."""
-        return self.stream_format.split_fields(elements)
+        starts, tokens = self._shard_lists
+        return window_pieces(starts, tokens, window, self.sequence_length)
 
     def read_windows(self, indexes: Sequence[int]) -> dict[str, np.ndarray]:
         """Windows ``indexes`` as ``{field: array of shape (len(indexes), sequence_length)}``.

@@ -29,11 +29,11 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
-from s3proxy import ForwardingHandler
+from s3proxy import ForwardingHandler, WideServer
 
 __all__ = ["Fault", "FaultProxy"]
 
@@ -94,7 +94,7 @@ class FaultProxy:
         self.requests: Counter[str] = Counter()
         self.log: list[tuple[str, str, str]] = []
         self.storage_options: dict[str, Any] = {}
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        self._server = WideServer(("127.0.0.1", 0), _make_handler(self))
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_port}"
         self._thread = threading.Thread(target=self._server.serve_forever, name="s3-fault-proxy", daemon=True)

@@ -125,6 +125,15 @@ class ProxiedRequest:
     bytes: int
 
 
+class WideServer(ThreadingHTTPServer):
+    """A threading server whose listen backlog takes a whole burst of concurrent clients.
+
+    socketserver's backlog is 5: on a busy machine the sixth simultaneous connection waits
+    for a SYN retry (a second or more), which makes a concurrent client look serial."""
+
+    request_queue_size = 256
+
+
 class CountingProxy:
     """Forward everything from `url` (http://127.0.0.1:PORT) to `upstream`, counting on the way.
 
@@ -150,7 +159,7 @@ class CountingProxy:
         self.delay_s = 0.0
         # s3fs options that point at this proxy; set by whoever knows the credentials.
         self.storage_options: dict[str, Any] = {}
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        self._server = WideServer(("127.0.0.1", 0), _make_handler(self))
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_port}"
         self._thread = threading.Thread(
