@@ -17,6 +17,8 @@ from guideloom.formats import (
     DocumentPickleFormat,
     DocumentStorageFormat,
     StreamNumpyFormat,
+    StreamWithMetaJsonFormat,
+    StreamWithMetaMsgpackFormat,
     StreamWithMetaStorageFormat,
 )
 from guideloom.loading.mixture import Mixture
@@ -48,6 +50,8 @@ __all__ = [
     "StreamNumpyFormat",
     "StreamStorage",
     "StreamWithMetaDataset",
+    "StreamWithMetaJsonFormat",
+    "StreamWithMetaMsgpackFormat",
     "StreamWithMetaStorage",
     "StreamWithMetaStorageFormat",
     "__version__",

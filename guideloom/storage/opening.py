@@ -24,6 +24,7 @@ _VIEWS = {
 _SHIPPED = {
     "guideloom.formats.document": ("DocumentJsonFormat", "DocumentMsgpackFormat", "DocumentPickleFormat"),
     "guideloom.formats.stream": ("StreamNumpyFormat",),
+    "guideloom.formats.annotations": ("StreamWithMetaJsonFormat", "StreamWithMetaMsgpackFormat"),
 }
 
 
@@ -39,6 +40,13 @@ def _format_expr(manifest: Manifest) -> tuple[str, list[str]]:
     if spec.name in _SHIPPED.get(spec.module, ()):
         if spec.name == "StreamNumpyFormat":
             return _stream_format(config), ["import numpy as np", "from guideloom import StreamNumpyFormat"]
+        if set(config) == {"stream"}:  # a shipped stream-with-meta format
+            imports = [
+                "import numpy as np",
+                "from guideloom import StreamNumpyFormat",
+                f"from guideloom import {spec.name}",
+            ]
+            return f"{spec.name}({_stream_format(config['stream'])})", imports
         args = ", ".join(f"{k}={v!r}" for k, v in config.items() if not (k == "protocol" and v == 5))
         return f"{spec.name}({args})", [f"from guideloom import {spec.name}"]
     # A user's format class: import it from where it was defined; its constructor is the user's.
