@@ -35,7 +35,8 @@ def _imported(path: str) -> Transform:
         module = importlib.import_module(module_name)
     except ImportError as err:
         raise IngestError(
-            f"the transform {path} is not importable here ({type(err).__name__}: {err}); " + _WORKING_DIR_HINT
+            f"the transform {path} is not importable on this node ({type(err).__name__}: {err}); "
+            + _WORKING_DIR_HINT
         ) from err
     obj: Any = module
     for name in attr.split("."):
