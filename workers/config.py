@@ -70,7 +70,7 @@ class IngestConfig(BaseModel):
         eos_token: `hf:` tokenizers: the end-of-document token's text (default: a usual one
             such as `</s>`).
         append_eos: Append an end-of-document token to each document; default True for
-            `layout="stream"`, False for `"document"`.
+            the stream layouts, False for `"document"`.
         layout: `"stream"` (a `StreamStorage`, default), `"document"` (a `DocumentStorage`,
             one record per input document) or `"stream-with-meta"` (a
             `StreamWithMetaStorage`; needs `meta_fields` and/or `spans_field`).
@@ -216,8 +216,8 @@ class IngestConfig(BaseModel):
     @property
     def eos(self) -> bool:
         """Whether an end-of-document token follows each document's tokens (`append_eos`, or
-        by default True for streams and False for documents)."""
-        return self.append_eos if self.append_eos is not None else self.layout == "stream"
+        by default True for streams (with metadata too) and False for documents)."""
+        return self.append_eos if self.append_eos is not None else self.layout != "document"
 
     def identity(self) -> dict[str, Any]:
         """The options that decide the bytes written (recorded in the manifest metadata).
