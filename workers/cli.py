@@ -71,7 +71,34 @@ def ingest(
         None, "--config", metavar="FILE", help="YAML job file; flags override."
     ),
     input_format: str | None = typer.Option(
-        None, metavar="FORMAT", help="auto | jsonl | parquet | text | an installed reader's name."
+        None, metavar="FORMAT", help="auto | jsonl | parquet | text | chat | an installed reader's name."
+    ),
+    messages_field: str | None = typer.Option(
+        None, metavar="FIELD", help="Chat: the field holding the messages (default messages)."
+    ),
+    chat_template: str | None = typer.Option(
+        None, metavar="TEMPLATE", help="Chat: auto (the hf: tokenizer's own, default) | chatml."
+    ),
+    train_on: str | None = typer.Option(
+        None, metavar="WHAT", help="Chat: where loss_mask is 1: assistant (default) | all | last."
+    ),
+    bos: bool | None = typer.Option(
+        None, "--bos/--no-bos", help="Add the beginning-of-sequence token to each document."
+    ),
+    transform: str | None = typer.Option(
+        None, metavar="MODULE:FUNCTION", help="A function record -> record | None run before tokenizing."
+    ),
+    transform_id: str | None = typer.Option(
+        None, metavar="ID", help="The transform's name and version (part of the job's identity)."
+    ),
+    meta_field: list[str] | None = typer.Option(
+        None, metavar="FIELD", help="Stream with metadata: a record field annotating its span (repeatable)."
+    ),
+    spans_field: str | None = typer.Option(
+        None, metavar="FIELD", help="Stream with metadata: the field of character-offset spans."
+    ),
+    meta_format: str | None = typer.Option(
+        None, metavar="FORMAT", help="Stream with metadata: json (default) | msgpack annotations."
     ),
     text_field: str | None = typer.Option(
         None, metavar="FIELD", help="Field holding the text (default text)."
@@ -91,7 +118,9 @@ def ingest(
     append_eos: bool | None = typer.Option(
         None, "--eos/--no-eos", help="Append eos to each document (default: stream yes)."
     ),
-    layout: str | None = typer.Option(None, metavar="LAYOUT", help="stream | document (default stream)."),
+    layout: str | None = typer.Option(
+        None, metavar="LAYOUT", help="stream | document | stream-with-meta (default stream)."
+    ),
     doc_index: bool | None = typer.Option(
         None, "--doc-index/--no-doc-index", help="Stream: add a per-token doc_index field."
     ),
@@ -127,6 +156,15 @@ def ingest(
         "inputs": inputs or None,
         "output": output,
         "input_format": input_format,
+        "messages_field": messages_field,
+        "chat_template": chat_template,
+        "train_on": train_on,
+        "bos": bos,
+        "transform": transform,
+        "transform_id": transform_id,
+        "meta_fields": meta_field or None,
+        "spans_field": spans_field,
+        "meta_format": meta_format,
         "text_field": text_field,
         "text_per_line": text_per_line,
         "tokenizer": tokenizer,
