@@ -43,6 +43,7 @@ ROWS = (
     "resume",
     "memory",
     "ingest",
+    "ingest-kinds",
     "open",
     "write",
     "mix",
@@ -88,7 +89,18 @@ def run(
     cfg: Config, rows: list[str], s3_endpoint: Any = None, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
     """Run ``rows``; returns the JSON payload (rows, failures, machine, config)."""
-    from benchmarks import ingestion, local, memory, mixing, opening, remote, resume, scale, writing
+    from benchmarks import (
+        ingest_kinds,
+        ingestion,
+        local,
+        memory,
+        mixing,
+        opening,
+        remote,
+        resume,
+        scale,
+        writing,
+    )
     from benchmarks.s3env import running_endpoint
 
     results: list[Row] = []
@@ -114,6 +126,7 @@ def run(
             "resume": lambda: resume.resume_rows(cfg),
             "memory": lambda: memory.memory_rows(cfg, s3_endpoint),
             "ingest": lambda: ingestion.ingest_rows(cfg),
+            "ingest-kinds": lambda: ingest_kinds.ingest_kind_rows(cfg),
             "open": lambda: opening.open_rows(cfg),
             "write": lambda: writing.write_rows(cfg),
             "mix": lambda: mixing.mix_rows(cfg),

@@ -105,19 +105,17 @@ def char_spans(record: dict[str, Any], field: str, length: int) -> list[CharSpan
 
 def _token_spans(offsets: np.ndarray, spans: list[CharSpan]) -> list[tuple[int, int]]:
     """Token ``[a, b)`` of each span (``a == b``: no token covers it)."""
+    if not spans:
+        return []
     if offsets.size == 0:
         return [(0, 0) for _ in spans]
-    starts, ends = offsets[:, 0], offsets[:, 1]
-    # tokens are in text order; a token overlaps [s, e) when its end > s and its start < e
-    order_end = np.maximum.accumulate(ends)
-    out = []
-    for s, e, _ in spans:
-        a = int(np.searchsorted(order_end, s, side="right"))
-        b = a
-        while b < len(starts) and starts[b] < e:
-            b += 1
-        out.append((a, max(a, b)))
-    return out
+    bounds = np.asarray([(s, e) for s, e, _ in spans], dtype=np.int64)
+    # Tokens are in text order. A token overlaps [s, e) when its end > s and its start < e: the
+    # first is the first whose end (running maximum) passes s, the stop the first starting at e.
+    first = np.searchsorted(np.maximum.accumulate(offsets[:, 1]), bounds[:, 0], side="right")
+    stop = np.searchsorted(np.maximum.accumulate(offsets[:, 0]), bounds[:, 1], side="left")
+    stop = np.maximum(first, stop)
+    return list(zip(first.tolist(), stop.tolist()))
 
 
 def encode_with_spans(

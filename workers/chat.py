@@ -22,8 +22,10 @@ that are trained on:
 Tokenizing (`tokenize_chat`): the rendered text is cut at the span boundaries and each piece is
 tokenized on its own, so that no token straddles a boundary: the mask is exact, and
 ``decode(tokens) == rendered text``. Inside a piece the tokenizer's special tokens (``<|im_end|>``
-of an ``hf:`` tokenizer's ``added_tokens``) become their ids; a message whose content holds the
-text of a special token is a bad record (data must not inject template markers).
+of an ``hf:`` tokenizer's ``added_tokens``) become their ids: the tokenizer's own
+``encode_batch_with_specials`` when it has one (``hf:``, ``tiktoken:``), else the piece is cut
+around each special token's text. A message whose content holds the text of a special token is
+a bad record (data must not inject template markers).
 """
 
 from __future__ import annotations
@@ -215,7 +217,9 @@ class ChatRenderer:
 
     def render(self, messages: list[dict[str, Any]], train_on: str) -> ChatRecord:
         """The conversation's text and the spans trained on under ``train_on``."""
-        if self.uses_generation:
+        if self.source == CHATML_TEMPLATE:  # the shipped template, in plain Python (same output)
+            text, spans = _render_chatml(messages)
+        elif self.uses_generation:
             text, spans = _strip_markers(self._render(messages, False))
         else:
             text = self._render(messages, False)
@@ -251,6 +255,24 @@ class ChatRenderer:
             if end > len(before):
                 spans.append((len(before), end))
         return spans
+
+
+def _render_chatml(messages: list[dict[str, Any]]) -> tuple[str, list[tuple[int, int]]]:
+    """What `CHATML_TEMPLATE` renders, and its generation spans, without Jinja (a test checks
+    that both agree)."""
+    parts: list[str] = []
+    spans: list[tuple[int, int]] = []
+    length = 0
+    for m in messages:
+        name = m.get("name")
+        head = f"<|im_start|>{m['role']}{' name=' + name if name else ''}\n"
+        body = f"{m['content']}<|im_end|>"
+        parts += (head, body, "\n")
+        length += len(head)
+        if m["role"] == "assistant" and body:
+            spans.append((length, length + len(body)))
+        length += len(body) + 1
+    return "".join(parts), spans
 
 
 def _strip_markers(marked: str) -> tuple[str, list[tuple[int, int]]]:
@@ -340,11 +362,11 @@ def special_tokens_of(tokenizer: Tokenizer) -> dict[str, int]:
     return dict(specials) if specials else {}
 
 
-def _pieces(text: str, pattern: re.Pattern[str] | None) -> list[str | int]:
-    """``text`` cut around special tokens: strings to encode and special ids (as ints)."""
+def _pieces(text: str, pattern: re.Pattern[str] | None) -> list[str]:
+    """``text`` cut around the special tokens' texts (each one a piece of its own)."""
     if pattern is None:
         return [text] if text else []
-    out: list[str | int] = []
+    out: list[str] = []
     pos = 0
     for m in pattern.finditer(text):
         if m.start() > pos:
@@ -377,39 +399,59 @@ def check_no_specials(messages: list[dict[str, Any]], pattern: re.Pattern[str] |
             )
 
 
+SHORT_PIECE = 24  # characters: template text such as "user\n" is encoded once and remembered
+_CACHE_LIMIT = 4096
+
+
 def tokenize_chat(
     tokenizer: Tokenizer,
     chats: Sequence[ChatRecord],
     specials: dict[str, int],
     pattern: re.Pattern[str] | None,
+    cache: dict[str, np.ndarray] | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """``(tokens, loss_mask)`` of each rendered conversation, tokenized piece by piece."""
-    layout: list[list[tuple[str | int, int]]] = []  # per chat: (piece, mask)
-    texts: list[str] = []
+    """``(tokens, loss_mask)`` of each rendered conversation, tokenized piece by piece.
+
+    ``cache`` (text -> ids) remembers the ids of short pieces across calls: a template's own
+    text repeats in every conversation, and a piece's ids depend on the piece alone.
+    """
+    cache = {} if cache is None else cache
+    native = getattr(tokenizer, "encode_batch_with_specials", None)
+    encode = native if callable(native) else tokenizer.encode_batch
+    if callable(native):  # the tokenizer splits out its special tokens itself, the same way
+        pattern = None
+    for text, i in specials.items():
+        cache.setdefault(text, np.asarray([i], dtype=np.int64))
+    layout: list[list[tuple[str, int]]] = []  # per chat: (piece, mask)
+    todo: dict[str, None] = {}
     for chat in chats:
-        pieces: list[tuple[str | int, int]] = []
-        bounds = sorted({0, len(chat.text), *[a for a, _ in chat.spans], *[b for _, b in chat.spans]})
-        for start, stop in zip(bounds, bounds[1:]):
-            mask = 1 if any(a <= start < b for a, b in chat.spans) else 0
-            for piece in _pieces(chat.text[start:stop], pattern):
-                pieces.append((piece, mask))
-                if piece not in specials:
-                    texts.append(str(piece))
+        pieces: list[tuple[str, int]] = []
+        pos = 0
+        for a, b in chat.spans:  # outside (0), inside (1), ... in text order
+            if a > pos:
+                pieces += [(p, 0) for p in _pieces(chat.text[pos:a], pattern)]
+            pieces += [(p, 1) for p in _pieces(chat.text[a:b], pattern)]
+            pos = b
+        if pos < len(chat.text):
+            pieces += [(p, 0) for p in _pieces(chat.text[pos:], pattern)]
+        for p, _ in pieces:
+            if p not in cache:
+                todo[p] = None
         layout.append(pieces)
-    encoded = iter(tokenizer.encode_batch(texts)) if texts else iter(())
+    texts = list(todo)
+    fresh = dict(zip(texts, encode(texts))) if texts else {}
+    if len(cache) > _CACHE_LIMIT:
+        cache.clear()
+        for text, i in specials.items():
+            cache[text] = np.asarray([i], dtype=np.int64)
+    cache.update((t, ids) for t, ids in fresh.items() if len(t) <= SHORT_PIECE)
     out = []
     for pieces in layout:
-        ids: list[np.ndarray] = []
-        masks: list[np.ndarray] = []
-        for piece, mask in pieces:
-            if piece not in specials:
-                arr = np.asarray(next(encoded), dtype=np.int64)
-            else:
-                arr = np.asarray([specials[str(piece)]], dtype=np.int64)
-            ids.append(arr)
-            masks.append(np.full(arr.size, mask, dtype=np.uint8))
-        if ids:
-            out.append((np.concatenate(ids), np.concatenate(masks)))
-        else:
+        if not pieces:
             out.append((np.zeros(0, np.int64), np.zeros(0, np.uint8)))
+            continue
+        arrays = [fresh[p] if p in fresh else cache[p] for p, _ in pieces]
+        ids = np.concatenate(arrays).astype(np.int64, copy=False)
+        mask = np.repeat(np.asarray([m for _, m in pieces], dtype=np.uint8), [len(x) for x in arrays])
+        out.append((ids, mask))
     return out

@@ -99,7 +99,7 @@ def _where(f: InputFile, bad: Bad, options: dict[str, Any]) -> str:
     return f"{url} line {line}" if line is not None else url
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Pending:
     """One record waiting to be tokenized: its text, where it came from, and by mode: the
     passthrough fields (documents), the rendered chat (chat), the annotations (meta)."""
@@ -133,6 +133,7 @@ class _PartWriter:
             raise IngestError(_no_bos(tokenizer))
         self.specials = special_tokens_of(tokenizer) if config.chat else {}
         self.special_re = special_pattern(self.specials)
+        self.piece_cache: dict[str, np.ndarray] = {}
 
     def add(self, item: _Pending) -> None:
         self.pending.append(item)
@@ -149,7 +150,7 @@ class _PartWriter:
         spans: list[list[tuple[int, int, dict[str, Any]]] | None]
         if self.config.chat:
             chats = [p.chat or ChatRecord("", []) for p in pending]
-            pairs = tokenize_chat(self.tokenizer, chats, self.specials, self.special_re)
+            pairs = tokenize_chat(self.tokenizer, chats, self.specials, self.special_re, self.piece_cache)
             encoded = [ids for ids, _ in pairs]
             masks, spans = [m for _, m in pairs], [None] * len(pairs)
         elif self.config.spans_field is not None:
@@ -255,8 +256,14 @@ class _Preparer:
         self.renderer = chat_renderer(config.chat_template, tokenizer) if config.chat else None
         self.special_re = special_pattern(special_tokens_of(tokenizer)) if config.chat else None
         self.doc_options = ReadOptions(config.text_field, config.text_per_line, tuple(config.passthrough))
+        self.plain = self.transform is None and not config.chat and config.layout != "stream-with-meta"
 
     def __call__(self, raw: InputRecord | Document | BadRecord, url: str) -> _Pending | Bad | None:
+        if self.plain:  # text into a stream or documents: the path every plain job takes
+            if isinstance(raw, InputRecord):
+                doc = document(raw, self.doc_options)
+                return doc if isinstance(doc, BadRecord) else _Pending(url, doc.text, doc.fields)
+            return raw if isinstance(raw, BadRecord) else _Pending(url, raw.text, raw.fields)
         if isinstance(raw, BadRecord):
             return raw
         if isinstance(raw, Document):

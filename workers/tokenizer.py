@@ -238,6 +238,21 @@ class HFTokenizer(BuiltinTokenizer):
         encodings = self._tok.encode_batch(list(texts), add_special_tokens=False)
         return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
 
+    def encode_batch_with_specials(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Ids of each text where a special token's text becomes its id (a chat template's
+        markers; chat ingestion refuses such text inside message contents)."""
+        tok = self.__dict__.get("_tok_specials")
+        if tok is None:
+            from tokenizers import Tokenizer as _Tok
+
+            tok = _Tok.from_str(self._tok.to_str())
+            tok.no_truncation()
+            tok.no_padding()
+            tok.encode_special_tokens = False
+            self._tok_specials = tok
+        encodings = tok.encode_batch(list(texts), add_special_tokens=False)
+        return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+
     def encode_batch_with_offsets(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Ids and each token's ``[start, stop)`` character offsets (tokenizers' offset mapping)."""
         encodings = self._tok.encode_batch(list(texts), add_special_tokens=False)
@@ -318,6 +333,11 @@ class TiktokenTokenizer(BuiltinTokenizer):
 
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
         batch = self._enc.encode_ordinary_batch(list(texts), num_threads=1)
+        return [np.asarray(ids, dtype=np.int64) for ids in batch]
+
+    def encode_batch_with_specials(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Ids of each text where a special token's text becomes its id."""
+        batch = self._enc.encode_batch(list(texts), num_threads=1, allowed_special="all")
         return [np.asarray(ids, dtype=np.int64) for ids in batch]
 
     def encode_batch_with_offsets(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:

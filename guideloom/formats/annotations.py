@@ -16,13 +16,16 @@ from guideloom.formats.meta import StreamWithMetaStorageFormat
 
 __all__ = ["StreamWithMetaJsonFormat", "StreamWithMetaMsgpackFormat"]
 
+# One encoder for every call: json.dumps with options builds a new one each time.
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
 
 class StreamWithMetaJsonFormat(StreamWithMetaStorageFormat):
     """Annotations as compact UTF-8 JSON (objects with string keys; any JSON value)."""
 
     def encode_meta(self, annotation: Any) -> bytes:
         """The annotation as compact JSON bytes (keys kept in their order)."""
-        return json.dumps(annotation, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        return _JSON.encode(annotation).encode()
 
     def decode_meta(self, data: bytes | memoryview) -> Any:
         """The annotation the JSON bytes hold."""

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from guideloom import StreamDataset
 from guideloom.errors import IngestError
@@ -292,3 +294,25 @@ def test_parquet_chat(ray_local, tmp_path):
     data = _read_all(result)
     assert load_tokenizer("bytes").decode(data["tokens"][:-1]) == text
     assert bytes(data["tokens"][data["loss_mask"] == 1].astype(np.uint8)).decode() == "Joined.<|im_end|>"
+
+
+MESSAGE = st.fixed_dictionaries(
+    {
+        "role": st.sampled_from(["system", "user", "assistant", "tool"]),
+        "content": st.text(st.characters(exclude_characters="\ue000\ue001"), max_size=20),
+    },
+    optional={"name": st.text(st.characters(exclude_characters="\ue000\ue001"), max_size=5)},
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(messages=st.lists(MESSAGE, min_size=1, max_size=6))
+def test_the_python_chatml_renders_what_the_jinja_template_renders(messages):
+    from guideloom.workers.chat import CHATML_TEMPLATE, ChatRenderer, _render_chatml
+
+    jinja = ChatRenderer(CHATML_TEMPLATE + "{# compiled, not the fast path #}", "chatml-jinja")
+    assert jinja.uses_generation
+    text, spans = _render_chatml(messages)
+    if any(m["role"] == "assistant" for m in messages):
+        rendered = jinja.render(messages, "assistant")
+        assert (rendered.text, rendered.spans) == (text, spans)
