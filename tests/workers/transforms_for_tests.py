@@ -20,3 +20,8 @@ def raise_on_three(record: dict[str, Any]) -> dict[str, Any]:
 
 def returns_a_list(record: dict[str, Any]) -> Any:
     return [record]
+
+
+def keep_even_rows(record: dict[str, Any]) -> dict[str, Any] | None:
+    """Keep rows whose text's second word is an even number."""
+    return record if int(record["text"].split()[1]) % 2 == 0 else None
