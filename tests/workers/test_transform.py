@@ -108,3 +108,41 @@ def test_transform_options_are_checked(rows_file, tmp_path):
         ingest_dataset(
             [str(rows_file)], str(tmp_path / "ds"), transform=lambda r, lock=lock: r, transform_id="x"
         )
+
+
+def test_a_transform_the_workers_cannot_import_is_named_with_the_fix(
+    ray_local, rows_file, tmp_path, monkeypatch
+):
+    """Importable on the driver only (its folder is on the driver's sys.path, not the workers')."""
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent))
+    importlib.import_module("transforms_for_tests")  # the driver imports it
+    with pytest.raises(IngestError) as err:
+        ingest_dataset(
+            [str(rows_file)],
+            str(tmp_path / "ds"),
+            transform="transforms_for_tests:raise_on_three",
+            transform_id="x",
+        )
+    message = str(err.value)
+    assert "the transform transforms_for_tests:raise_on_three is not importable on this node" in message
+    assert "No module named 'transforms_for_tests'" in message and "ray job submit --working-dir ." in message
+    assert not (tmp_path / "ds" / "manifest.json").exists()
+    sys.modules.pop("transforms_for_tests", None)
+
+
+def test_a_failed_job_leaves_the_committed_dataset_as_it_was(ray_local, rows_file, tmp_path):
+    out = str(tmp_path / "ds")
+    first = ingest_dataset([str(rows_file)], out)
+    before = (tmp_path / "ds" / "manifest.json").read_bytes()
+    with pytest.raises(IngestError, match="the transform raised ValueError"):
+        ingest_dataset(
+            [str(rows_file)], out, transform=f"{MODULE}:raise_on_three", transform_id="t", overwrite=True
+        )
+    assert (tmp_path / "ds" / "manifest.json").read_bytes() == before
+    from guideloom import StreamDataset
+
+    again = StreamDataset(first.storage, sequence_length=first.tokens)[0]["tokens"]
+    assert int((again == 256).sum()) == 10
