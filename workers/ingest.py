@@ -149,7 +149,10 @@ def ingest_dataset(
         config: An `IngestConfig`, or the path of a YAML job file, whose values `inputs`,
             `output` and `options` override.
         **options: Any other `IngestConfig` field: `tokenizer` (a spec or a tokenizer
-            object), `input_format`, `eos_token`, `layout`,
+            object), `input_format` (`"chat"` for conversations, with `messages_field`,
+            `chat_template` and `train_on`), `eos_token`, `bos`, `layout`
+            (`"stream-with-meta"` with `meta_fields`, `spans_field`, `meta_format`),
+            `transform` and `transform_id`,
             `shard_size` and `part_size` (bytes), `on_bad_record`, `overwrite`, `ray_address`,
             `num_workers` (parts in flight), `max_retries`, `storage_options`, ...
 
@@ -159,9 +162,11 @@ def ingest_dataset(
     Raises:
         IngestError: Bad options (an unknown or invalid one, named), an input that does not
             exist or a glob that matches nothing, a bad record under `on_bad_record="fail"`
-            (named by file and line), an unknown tokenizer or input format (the known names
-            are listed), a tokenizer that cannot be loaded, is not picklable or has no
-            end-of-document token, an output that cannot be written, a Ray address where
+            (named by file and line: a chat, annotation or transform error too), an unknown
+            tokenizer or input format (the known names are listed), a tokenizer that cannot be
+            loaded, is not picklable or has no end-of-document token (or no
+            beginning-of-sequence token with `bos`, or no chat template with
+            `chat_template="auto"`), a transform that does not import or cannot be pickled, an output that cannot be written, a Ray address where
             nothing answers, or inputs without a single document; nothing is committed.
         DatasetExistsError: The output holds a dataset this job did not write, and `overwrite`
             is False.
