@@ -2,7 +2,8 @@
  *
  * Shows how two short documents become training samples in document mode (one sample per
  * document) and in stream mode (the documents joined, each ending in an explicit <eos>, then cut
- * into windows). Plain JavaScript, no dependencies, so the built docs work offline.
+ * into windows), and in chat mode (a ChatML conversation as ingestion writes it, tokens with
+ * loss_mask 0 dimmed). Plain JavaScript, no dependencies, so the built docs work offline.
  *
  * The window arithmetic mirrors guideloom.StreamDataset: windows are complete, non-overlapping
  * runs of `sequenceLength` consecutive tokens of the joined stream; window k covers
@@ -17,6 +18,15 @@
     { words: ["a", "dog", "chased", "the", "red", "ball"], concepts: ["animals", "play"] },
   ];
   var DEFAULT_WINDOW = 4;
+  /* A conversation rendered with ChatML, one word per token; under train_on: assistant the
+     assistant's content and its <|im_end|> have loss_mask 1, everything else 0. */
+  var CHAT = [
+    { role: "user", words: ["what", "is", "2+2?"] },
+    { role: "assistant", words: ["4."] },
+    { role: "user", words: ["and", "3+3?"] },
+    { role: "assistant", words: ["6."] },
+  ];
+  var MODES = [["document", "Document mode"], ["stream", "Stream mode"], ["chat", "Chat (loss mask)"]];
 
   /* One entry per stream token: its text, the document it came from and its position. */
   function buildStream(documents) {
@@ -26,6 +36,20 @@
         stream.push({ text: word, doc: d });
       });
     });
+    return stream;
+  }
+
+  /* The chat stream: ChatML markers, roles and words, each with its loss_mask, then <eos>. */
+  function buildChat(messages) {
+    var stream = [];
+    messages.forEach(function (m) {
+      var trained = m.role === "assistant" ? 1 : 0;
+      stream.push({ text: "<|im_start|>", doc: 0, mask: 0 });
+      stream.push({ text: m.role, doc: 0, mask: 0 });
+      m.words.forEach(function (word) { stream.push({ text: word, doc: 0, mask: trained }); });
+      stream.push({ text: "<|im_end|>", doc: 0, mask: trained });
+    });
+    stream.push({ text: EOS, doc: 0, mask: 0 });
     return stream;
   }
 
@@ -67,8 +91,10 @@
 
   function Explorer(root) {
     this.root = root;
-    this.stream = buildStream(DOCUMENTS);
-    this.mode = root.getAttribute("data-initial-mode") === "document" ? "document" : "stream";
+    this.streams = { stream: buildStream(DOCUMENTS), chat: buildChat(CHAT) };
+    var initial = root.getAttribute("data-initial-mode");
+    this.mode = initial === "document" || initial === "chat" ? initial : "stream";
+    this.stream = this.mode === "chat" ? this.streams.chat : this.streams.stream;
     this.sequenceLength = DEFAULT_WINDOW;
     this.selected = null;  // index into the stream, or null
     this.uid = "gl-explorer-" + Explorer.count++;
@@ -84,7 +110,7 @@
     this.root.classList.add("gl-explorer--ready");
 
     var modes = el("fieldset", { className: "gl-modes" }, [el("legend", { text: "Sample layout" })]);
-    [["document", "Document mode"], ["stream", "Stream mode"]].forEach(function (pair) {
+    MODES.forEach(function (pair) {
       var id = uid + "-mode-" + pair[0];
       var input = el("input", { type: "radio", name: uid + "-mode", id: id, value: pair[0] });
       input.checked = pair[0] === self.mode;
@@ -96,7 +122,7 @@
 
     var sliderId = uid + "-window";
     this.slider = el("input", {
-      type: "range", id: sliderId, min: "1", max: String(this.stream.length),
+      type: "range", id: sliderId, min: "1", max: String(Math.max(this.streams.stream.length, this.streams.chat.length)),
       step: "1", value: String(this.sequenceLength), className: "gl-window-input",
     });
     this.sliderValue = el("output", { "for": sliderId, className: "gl-window-value" });
@@ -138,6 +164,13 @@
   };
 
   Explorer.prototype.setMode = function (mode) {
+    var stream = mode === "chat" ? this.streams.chat : this.streams.stream;
+    if (stream !== this.stream) {
+      this.stream = stream;
+      this.selected = null;
+      this.sequenceLength = Math.min(this.sequenceLength, stream.length);
+      this.slider.value = String(this.sequenceLength);
+    }
     this.mode = mode;
     this.render();
   };
@@ -161,12 +194,14 @@
     var token = this.stream[index];
     var button = el("button", {
       type: "button",
-      className: "gl-token gl-doc-" + token.doc + (token.text === EOS ? " gl-token--eos" : ""),
+      className: "gl-token gl-doc-" + token.doc + (token.text === EOS ? " gl-token--eos" : "") +
+        (token.mask === 0 ? " gl-token--masked" : ""),
       "data-token-index": String(index),
       "data-doc": String(token.doc),
       "aria-pressed": this.selected === index ? "true" : "false",
       text: text,
     });
+    if (token.mask !== undefined) button.setAttribute("data-loss-mask", String(token.mask));
     button.addEventListener("click", function () { self.select(index); });
     return button;
   };
@@ -184,10 +219,10 @@
   Explorer.prototype.render = function () {
     this.root.setAttribute("data-mode", this.mode);
     this.sliderValue.textContent = String(this.sequenceLength);
-    this.slider.disabled = this.mode !== "stream";
-    this.windowControl.classList.toggle("gl-disabled", this.mode !== "stream");
+    this.slider.disabled = this.mode === "document";
+    this.windowControl.classList.toggle("gl-disabled", this.mode === "document");
     this.samples.textContent = "";
-    if (this.mode === "stream") this.renderStream();
+    if (this.mode !== "document") this.renderStream();
     else this.renderDocuments();
   };
 
@@ -253,12 +288,17 @@
       if (dropped) attrs["data-dropped"] = "true";
       else attrs["data-window-index"] = String(group.index);
       self.samples.appendChild(el("li", attrs, [
-        el("span", { className: "gl-sample-label", text: label }), badges, tokens, self.conceptList(docs),
+        el("span", { className: "gl-sample-label", text: label }), badges, tokens,
+        self.mode === "chat" ? null : self.conceptList(docs),
       ]));
     });
 
     var n = this.stream.length;
     var kept = layout.windows.length * L;
+    if (this.mode === "chat") {
+      this.renderChatText(layout, n, kept, selectedWindow);
+      return;
+    }
     this.summary.textContent = "The two documents, each ending in <eos>, join into one stream of " + n +
       " tokens. With sequence_length = " + L + " that makes " + layout.windows.length +
       (layout.windows.length === 1 ? " window" : " windows") +
@@ -280,6 +320,23 @@
     }
   };
 
+  Explorer.prototype.renderChatText = function (layout, n, kept, selectedWindow) {
+    var trained = this.stream.filter(function (t) { return t.mask === 1; }).length;
+    this.summary.textContent = "A conversation rendered with ChatML becomes " + n + " tokens with a loss_mask " +
+      "field (train_on: assistant): the " + trained + " tokens of the assistant's turns and their <|im_end|> are 1, " +
+      "the rest, dimmed, are 0. With sequence_length = " + this.sequenceLength + " that makes " +
+      layout.windows.length + (layout.windows.length === 1 ? " window" : " windows") +
+      (kept < n ? "; the last " + (n - kept) + (n - kept === 1 ? " token is" : " tokens are") + " dropped." : ".");
+    if (this.selected === null) {
+      this.status.textContent = "Select a token to see its loss_mask.";
+      return;
+    }
+    var token = this.stream[this.selected];
+    var where = selectedWindow === "dropped" ? "in the dropped partial window" : "in window " + selectedWindow;
+    this.status.textContent = "Token " + this.selected + " “" + token.text + "” has loss_mask " + token.mask +
+      (token.mask === 1 ? " (a training target)" : " (context only, no loss)") + ", " + where + ".";
+  };
+
   function init() {
     var roots = document.querySelectorAll("[data-guideloom-explorer]");
     Array.prototype.forEach.call(roots, function (root) {
@@ -291,6 +348,8 @@
     EOS: EOS,
     DOCUMENTS: DOCUMENTS,
     buildStream: buildStream,
+    buildChat: buildChat,
+    CHAT: CHAT,
     computeWindows: computeWindows,
     init: init,
   };

@@ -359,3 +359,20 @@ def test_site_screenshots_and_reference(browser: Any, site_url: str, width: int,
         assert external == [] and errors == []
     finally:
         context.close()
+
+
+def test_chat_mode_dims_the_tokens_with_loss_mask_0(page_factory: Any) -> None:
+    """The chat sample's mask is ChatML's under train_on: assistant, as ingestion writes it."""
+    page = page_factory()
+    set_mode(page, "chat")
+    tokens = page.locator(f"{EXPLORER} .gl-token")
+    texts = tokens.all_inner_texts()
+    masks = [tokens.nth(i).get_attribute("data-loss-mask") for i in range(tokens.count())]
+    trained = [t for t, m in zip(texts, masks) if m == "1"]
+    assert trained == ["4.", "<|im_end|>", "6.", "<|im_end|>"]
+    dimmed = page.locator(f"{EXPLORER} .gl-token--masked")
+    assert dimmed.count() == masks.count("0") > 0
+    opacity = float(dimmed.first.evaluate("e => getComputedStyle(e).opacity"))
+    assert opacity < 1
+    tokens.nth(texts.index("4.")).click()
+    assert "has loss_mask 1" in page.locator(f"{EXPLORER} [role=status]").inner_text()
