@@ -113,7 +113,8 @@ def test_unknown_names_list_the_known_ones(tmp_path):
     ):
         load_tokenizer("nope:x")
     with pytest.raises(
-        IngestError, match=r"input_format: .*unknown input format 'csv'; known: auto, chat, jsonl, parquet, text"
+        IngestError,
+        match=r"input_format: .*unknown input format 'csv'; known: auto, chat, jsonl, parquet, text",
     ):
         validate_config({"inputs": ["a.csv"], "output": "o", "input_format": "csv"})
     (tmp_path / "a.jsonl").write_text("")
