@@ -60,6 +60,8 @@ class IngestConfig(BaseModel):
         on_bad_record: `"fail"` (default: the first bad record stops the job) or `"skip"`
             (skip and count them).
         overwrite: Replace whatever dataset the output holds.
+        append: Add the records after the output dataset's (a new snapshot; the existing
+            shard files are not touched). A re-run of the same append job lands once.
         ray_address: The Ray cluster to run on; default `$RAY_ADDRESS`, else a local Ray.
         num_workers: Parts in flight; default twice the cluster's CPUs.
         max_retries: Retries of a part whose worker died (default 3).
@@ -87,6 +89,7 @@ class IngestConfig(BaseModel):
     part_size: int = Field(default=32 * MiB, gt=0)
     on_bad_record: Literal["fail", "skip"] = "fail"
     overwrite: bool = False
+    append: bool = False
     # Where and how to run: not part of the job's identity.
     ray_address: str | None = None
     num_workers: int | None = Field(default=None, gt=0, description="concurrent tasks; default: cluster CPUs")
@@ -130,6 +133,8 @@ class IngestConfig(BaseModel):
             raise ValueError("--format chooses a document format: it needs --layout document")
         if self.eos_token is not None and not self.tokenizer_spec.startswith("hf:"):
             raise ValueError("--eos-token applies to hf: tokenizers only")
+        if self.append and self.overwrite:
+            raise ValueError("--append adds to the dataset and --overwrite replaces it: pass one of them")
         return self
 
     @property
@@ -169,6 +174,8 @@ class IngestConfig(BaseModel):
         # record its describe() (guideloom.workers.results).
         options["tokenizer"] = self.tokenizer_spec
         options["append_eos"] = self.eos
+        if self.append:  # an append is another job than a write of the same input
+            options["append"] = True
         return options
 
 

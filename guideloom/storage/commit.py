@@ -109,10 +109,31 @@ class Committer:
     ) -> None:
         self.location = location
         self.storage_class = storage_class
-        self.format = format
+        self.format: Format | None = format
         self.history = History(location)
         self._on_publish = on_publish
         self._cached = cached
+
+    @classmethod
+    def of_location(cls, location: Location) -> Committer:
+        """A committer for maintenance without the format class (``guideloom rollback``,
+        ``guideloom expire``): it can roll back and expire, not commit parts."""
+        current = History(location).current()
+        if current is None:
+            raise DatasetNotFoundError(f"no dataset at {location.display_url}")
+        committer = cls.__new__(cls)
+        committer.location, committer.storage_class = location, current.storage_class
+        committer.format = None
+        committer.history, committer._on_publish, committer._cached = History(location), None, None
+        return committer
+
+    def _format(self) -> Format:
+        if self.format is None:
+            raise ValueError("this committer was opened without a format: open the storage class to commit")
+        return self.format
+
+    def _spec(self) -> FormatSpecModel:
+        return FormatSpecModel(**self._format().spec())
 
     # -- part records -----------------------------------------------------------------------
 
@@ -130,7 +151,7 @@ class Committer:
         where = self.location.describe(rel)
         # start=0: a ranged GET needs no size request first (a record is never empty).
         record = parse_part_record(self.location.read(rel, start=0), where)
-        check_schema(self.storage_class, self.format, record, where)
+        check_schema(self.storage_class, self._format(), record, where)
         if record.part != part:
             raise ManifestError(f"{where} says it is part {record.part}")
         return record
@@ -336,7 +357,7 @@ class Committer:
             )
 
     def _check_same_schema(self, current: Snapshot) -> None:
-        mine = FormatSpecModel(**self.format.spec())
+        mine = self._spec()
         if current.storage_class != self.storage_class or current.format != mine:
             raise SchemaMismatchError(
                 f"cannot append to {self.location.display_url}: the dataset is a "
@@ -411,7 +432,7 @@ class Committer:
                     operation="append",
                     summary=summary,
                     storage_class=self.storage_class,
-                    format=FormatSpecModel(**self.format.spec()),
+                    format=self._spec(),
                     num_parts=current.num_parts + num_parts,
                     guideloom_version=__version__,
                     metadata=dict(current.metadata if metadata is None else metadata),
@@ -433,7 +454,7 @@ class Committer:
                 operation=op,
                 summary=summary_of(table, added=len(table), removed=current.summary.shards if current else 0),
                 storage_class=self.storage_class,
-                format=FormatSpecModel(**self.format.spec()),
+                format=self._spec(),
                 num_parts=num_parts,
                 guideloom_version=__version__,
                 metadata=dict(metadata or {}),

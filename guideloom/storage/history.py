@@ -131,8 +131,15 @@ class History:
                 snap = cur if cur is not None and cur.sequence == int(head) else None
             if snap is not None and (snap.id == text or text == head or text == str(snap.sequence)):
                 return snap
-        ids = [s.id for s in self.snapshots()]
+        kept = self.snapshots()
+        ids = [s.id for s in kept]
         near = ", ".join(nearest_ids(text, ids)) or "none"
+        if head.isdigit() and kept and int(head) < kept[0].sequence:
+            raise UnknownSnapshotError(
+                f"snapshot {text!r} of {self.location.display_url} has expired (its record was "
+                f"deleted by expire); the oldest snapshot kept is {kept[0].id}. Pick a kept one: "
+                f"{near}"
+            )
         raise UnknownSnapshotError(
             f"{self.location.display_url} has no snapshot {text!r} (it never existed or has expired); "
             f"the nearest kept ids are: {near}. Run `guideloom log {self.location.display_url}` to "
