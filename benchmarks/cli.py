@@ -47,6 +47,7 @@ ROWS = (
     "write",
     "mix",
     "scale",
+    "snapshots",
 )
 S3_ROWS = ("s3", "s3-threads", "memory", "scale")
 
@@ -88,7 +89,18 @@ def run(
     cfg: Config, rows: list[str], s3_endpoint: Any = None, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
     """Run ``rows``; returns the JSON payload (rows, failures, machine, config)."""
-    from benchmarks import ingestion, local, memory, mixing, opening, remote, resume, scale, writing
+    from benchmarks import (
+        ingestion,
+        local,
+        memory,
+        mixing,
+        opening,
+        remote,
+        resume,
+        scale,
+        snapshots,
+        writing,
+    )
     from benchmarks.s3env import running_endpoint
 
     results: list[Row] = []
@@ -118,6 +130,7 @@ def run(
             "write": lambda: writing.write_rows(cfg),
             "mix": lambda: mixing.mix_rows(cfg),
             "scale": lambda: scale.scale_rows(cfg, s3_endpoint),
+            "snapshots": lambda: snapshots.snapshot_rows(cfg),
         }
         for name in ROWS:
             if name not in rows:

@@ -270,6 +270,62 @@ class ShardTable(_Frozen):
     def __len__(self) -> int:
         return len(self.part)
 
+    @classmethod
+    def concat(cls, tables: Sequence[ShardTable]) -> ShardTable:
+        """The rows of ``tables`` in order, as one table (pieces of a snapshot's table).
+
+        Each table is already valid; what joining them could break is checked here: the same
+        file columns, parts that keep increasing from one table to the next, and one part base
+        per prefix. Columns are joined with ``list.extend`` (no per-row Python work).
+        """
+        tables = [t for t in tables if len(t)] or list(tables[:1])
+        if len(tables) == 1:
+            return tables[0]
+        first = tables[0]
+        kinds = {name: c.kind for name, c in first.files.items()}
+        cols: dict[str, list[int]] = {key: [] for key in ("part", "index", "records", "tokens", "spans")}
+        sizes: dict[str, list[int]] = {name: [] for name in kinds}
+        checksums: dict[str, list[str]] = {name: [] for name in kinds}
+        prefixes: dict[str, int] = {}
+        bases: list[int] = []
+        prefix_id: list[int] = []
+        last_part = -1
+        for table in tables:
+            if {n: c.kind for n, c in table.files.items()} != kinds:
+                raise ValueError(f"a table piece has files {list(table.files)}, others have {list(kinds)}")
+            if table.part[0] <= last_part:
+                raise ValueError(f"table pieces overlap: part {table.part[0]} follows part {last_part}")
+            last_part = table.part[-1]
+            remap = []
+            for j, head in enumerate(table.prefix):
+                base = table.part_base[j] if table.part_base else 0
+                pid = prefixes.setdefault(head, len(prefixes))
+                if pid == len(bases):
+                    bases.append(base)
+                elif bases[pid] != base:
+                    raise ValueError(f"shard prefix {head!r} is used with part bases {bases[pid]} and {base}")
+                remap.append(pid)
+            prefix_id.extend(np.asarray(remap, dtype=np.int64)[np.asarray(table.prefix_id)].tolist())
+            for key, values in cols.items():
+                values.extend(getattr(table, key))
+            for name, file_column in table.files.items():
+                sizes[name].extend(file_column.size)
+                checksums[name].extend(file_column.checksum)
+        return cls.model_construct(
+            part=cols["part"],
+            index=cols["index"],
+            records=cols["records"],
+            tokens=cols["tokens"],
+            spans=cols["spans"],
+            prefix=list(prefixes),
+            prefix_id=prefix_id,
+            part_base=bases if any(bases) else [],
+            files={
+                name: FileColumn.model_construct(kind=kind, size=sizes[name], checksum=checksums[name])
+                for name, kind in kinds.items()
+            },
+        )
+
     def path(self, i: int, name: str) -> str:
         """Relative path of shard ``i``'s file ``name`` (``"data"``, ``"index"``, ``"meta"``,
         ``"spans"``, ``"span_dir"``)."""
@@ -464,25 +520,6 @@ class ShardTableBuilder:
         for shard in record.shards:
             self.add_shard(shard, base)
         self.num_parts += 1
-
-    def add_table(self, table: ShardTable, num_parts: int) -> None:
-        """Add every shard of ``table`` (a piece of a snapshot's table), then count its parts."""
-        for i in range(len(table)):
-            head = table.prefix[table.prefix_id[i]]
-            base = table.part[i] - table.file_part(i)
-            self._prefix_id.append(self._prefix(head, base))
-            for key in self._cols:
-                self._cols[key].append(getattr(table, key)[i])
-            for name, column in table.files.items():
-                if self._kinds.setdefault(name, column.kind) != column.kind:
-                    raise ValueError(
-                        f"file {name!r} has kind {self._kinds[name]!r} and {column.kind!r} in one dataset"
-                    )
-                self._sizes.setdefault(name, []).append(column.size[i])
-                self._checksums.setdefault(name, []).append(column.checksum[i])
-        if len(table) and set(table.files) != set(self._kinds):
-            raise ValueError(f"a table piece has files {list(table.files)}, others have {list(self._kinds)}")
-        self.num_parts += num_parts
 
     def _prefix(self, head: str, base: int) -> int:
         pid = self._prefixes.setdefault(head, len(self._prefixes))

@@ -350,8 +350,6 @@ class Storage:
                 given without `part`, or `shard_size` is not positive.
         """
         self._writable("write")
-        if append and part is None and self.exists():
-            self.refresh()  # the schema check against the current snapshot
         if self.exists() and not overwrite and not append:
             raise DatasetExistsError(
                 f"a dataset is already committed at {self.url}; pass overwrite=True to replace it, "
@@ -506,8 +504,6 @@ class Storage:
             ValueError: `num_parts` is not a positive int, or `run` is not a valid run name.
         """
         self._writable("commit")
-        if append and self.exists():
-            self.refresh()
         return self._commits.commit(num_parts, metadata, run=run, cleanup=cleanup, append=append)
 
     # -- checking ---------------------------------------------------------------------------

@@ -405,11 +405,9 @@ class Committer:
             pieces = [*current.pieces, piece]
             merge = merge_plan([p.shards for p in pieces])
             if merge > 1:
-                builder = ShardTableBuilder()
-                for old in pieces[-merge:-1]:
-                    builder.add_table(self.history.read_piece(old), old.parts)
-                builder.add_table(rows, num_parts)
-                merged = self.history.write_piece(builder.build(), builder.num_parts)
+                olds = pieces[-merge:-1]
+                joined = ShardTable.concat([*(self.history.read_piece(p) for p in olds), rows])
+                merged = self.history.write_piece(joined, sum(p.parts for p in olds) + num_parts)
                 pieces = [*pieces[:-merge], merged]
             base = current.summary
             added_records, added_tokens = sum(rows.records), sum(rows.tokens)
@@ -471,10 +469,7 @@ class Committer:
         if rows is not None and snap.operation == "append" and base is not None and cached is not None:
             manifest, cached_id = cached
             if cached_id == base.id:
-                builder = ShardTableBuilder()
-                builder.add_table(manifest.shard_table, manifest.num_parts)
-                builder.add_table(rows, snap.num_parts - base.num_parts)
-                return manifest_of(snap, builder.build())
+                return manifest_of(snap, ShardTable.concat([manifest.shard_table, rows]), validate=False)
         if rows is not None and snap.operation != "append":
             return manifest_of(snap, rows)
         return self.history.manifest(snap)

@@ -17,7 +17,7 @@ import xxhash
 import guideloom.layout as layout
 from guideloom.errors import DatasetNotFoundError, ManifestError
 from guideloom.io import Location
-from guideloom.manifest import Manifest, ShardTable, ShardTableBuilder, parse_manifest
+from guideloom.manifest import Manifest, ShardTable, parse_manifest, version_for
 from guideloom.manifest.snapshots import (
     Snapshot,
     SnapshotSummary,
@@ -157,10 +157,13 @@ class History:
             return parse_manifest(data, self.location.describe(layout.manifest_path()))
         with ThreadPoolExecutor(max_workers=min(_THREADS, max(1, len(snap.pieces)))) as pool:
             tables = list(pool.map(self.read_piece, snap.pieces))
-        builder = ShardTableBuilder()
-        for piece, table in zip(snap.pieces, tables):
-            builder.add_table(table, piece.parts)
-        return manifest_of(snap, builder.build())
+        try:
+            table = ShardTable.concat(tables)
+        except ValueError as err:
+            raise ManifestError(
+                f"{self.location.display_url}: snapshot {snap.id} is inconsistent: {err}"
+            ) from None
+        return manifest_of(snap, table)
 
     def read_piece(self, piece: TablePiece) -> ShardTable:
         where = self.location.describe(piece.path)
@@ -218,8 +221,25 @@ def new_token() -> str:
     return uuid.uuid4().hex[:8]
 
 
-def manifest_of(snap: Snapshot, table: ShardTable) -> Manifest:
-    """The `Manifest` readers use for ``snap`` with its joined shard ``table``."""
+def manifest_of(snap: Snapshot, table: ShardTable, *, validate: bool = True) -> Manifest:
+    """The `Manifest` readers use for ``snap`` with its joined shard ``table`` (``validate``
+    False: a table joined from validated tables, whose totals the summary already has)."""
+    if not validate:
+        s = snap.summary
+        return Manifest.model_construct(
+            version=version_for(table.files),
+            storage_class=snap.storage_class,
+            format=snap.format,
+            num_parts=snap.num_parts,
+            total_records=s.records,
+            total_tokens=s.tokens,
+            total_spans=sum(table.spans),
+            total_bytes=s.bytes,
+            created_at=snap.time,
+            guideloom_version=snap.guideloom_version,
+            metadata=snap.metadata,
+            shard_table=table,
+        )
     return Manifest.from_table(
         table,
         storage_class=snap.storage_class,
