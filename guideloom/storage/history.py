@@ -73,14 +73,15 @@ class History:
 
     def _legacy_snapshot(self, data: bytes) -> Snapshot:
         """Snapshot 0 of a dataset whose manifest.json is a whole manifest (written before
-        snapshots): its id is derived from the manifest's fingerprint, so every reader and
-        writer names it alike."""
-        manifest = parse_manifest(data, self.location.describe(layout.manifest_path()))
-        if self._legacy is not None and self._legacy[1].fingerprint == manifest.fingerprint:
+        snapshots): its id is derived from the manifest's bytes, so every reader and writer
+        names it alike."""
+        digest = xxhash.xxh3_64_hexdigest(data)[:8]  # the same bytes: the same id everywhere
+        if self._legacy is not None and self._legacy[0].id == snapshot_id(0, digest):
             return self._legacy[0]
+        manifest = parse_manifest(data, self.location.describe(layout.manifest_path()))
         table = manifest.shard_table
         snap = Snapshot(
-            id=snapshot_id(0, manifest.fingerprint[:8]),
+            id=snapshot_id(0, digest),
             sequence=0,
             parent=None,
             time=manifest.created_at,
@@ -155,15 +156,18 @@ class History:
             if is_snapshot_record(data):
                 raise ManifestError(f"{self.location.display_url}: snapshot {snap.id} has no table")
             return parse_manifest(data, self.location.describe(layout.manifest_path()))
-        with ThreadPoolExecutor(max_workers=min(_THREADS, max(1, len(snap.pieces)))) as pool:
-            tables = list(pool.map(self.read_piece, snap.pieces))
+        if len(snap.pieces) == 1 or self.location.is_local:  # no request latency to overlap
+            tables = [self.read_piece(p) for p in snap.pieces]
+        else:
+            with ThreadPoolExecutor(max_workers=min(_THREADS, len(snap.pieces))) as pool:
+                tables = list(pool.map(self.read_piece, snap.pieces))
         try:
             table = ShardTable.concat(tables)
         except ValueError as err:
             raise ManifestError(
                 f"{self.location.display_url}: snapshot {snap.id} is inconsistent: {err}"
             ) from None
-        return manifest_of(snap, table)
+        return manifest_of(snap, table, validate=False)  # each piece was validated as read
 
     def read_piece(self, piece: TablePiece) -> ShardTable:
         where = self.location.describe(piece.path)
@@ -223,18 +227,17 @@ def new_token() -> str:
 
 def manifest_of(snap: Snapshot, table: ShardTable, *, validate: bool = True) -> Manifest:
     """The `Manifest` readers use for ``snap`` with its joined shard ``table`` (``validate``
-    False: a table joined from validated tables, whose totals the summary already has)."""
+    False: a table joined by `ShardTable.concat` from validated pieces, not checked again)."""
     if not validate:
-        s = snap.summary
         return Manifest.model_construct(
             version=version_for(table.files),
             storage_class=snap.storage_class,
             format=snap.format,
             num_parts=snap.num_parts,
-            total_records=s.records,
-            total_tokens=s.tokens,
+            total_records=sum(table.records),
+            total_tokens=sum(table.tokens),
             total_spans=sum(table.spans),
-            total_bytes=s.bytes,
+            total_bytes=sum(sum(c.size) for c in table.files.values()),
             created_at=snap.time,
             guideloom_version=snap.guideloom_version,
             metadata=snap.metadata,
