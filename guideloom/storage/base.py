@@ -403,12 +403,13 @@ class Storage:
         self.location.delete(layout.SHARDS_DIR, recursive=True)
 
     def remove_unreferenced(self) -> None:
-        """Remove shard folders and part records that the committed manifest does not use.
+        """Remove shard folders and part records that no kept snapshot uses, at once.
 
-        Only call it while no writer is running on this location: it also removes the files of
-        writers that have not finished yet (a running writer's later commit then fails, naming
-        the missing files, instead of publishing anything wrong). ``writer()`` and ``commit``
-        already remove what the manifest they replace used.
+        Prefer `expire`, which does the same safely while writers run (it keeps files younger
+        than its grace period). This one has no grace period: only call it while no writer is
+        running on this location, as it also removes the files of writers that have not
+        finished yet (a running writer's later commit then fails, naming the missing files,
+        instead of publishing anything wrong).
 
         Raises:
             DatasetNotFoundError: No dataset is committed at the URL.
