@@ -249,21 +249,33 @@ def test_expire_deletes_only_what_no_kept_snapshot_uses(where):
     assert rolled.summary.records == 3 and np.array_equal(_windows(_storage(where)), kept_windows)
 
 
-def test_expire_never_deletes_a_running_writers_files(where):
-    """An appender writes its shards, an expirer runs (with the default grace), then the
-    appender commits: nothing it wrote is gone, and its records land."""
+@pytest.mark.parametrize(
+    "order",
+    [["E", "W", "C"], ["W", "E", "C"], ["W", "C", "E"]],
+    ids=["expire-first", "expire-while-writing", "expire-after"],
+)
+def test_expire_never_deletes_a_running_writers_files(where, order):
+    """An appender (W: writes its shards, C: commits) and an expirer (E, default grace) in every
+    order: nothing the appender wrote is deleted, its records land, and every kept snapshot
+    reads whole."""
     storage = _storage(where)
     _write(storage, _records(0, 2))
     _write(storage, _records(100, 2), overwrite=True)
     appender = _storage(where)
     writer = appender.writer(append=True, shard_size=40)
-    for r in _records(300, 3):
-        writer.append(r)
-    _storage(where).expire(keep_last=1)
-    writer.close()
+    for step in order:
+        if step == "W":
+            for r in _records(300, 3):
+                writer.append(r)
+        elif step == "C":
+            writer.close()
+        else:
+            _storage(where).expire(keep_last=1)
     final = _storage(where)
     assert final.manifest.total_records == 5
-    assert [err for _, err in final.verify() if err is not None] == []
+    for snap in final.snapshots():
+        kept = _storage(where, snapshot=snap.id)
+        assert [err for _, err in kept.verify() if err is not None] == []
 
 
 # -- races -------------------------------------------------------------------------------------
