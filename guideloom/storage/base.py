@@ -275,16 +275,19 @@ class Storage:
         return self.manifest
 
     def exists(self) -> bool:
-        """Whether a committed dataset (a manifest) is at the URL.
+        """Whether a committed dataset (a snapshot) is at the URL.
 
         Returns:
-            True when `manifest.json` exists at the URL; False for an empty location or one
-            whose writer has not committed.
+            True when `manifest.json` exists at the URL, or a snapshot whose `manifest.json`
+            copy was not written (a commit that crashed right after landing); False for an
+            empty location or one whose writer has not committed.
 
         Raises:
             StorageAccessError: The storage refused the request or could not be reached.
         """
-        return self.location.exists(layout.manifest_path())
+        if self.location.exists(layout.manifest_path()):
+            return True
+        return self._commits.history.current() is not None
 
     # -- writing ----------------------------------------------------------------------------
 

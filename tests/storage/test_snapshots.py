@@ -27,7 +27,12 @@ from guideloom import (
     StreamNumpyFormat,
     StreamStorage,
 )
-from guideloom.errors import CommitConflictError, DatasetNotFoundError, SchemaMismatchError
+from guideloom.errors import (
+    CommitConflictError,
+    DatasetExistsError,
+    DatasetNotFoundError,
+    SchemaMismatchError,
+)
 from guideloom.io import Location
 
 FMT = StreamNumpyFormat({"tokens": np.uint16})
@@ -445,6 +450,10 @@ def test_a_commit_whose_manifest_copy_is_behind_is_still_current(where):
     fs.pipe_file(f"{root}/manifest.json", stale)
     assert _storage(where).manifest.total_records == 3
     assert _storage(where).current_snapshot.sequence == 2
+    fs.rm(f"{root}/manifest.json")  # no copy at all: the log still holds the dataset
+    assert _storage(where).exists() and _storage(where).manifest.total_records == 3
+    with pytest.raises(DatasetExistsError):
+        _storage(where).writer()
 
 
 # -- metadata cost -----------------------------------------------------------------------------
