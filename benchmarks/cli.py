@@ -48,6 +48,7 @@ ROWS = (
     "write",
     "mix",
     "scale",
+    "snapshots",
 )
 S3_ROWS = ("s3", "s3-threads", "memory", "scale")
 
@@ -99,6 +100,7 @@ def run(
         remote,
         resume,
         scale,
+        snapshots,
         writing,
     )
     from benchmarks.s3env import running_endpoint
@@ -131,6 +133,7 @@ def run(
             "write": lambda: writing.write_rows(cfg),
             "mix": lambda: mixing.mix_rows(cfg),
             "scale": lambda: scale.scale_rows(cfg, s3_endpoint),
+            "snapshots": lambda: snapshots.snapshot_rows(cfg),
         }
         for name in ROWS:
             if name not in rows:

@@ -1,4 +1,5 @@
-"""The ``guideloom`` command: ``inspect``, ``verify``, ``mix`` and (with the ``ray`` extra) ``ingest``.
+"""The ``guideloom`` command: ``inspect``, ``verify``, ``log``, ``rollback``, ``expire``, ``mix``
+and (with the ``ray`` extra) ``ingest``.
 
 ``inspect`` and ``verify`` read only the manifest and the shard files, so they work without the
 format class the dataset was written with. S3 credentials and endpoints come from the usual
@@ -255,6 +256,104 @@ def verify(
         typer.echo(f"{bad} of {len(manifest.shards)} shards of {location.display_url} are damaged", err=True)
         raise typer.Exit(1)
     typer.echo(f"ok: {len(manifest.shards)} shards of {location.display_url}, {what} match the manifest")
+
+
+def _history(url: str, option: list[str] | None) -> tuple[Any, Any]:
+    from guideloom.io import Location
+    from guideloom.storage.history import History
+
+    location = Location(url, parse_options(option))
+    return location, History(location)
+
+
+@app.command(short_help="Print a dataset's snapshots, oldest first.")
+def log(
+    url: str = typer.Argument(..., metavar="URL", help="Dataset URL or local path."),
+    option: list[str] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help=OPTION_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object per snapshot."),
+) -> None:
+    """Print the history: each kept snapshot's id, time, operation, parent and counts (oldest
+    first; the current one is marked with *).
+
+    Exits 0, or 2 when the dataset cannot be opened.
+    """
+    try:
+        location, history = _history(url, option)
+        current = history.current()
+        if current is None:
+            raise GuideLoomError(f"no dataset at {location.display_url}: it has no snapshot")
+        snaps = history.snapshots()
+    except GuideLoomError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    for snap in snaps:
+        if as_json:
+            typer.echo(snap.model_dump_json(exclude={"pieces"}))
+        else:
+            typer.echo(f"{'*' if snap.id == current.id else ' '} {snap}")
+
+
+@app.command(short_help="Make an older snapshot current (a new 'rollback' snapshot).")
+def rollback(
+    url: str = typer.Argument(..., metavar="URL", help="Dataset URL or local path."),
+    snapshot: str = typer.Argument(
+        ..., metavar="ID", help="A snapshot id from `guideloom log` (or its number)."
+    ),
+    option: list[str] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help=OPTION_HELP),
+) -> None:
+    """Roll the dataset back to snapshot ID: a new snapshot with exactly its shards (no shard
+    file is written or deleted). Exits 0, or 2 naming the problem (unknown or expired id, a
+    commit that landed meanwhile)."""
+    from guideloom.storage.commit import Committer
+
+    try:
+        location, history = _history(url, option)
+        committer = Committer.of_location(location)
+        current = history.current()
+        snap = committer.rollback(history.get(snapshot), current)
+    except GuideLoomError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"rolled back: {snap}")
+
+
+@app.command(short_help="Delete old snapshots and the files only they use.")
+def expire(
+    url: str = typer.Argument(..., metavar="URL", help="Dataset URL or local path."),
+    keep_last: int = typer.Option(
+        1, "--keep-last", metavar="N", help="Keep the N newest snapshots (at least 1)."
+    ),
+    older_than: str = typer.Option(
+        None, "--older-than", metavar="AGE", help="Expire only snapshots older than AGE: 30m, 12h, 7d."
+    ),
+    grace: str = typer.Option("1d", "--grace", metavar="AGE", help="Never delete files younger than AGE."),
+    option: list[str] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help=OPTION_HELP),
+) -> None:
+    """Expire snapshots beyond the newest N (and older than AGE), then delete the shard files,
+    table pieces and part records no kept snapshot uses that are older than the grace period.
+    Exits 0, or 2 naming the problem."""
+    from guideloom.storage.commit import Committer
+
+    try:
+        age = _age(older_than) if older_than else None
+        location, _ = _history(url, option)
+        expired = Committer.of_location(location).expire(age, keep_last, _age(grace))
+    except (GuideLoomError, ValueError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    for snap in expired:
+        typer.echo(f"expired {snap.id}  {snap.time}  {snap.operation}")
+    typer.echo(f"{_count(len(expired), 'snapshot')} expired at {location.display_url}")
+
+
+def _age(text: str) -> Any:
+    import datetime as dt
+
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    number, unit = text[:-1], text[-1:]
+    if unit not in units or not number.replace(".", "", 1).isdigit():
+        raise ValueError(f"an age is a number and a unit (s, m, h or d), like 12h or 7d; got {text!r}")
+    return dt.timedelta(seconds=float(number) * units[unit])
 
 
 @app.command()

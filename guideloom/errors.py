@@ -13,6 +13,7 @@ exception a caller would already catch, so ``except FileNotFoundError`` keeps wo
     ├── RecordError (ValueError)                      an appended record that the format refuses
     ├── SpanError (RecordError)                       spans that overlap, are unsorted or leave the record
     ├── IncompletePartsError (RuntimeError)           commit found parts without a completion record
+    ├── CommitConflictError (RuntimeError)            another commit landed first (overwrite, rollback)
     ├── StorageAccessError (PermissionError)          credentials refused, endpoint unreachable or failing
     │   └── StorageTimeoutError (TimeoutError)        no complete answer within the I/O deadline
     ├── BucketNotFoundError (FileNotFoundError)       the bucket (or container) does not exist
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 __all__ = [
     "BucketNotFoundError",
+    "CommitConflictError",
     "DatasetExistsError",
     "DatasetNotFoundError",
     "GuideLoomError",
@@ -88,6 +90,10 @@ class SpanError(RecordError):
 
 class IncompletePartsError(GuideLoomError, RuntimeError):
     """``commit`` found parts that have no valid completion record."""
+
+
+class CommitConflictError(GuideLoomError, RuntimeError):
+    """An overwrite or rollback found that another commit landed since it started (both named)."""
 
 
 class StorageAccessError(GuideLoomError, PermissionError):

@@ -84,6 +84,9 @@ __all__ = [
     "part_record_path",
     "shard_file_extension",
     "shard_file_path",
+    "snapshot_log_path",
+    "snapshot_log_sequence",
+    "table_piece_path",
     "span_block_tokens",
     "span_candidates",
     "span_dir_entries",
@@ -229,6 +232,7 @@ def span_candidates(
 MANIFEST = "manifest.json"
 PARTS_DIR = "parts"
 SHARDS_DIR = "shards"
+SNAPSHOTS_DIR = "snapshots"  # snapshots/log/<sequence>.json, snapshots/tables/<hash>.json
 DEFAULT_RUN = "default"
 _RUN_FOLDER = "r-"  # parts/r-<run>, shards/r-<run>
 _ATTEMPT_FOLDER = "a-"  # shards/r-<run>/a-<attempt>
@@ -238,6 +242,22 @@ _GENERATION_FOLDER = "w-"  # shards/w-<token>
 def manifest_path() -> str:
     """The manifest, relative to the dataset root."""
     return MANIFEST
+
+
+def snapshot_log_path(sequence: int) -> str:
+    """The record of snapshot number ``sequence`` (created once, never replaced)."""
+    return f"{SNAPSHOTS_DIR}/log/{sequence:08d}.json"
+
+
+def snapshot_log_sequence(name: str) -> int | None:
+    """The sequence number of a file name of ``snapshots/log`` (None for another name)."""
+    stem, _, ext = name.partition(".")
+    return int(stem) if ext == "json" and stem.isdigit() else None
+
+
+def table_piece_path(name: str) -> str:
+    """A piece of a snapshot's shard table (named by a hash of its content)."""
+    return f"{SNAPSHOTS_DIR}/tables/{name}.json"
 
 
 def part_record_path(part: int, run: str | None = None) -> str:

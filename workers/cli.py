@@ -138,6 +138,11 @@ def ingest(
         "--overwrite/--no-overwrite",
         help="Delete any dataset at --output (even this job's own) and ingest again.",
     ),
+    append: bool | None = typer.Option(
+        None,
+        "--append/--no-append",
+        help="Add the records after the dataset at --output (a new snapshot); a re-run lands once.",
+    ),
     ray_address: str | None = typer.Option(
         None, metavar="ADDRESS", help="Ray cluster (host:6379); default: RAY_ADDRESS, else a new local Ray."
     ),
@@ -178,6 +183,7 @@ def ingest(
         "part_size": parse_size(part_size) if part_size else None,
         "on_bad_record": on_bad_record,
         "overwrite": overwrite,
+        "append": append,
         "ray_address": ray_address,
         "num_workers": num_workers,
         "max_retries": max_retries,

@@ -82,6 +82,8 @@ class IngestConfig(BaseModel):
         on_bad_record: `"fail"` (default: the first bad record stops the job) or `"skip"`
             (skip and count them).
         overwrite: Replace whatever dataset the output holds.
+        append: Add the records after the output dataset's (a new snapshot; the existing
+            shard files are not touched). A re-run of the same append job lands once.
         ray_address: The Ray cluster to run on; default `$RAY_ADDRESS`, else a local Ray.
         num_workers: Parts in flight; default twice the cluster's CPUs.
         max_retries: Retries of a part whose worker died (default 3).
@@ -120,6 +122,7 @@ class IngestConfig(BaseModel):
     part_size: int = Field(default=32 * MiB, gt=0)
     on_bad_record: Literal["fail", "skip"] = "fail"
     overwrite: bool = False
+    append: bool = False
     # Where and how to run: not part of the job's identity.
     ray_address: str | None = None
     num_workers: int | None = Field(default=None, gt=0, description="concurrent tasks; default: cluster CPUs")
@@ -196,6 +199,8 @@ class IngestConfig(BaseModel):
             )
         if self.transform is None and self.transform_id is not None:
             raise ValueError("transform_id names a transform: give the transform too")
+        if self.append and self.overwrite:
+            raise ValueError("--append adds to the dataset and --overwrite replaces it: pass one of them")
         return self
 
     @property
@@ -261,6 +266,8 @@ class IngestConfig(BaseModel):
                 meta_fields=list(self.meta_fields), spans_field=self.spans_field, meta_format=self.meta_format
             )
         options.update(newer)
+        if self.append:  # an append is another job than a write of the same input
+            options["append"] = True
         return options
 
 

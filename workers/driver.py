@@ -117,7 +117,7 @@ def _existing(storage: Any, digest: str, config: IngestConfig) -> Any | None:
     recorded = (manifest.metadata or {}).get(METADATA_KEY, {}).get("plan")
     if recorded == digest and not config.overwrite:
         return manifest
-    if config.overwrite:
+    if config.overwrite or config.append:
         # Nothing is deleted here: the old dataset stays readable until commit() replaces its
         # manifest, and commit removes the old files after that.
         return None
@@ -132,6 +132,8 @@ def _open_output(config: IngestConfig, tokenizer: Tokenizer) -> Any:
     try:
         return open_storage(config, tokenizer)
     except SchemaMismatchError as err:
+        if config.append:
+            raise  # names both schemas: an append must match the dataset's
         if not config.overwrite:
             raise DatasetExistsError(
                 f"the output already holds a different dataset ({err}); pass --overwrite to "
@@ -317,6 +319,8 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool]:
             f"inputs {', '.join(config.inputs)} hold no documents (every file empty, or every "
             "record empty or bad): nothing committed"
         )
-    manifest = storage.commit(num_parts=len(plan.parts), metadata=recorded, run=run_name(digest))
+    manifest = storage.commit(
+        num_parts=len(plan.parts), metadata=recorded, run=run_name(digest), append=config.append
+    )
     progress.message(summary(manifest, storage.url, storage_options=bool(config.storage_options)))
     return manifest, storage, False

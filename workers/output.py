@@ -127,5 +127,8 @@ def check_writable(config: IngestConfig, display_url: str) -> None:
 
 def remove_foreign_manifest(config: IngestConfig) -> None:
     """Remove the manifest of a dataset of another class or format (``--overwrite``), so that
-    readers stop seeing it; the storage's ``delete()`` removes the rest."""
-    _location(config).delete(layout.manifest_path())
+    readers stop seeing it (and its snapshot log, which readers would follow otherwise); the
+    storage's ``delete()`` removes the rest."""
+    location = _location(config)
+    location.delete(layout.manifest_path())
+    location.delete(layout.SNAPSHOTS_DIR, recursive=True)

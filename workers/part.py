@@ -360,7 +360,7 @@ def write_part(
     last_report = time.monotonic()
     text_bytes = 0
     with storage.writer(
-        part=part, shard_size=config.shard_size, run=run, overwrite=config.overwrite
+        part=part, shard_size=config.shard_size, run=run, overwrite=config.overwrite, append=config.append
     ) as writer:
         out = _PartWriter(config, tokenizer, writer, part)
         prepare = _Preparer(config, tokenizer)

@@ -49,6 +49,7 @@ __all__ = ["DEADLINE_ENV", "DEADLINE_OPTION", "DEFAULT_DEADLINE_S", "Location"]
 
 DEFAULT_DEADLINE_S = 120.0  # seconds one storage operation may take, retries included
 _RETRIES = 3
+_CONDITIONAL: dict[str, bool] = {}  # endpoint -> whether it honours If-None-Match: * (probed once)
 
 
 class Location:
@@ -390,6 +391,27 @@ class Location:
                 out[full.rstrip("/")[base:]] = int(info.get("size") or 0)
         return out
 
+    def modified_under(self, rel: str) -> dict[str, float]:
+        """Every file below ``rel`` as relative path -> last-modified time (seconds since the
+        epoch; 0.0 where the store does not say). One listing, like `sizes_under`."""
+        with self._translated("listing", rel):
+            path = self.path(rel)
+            self.fs.invalidate_cache(path)
+            try:
+                found = self._call("find", path, detail=True)
+            except FileNotFoundError:
+                return {}
+        base = len(self._root) + 1 if self._root else 0
+        out: dict[str, float] = {}
+        for full, info in found.items():
+            if info.get("type", "file") != "file":
+                continue
+            when = info.get("mtime", info.get("LastModified", info.get("last_modified")))
+            if hasattr(when, "timestamp"):
+                when = when.timestamp()
+            out[full.rstrip("/")[base:]] = float(when or 0.0)
+        return out
+
     def local_path(self, rel: str) -> str:
         """The OS path of a file on a local filesystem (for positioned reads)."""
         if not self.is_local:
@@ -423,6 +445,69 @@ class Location:
             else:
                 data = parts[0] if len(parts) == 1 else b"".join(parts)
                 self._call("pipe_file", path, bytes(data))
+
+    def create(self, rel: str, data: bytes) -> bool:
+        """Write a new file only if none is at ``rel``: True if this call created it, False if
+        a file was already there (then nothing is written).
+
+        Local disk: a temporary file, then ``os.link`` to the name (atomic; fails if the name
+        exists). Object stores: a conditional PUT (``If-None-Match: *``) where the endpoint
+        honours it (`conditional_writes`); elsewhere a check then a PUT, which two writers
+        racing within one request's time can both pass (see docs/datasets-that-grow.md).
+        """
+        with self._translated("creating", rel):
+            path = self.path(rel)
+            if self.is_local:
+                directory = os.path.dirname(path)
+                os.makedirs(directory, exist_ok=True)
+                tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    return False
+                finally:
+                    os.unlink(tmp)
+                return True
+            if self.conditional_writes():
+                try:
+                    self._call("pipe_file", path, bytes(data), mode="create")
+                except FileExistsError:
+                    return False
+                return True
+            self.fs.invalidate_cache(path)
+            if self._call("exists", path):
+                return False
+            self._call("pipe_file", path, bytes(data))
+            return True
+
+    def conditional_writes(self) -> bool:
+        """Whether the store refuses a second create of one name (``If-None-Match: *``):
+        detected once per endpoint and process, by creating a probe object twice."""
+        key = self.endpoint
+        known = _CONDITIONAL.get(key)
+        if known is not None:
+            return known
+        if self.is_local:
+            _CONDITIONAL[key] = True
+            return True
+        probe = self.path(f".guideloom-probe-{uuid.uuid4().hex}")
+        supported = False
+        try:
+            self._call("pipe_file", probe, b"1", mode="create")
+            self._call("pipe_file", probe, b"2", mode="create")
+        except FileExistsError:
+            supported = True  # the second create was refused
+        except (OSError, ValueError, TypeError):
+            supported = False  # the filesystem has no conditional create
+        finally:
+            try:
+                self._call("rm", probe)
+            except (OSError, FileNotFoundError):
+                pass
+        _CONDITIONAL[key] = supported
+        return supported
 
     def delete(self, rel: str, recursive: bool = False) -> None:
         """Remove a file (or a tree with ``recursive``); missing is fine."""

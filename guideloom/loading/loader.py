@@ -413,6 +413,8 @@ class StatefulDataLoader(_TorchdataLoader):
             seed=int(seed),
             shuffle=settings,
             mixture=mixture.identity if mixture else None,
+            snapshot=_snapshot_of(view) if not mixture else None,
+            url=view.url if not mixture else None,
         )
         self._source_names: tuple[str, ...] = tuple(mixture.mixture.names) if mixture else ()
         self._sampler = sampler
@@ -736,3 +738,10 @@ def _refuse_guideloom_only(dataset: Any, takes_order: list[str], shuffle: Any, g
         f"batch_sampler=, generator= or in_order=False); {why}: leave them out "
         "(shuffle takes True or False there)"
     )
+
+
+def _snapshot_of(view: Any) -> str | None:
+    """The id of the dataset snapshot a view reads (None for a view without a storage)."""
+    storage = getattr(view, "storage", None)
+    snapshot = getattr(storage, "current_snapshot", None)
+    return getattr(snapshot, "id", None)

@@ -19,6 +19,8 @@
         "batch_size": 8,                # informational: may differ on resume
         "world_size": 4,                # informational: may differ on resume
         "drop_last": False,             # informational: may differ on resume
+        "snapshot": "00000003-…",       # the dataset snapshot read (not for mixtures; optional)
+        "url": "s3://…",                # where it was read (redacted; optional, for messages)
     }}
 
 Everything from ``layout`` to ``shuffle_run_size`` must match the loader that loads the state, or
@@ -114,6 +116,10 @@ class OrderIdentity:
     seed: int
     shuffle: ShuffleSettings
     mixture: dict[str, Any] | None = None
+    # The snapshot of the dataset the loader read (not part of the identity: the fingerprint
+    # is); named in the message when a state meets a dataset that has changed since.
+    snapshot: str | None = None
+    url: str | None = None
 
     def fields(self) -> dict[str, Any]:
         """The identity as the state's flat keys (``layout`` .. ``shuffle_run_size``)."""
@@ -139,7 +145,15 @@ class OrderIdentity:
             saved, now = saved_fields[name], current_fields[name]
             if saved != now:
                 hint = ""
-                if name == "fingerprint":
+                if name == "fingerprint" and self.snapshot not in (None, current.snapshot):
+                    where = f"{self.url!r}, fmt" if self.url else "url, fmt"
+                    hint = (
+                        f" The state was saved on snapshot {self.snapshot} of the dataset, and it has"
+                        f" changed since (now snapshot {current.snapshot}). To resume exactly,"
+                        f" build the loader on the pinned snapshot: from_storage(XStorage({where},"
+                        f" snapshot={self.snapshot!r}), ...)."
+                    )
+                elif name == "fingerprint":
                     hint = (
                         " The state was saved over a dataset with other content; moving the same"
                         " dataset to another URL or bucket keeps the fingerprint."
@@ -181,6 +195,9 @@ class LoaderState:
         }
         if self.identity.mixture is not None:
             fields["mixture"] = copy.deepcopy(self.identity.mixture)
+        if self.identity.snapshot is not None:
+            fields["snapshot"] = self.identity.snapshot
+            fields["url"] = self.identity.url
         return {STATE_KEY: fields}
 
     def next_pass(self, batches_left: Callable[[int], int]) -> tuple[int, int]:
@@ -249,6 +266,8 @@ class LoaderState:
             seed=inner["seed"],
             shuffle=shuffle,
             mixture=_mixture_section(inner.get("mixture")),
+            snapshot=inner["snapshot"] if isinstance(inner.get("snapshot"), str) else None,
+            url=inner["url"] if isinstance(inner.get("url"), str) else None,
         )
         result = cls(
             identity,

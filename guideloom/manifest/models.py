@@ -22,9 +22,11 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeInt,
+    SerializerFunctionWrapHandler,
     StringConstraints,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -180,6 +182,21 @@ class ShardTable(_Frozen):
     prefix: list[str]
     prefix_id: list[NonNegativeInt]
     files: dict[str, FileColumn]
+    # Per prefix: what its shards' dataset part numbers add to the part number in their file
+    # paths (parts appended to a dataset keep the paths their writers gave them). Empty: all 0;
+    # written only when some value is not 0, so manifests without appends are unchanged.
+    part_base: list[NonNegativeInt] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _drop_empty_base(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not any(self.part_base):
+            data.pop("part_base", None)
+        return data
+
+    def file_part(self, i: int) -> int:
+        """The part number in shard ``i``'s file paths (its part, less its prefix's base)."""
+        return self.part[i] - self.part_base[self.prefix_id[i]] if self.part_base else self.part[i]
 
     @model_validator(mode="after")
     def _consistent(self) -> ShardTable:
@@ -203,6 +220,8 @@ class ShardTable(_Frozen):
                 raise ValueError(f"file column {name!r} has unknown kind {file_column.kind!r}")
         for prefix in self.prefix:
             check_relative_path(prefix, "shard prefix")
+        if self.part_base and len(self.part_base) != len(self.prefix):
+            raise ValueError(f"part_base has {len(self.part_base)} entries for {len(self.prefix)} prefixes")
         if n:
             if max(self.prefix_id) >= len(self.prefix):
                 raise ValueError("a shard's prefix_id points past the prefix list")
@@ -251,11 +270,67 @@ class ShardTable(_Frozen):
     def __len__(self) -> int:
         return len(self.part)
 
+    @classmethod
+    def concat(cls, tables: Sequence[ShardTable]) -> ShardTable:
+        """The rows of ``tables`` in order, as one table (pieces of a snapshot's table).
+
+        Each table is already valid; what joining them could break is checked here: the same
+        file columns, parts that keep increasing from one table to the next, and one part base
+        per prefix. Columns are joined with ``list.extend`` (no per-row Python work).
+        """
+        tables = [t for t in tables if len(t)] or list(tables[:1])
+        if len(tables) == 1:
+            return tables[0]
+        first = tables[0]
+        kinds = {name: c.kind for name, c in first.files.items()}
+        cols: dict[str, list[int]] = {key: [] for key in ("part", "index", "records", "tokens", "spans")}
+        sizes: dict[str, list[int]] = {name: [] for name in kinds}
+        checksums: dict[str, list[str]] = {name: [] for name in kinds}
+        prefixes: dict[str, int] = {}
+        bases: list[int] = []
+        prefix_id: list[int] = []
+        last_part = -1
+        for table in tables:
+            if {n: c.kind for n, c in table.files.items()} != kinds:
+                raise ValueError(f"a table piece has files {list(table.files)}, others have {list(kinds)}")
+            if table.part[0] <= last_part:
+                raise ValueError(f"table pieces overlap: part {table.part[0]} follows part {last_part}")
+            last_part = table.part[-1]
+            remap = []
+            for j, head in enumerate(table.prefix):
+                base = table.part_base[j] if table.part_base else 0
+                pid = prefixes.setdefault(head, len(prefixes))
+                if pid == len(bases):
+                    bases.append(base)
+                elif bases[pid] != base:
+                    raise ValueError(f"shard prefix {head!r} is used with part bases {bases[pid]} and {base}")
+                remap.append(pid)
+            prefix_id.extend(np.asarray(remap, dtype=np.int64)[np.asarray(table.prefix_id)].tolist())
+            for key, values in cols.items():
+                values.extend(getattr(table, key))
+            for name, file_column in table.files.items():
+                sizes[name].extend(file_column.size)
+                checksums[name].extend(file_column.checksum)
+        return cls.model_construct(
+            part=cols["part"],
+            index=cols["index"],
+            records=cols["records"],
+            tokens=cols["tokens"],
+            spans=cols["spans"],
+            prefix=list(prefixes),
+            prefix_id=prefix_id,
+            part_base=bases if any(bases) else [],
+            files={
+                name: FileColumn.model_construct(kind=kind, size=sizes[name], checksum=checksums[name])
+                for name, kind in kinds.items()
+            },
+        )
+
     def path(self, i: int, name: str) -> str:
         """Relative path of shard ``i``'s file ``name`` (``"data"``, ``"index"``, ``"meta"``,
         ``"spans"``, ``"span_dir"``)."""
         return layout.shard_file_path(
-            self.part[i], self.index[i], self.files[name].kind, self.prefix[self.prefix_id[i]]
+            self.file_part(i), self.index[i], self.files[name].kind, self.prefix[self.prefix_id[i]]
         )
 
     def size(self, i: int, name: str) -> int:
@@ -434,19 +509,30 @@ class ShardTableBuilder:
         self._cols: dict[str, list[int]] = {k: [] for k in ("part", "index", "records", "tokens", "spans")}
         self._prefixes: dict[str, int] = {}
         self._prefix_id: list[int] = []
+        self._base: list[int] = []
         self._kinds: dict[str, str] = {}
         self._sizes: dict[str, list[int]] = {}
         self._checksums: dict[str, list[str]] = {}
 
-    def add_part(self, record: PartRecord) -> None:
+    def add_part(self, record: PartRecord, base: int = 0) -> None:
+        """Add a part's shards; ``base`` is added to their part numbers (a part appended to a
+        dataset of ``base`` parts keeps the file paths its writer gave it)."""
         for shard in record.shards:
-            self.add_shard(shard)
+            self.add_shard(shard, base)
         self.num_parts += 1
 
-    def add_shard(self, shard: ShardInfo) -> None:
+    def _prefix(self, head: str, base: int) -> int:
+        pid = self._prefixes.setdefault(head, len(self._prefixes))
+        if pid == len(self._base):
+            self._base.append(base)
+        elif self._base[pid] != base:
+            raise ValueError(f"shard prefix {head!r} is used with part bases {self._base[pid]} and {base}")
+        return pid
+
+    def add_shard(self, shard: ShardInfo, base: int = 0) -> None:
         """Append one shard: its path must be ``<prefix>/part-PPPPP/shard-SSSSS.<kind>`` for its
         own part and index (`guideloom.layout.shard_file_path`), and it must have the same files
-        (and kinds) as the shards before."""
+        (and kinds) as the shards before. ``base`` is added to its part number."""
         head = ""
         if self._cols["part"] and list(shard.files) != list(self._kinds):
             raise ValueError(f"{shard.name} has files {list(shard.files)}, others have {list(self._kinds)}")
@@ -461,15 +547,17 @@ class ShardTableBuilder:
                 raise ValueError(f"file {name!r} has kind {self._kinds[name]!r} and {kind!r} in one dataset")
             self._sizes.setdefault(name, []).append(f.size)
             self._checksums.setdefault(name, []).append(f.checksum)
-        self._prefix_id.append(self._prefixes.setdefault(head, len(self._prefixes)))
+        self._prefix_id.append(self._prefix(head, base))
         for key in self._cols:
             self._cols[key].append(getattr(shard, key))
+        self._cols["part"][-1] += base
 
     def build(self) -> ShardTable:
         return ShardTable(
             **self._cols,
             prefix=list(self._prefixes),
             prefix_id=self._prefix_id,
+            part_base=self._base if any(self._base) else [],
             files={
                 name: FileColumn(kind=kind, size=self._sizes[name], checksum=self._checksums[name])
                 for name, kind in self._kinds.items()

@@ -11,6 +11,7 @@ the checks of shard files to `guideloom.storage.checks`.
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -27,6 +28,7 @@ from guideloom.formats import (
 )
 from guideloom.io import Location
 from guideloom.manifest import Manifest, PartRecord, ShardInfo, StorageClassName
+from guideloom.manifest.snapshots import Snapshot
 from guideloom.storage.checks import (
     DEFAULT_VERIFY_CONCURRENCY,
     check_schema,
@@ -34,7 +36,7 @@ from guideloom.storage.checks import (
     load_manifest,
     verify_shards,
 )
-from guideloom.storage.commit import Committer, check_run
+from guideloom.storage.commit import DEFAULT_GRACE, Committer, check_run
 from guideloom.storage.writer import DEFAULT_SHARD_SIZE, Writer
 from guideloom.types import Layout
 
@@ -50,7 +52,12 @@ class Storage:
     format_type: ClassVar[type[Format]]
 
     def __init__(
-        self, url: str | os.PathLike[str], format: Format, *, storage_options: dict[str, Any] | None = None
+        self,
+        url: str | os.PathLike[str],
+        format: Format,
+        *,
+        storage_options: dict[str, Any] | None = None,
+        snapshot: str | int | None = None,
     ) -> None:
         """Open the dataset at ``url``, or prepare an empty location for writing.
 
@@ -67,6 +74,9 @@ class Storage:
             storage_options: fsspec options for the filesystem (credentials,
                 `client_kwargs.endpoint_url`, ...) plus `guideloom_deadline_s`, the deadline of
                 every storage operation in seconds. Never written to the manifest.
+            snapshot: Open this snapshot (an id from `snapshots()` or `guideloom log`, or its
+                sequence number) instead of the current one. Such a storage only reads: it
+                cannot write, commit, roll back or expire.
 
         Raises:
             SchemaMismatchError: The dataset at `url` was written with another storage class or
@@ -77,6 +87,8 @@ class Storage:
                 package is not installed.
             StorageAccessError: The storage refused the request or could not be reached.
             TypeError: `format` is not of the kind this storage class stores.
+            DatasetNotFoundError: `snapshot` names no kept snapshot (the message lists the
+                nearest ids).
         """
         if not isinstance(format, self.format_type):
             raise TypeError(
@@ -88,8 +100,12 @@ class Storage:
         self.format = format
         self.location = Location(url, storage_options)
         self._manifest: Manifest | None = None
-        self._commits = Committer(self.location, self.storage_class, format, on_publish=self._published)
-        self._load_manifest(missing_ok=True)
+        self._snapshot: Snapshot | None = None
+        self._pinned = snapshot
+        self._commits = Committer(
+            self.location, self.storage_class, format, on_publish=self._published, cached=self._cached
+        )
+        self._load_manifest(missing_ok=snapshot is None)
 
     @property
     def url(self) -> str:
@@ -102,16 +118,20 @@ class Storage:
     # -- the manifest -----------------------------------------------------------------------
 
     def _load_manifest(self, missing_ok: bool = False) -> Manifest | None:
-        try:
-            manifest = load_manifest(self.location)
-        except DatasetNotFoundError:
+        history = self._commits.history
+        snap = history.get(self._pinned) if self._pinned is not None else history.current()
+        if snap is None:
             if missing_ok:
                 return None
-            raise
+            load_manifest(self.location)  # raises the DatasetNotFoundError that explains
+            raise DatasetNotFoundError(f"no dataset at {self.url}")  # pragma: no cover
+        manifest = history.manifest(snap)
         where = self.location.describe(layout.manifest_path())
+        if self._pinned is not None:
+            where = f"{where} (snapshot {snap.id})"
         check_schema(self.storage_class, self.format, manifest, where)
         self._check_counts(manifest, where)
-        self._manifest = manifest
+        self._manifest, self._snapshot = manifest, snap
         return manifest
 
     def _check_counts(self, manifest: Manifest, where: str) -> None:
@@ -131,9 +151,99 @@ class Storage:
                     "restore it or rewrite the dataset"
                 ) from None
 
-    def _published(self, manifest: Manifest) -> None:
-        """What the committer calls right after writing a manifest: it is the one to use now."""
-        self._manifest = manifest
+    def _published(self, manifest: Manifest, snapshot: Snapshot) -> None:
+        """What the committer calls right after a commit: its manifest is the one to use now."""
+        self._manifest, self._snapshot = manifest, snapshot
+
+    def _cached(self) -> tuple[Manifest, str] | None:
+        if self._manifest is None or self._snapshot is None:
+            return None
+        return self._manifest, self._snapshot.id
+
+    def _writable(self, what: str) -> None:
+        if self._pinned is not None:
+            raise ValueError(
+                f"this storage reads snapshot {self._pinned!r} of {self.url}; it cannot {what}. "
+                "Open the storage without snapshot= to change the dataset"
+            )
+
+    # -- snapshots ----------------------------------------------------------------------------
+
+    @property
+    def current_snapshot(self) -> Snapshot:
+        """The snapshot this storage reads: the pinned one (``snapshot=``), or the one current
+        when the manifest was last read (`refresh` re-reads it).
+
+        Raises:
+            DatasetNotFoundError: No dataset is committed at the URL.
+        """
+        _ = self.manifest
+        assert self._snapshot is not None
+        return self._snapshot
+
+    def snapshots(self) -> list[Snapshot]:
+        """Every kept snapshot of the dataset, oldest first (``id``, ``parent``, ``operation``,
+        ``time``, ``summary`` ...). A dataset written before snapshots existed has one.
+
+        Raises:
+            StorageAccessError: The storage refused a request or could not be reached.
+        """
+        return self._commits.history.snapshots()
+
+    def rollback(self, snapshot: str | int) -> Snapshot:
+        """Make an older snapshot's content current: a new snapshot (operation ``rollback``)
+        whose shards are exactly those of ``snapshot``. No shard file is written or deleted.
+
+        Args:
+            snapshot: The id (or sequence number) of a kept snapshot.
+
+        Returns:
+            The new current snapshot.
+
+        Raises:
+            DatasetNotFoundError: `snapshot` is not kept (expired, or never existed; the
+                message lists the nearest ids), or no dataset is committed at the URL.
+            CommitConflictError: Another commit landed while rolling back (both are named).
+        """
+        self._writable("roll back")
+        history = self._commits.history
+        current = history.current()
+        if current is None:
+            raise DatasetNotFoundError(f"no dataset at {self.url}: there is nothing to roll back")
+        target = history.get(snapshot)
+        return self._commits.rollback(target, current)
+
+    def expire(
+        self,
+        older_than: _dt.datetime | _dt.timedelta | None = None,
+        keep_last: int = 1,
+        *,
+        grace: _dt.timedelta = DEFAULT_GRACE,
+    ) -> list[Snapshot]:
+        """Delete old snapshots, then the shard files and part records no kept snapshot uses.
+
+        A snapshot is expired when it is older than ``older_than`` (a time, or an age) and is
+        not among the ``keep_last`` newest; the current snapshot is always kept. Files are then
+        deleted only if no kept snapshot names them and they are older than ``grace`` (default
+        one day): a writer still running writes files younger than that, so its shards are
+        never deleted under it (a writer that runs longer than ``grace`` without finishing
+        should be given a larger ``grace``).
+
+        Args:
+            older_than: Expire snapshots committed before this time (an aware datetime) or
+                longer ago than this age; None: every snapshot beyond `keep_last`.
+            keep_last: How many of the newest snapshots to keep whatever their age (at least 1).
+            grace: Files younger than this are never deleted.
+
+        Returns:
+            The snapshots expired, oldest first.
+
+        Raises:
+            ValueError: `keep_last` is less than 1.
+            DatasetNotFoundError: No dataset is committed at the URL.
+        """
+        self._writable("expire snapshots")
+        return self._commits.expire(older_than, keep_last, grace)
 
     @property
     def manifest(self) -> Manifest:
@@ -165,16 +275,19 @@ class Storage:
         return self.manifest
 
     def exists(self) -> bool:
-        """Whether a committed dataset (a manifest) is at the URL.
+        """Whether a committed dataset (a snapshot) is at the URL.
 
         Returns:
-            True when `manifest.json` exists at the URL; False for an empty location or one
-            whose writer has not committed.
+            True when `manifest.json` exists at the URL, or a snapshot whose `manifest.json`
+            copy was not written (a commit that crashed right after landing); False for an
+            empty location or one whose writer has not committed.
 
         Raises:
             StorageAccessError: The storage refused the request or could not be reached.
         """
-        return self.location.exists(layout.manifest_path())
+        if self.location.exists(layout.manifest_path()):
+            return True
+        return self._commits.history.current() is not None
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -186,6 +299,7 @@ class Storage:
         shard_size: int = DEFAULT_SHARD_SIZE,
         metadata: dict[str, Any] | None = None,
         run: str | None = None,
+        append: bool = False,
     ) -> Writer:
         """A writer for the whole dataset, or for part ``part`` of a parallel write.
 
@@ -211,6 +325,14 @@ class Storage:
         ``metadata`` is a JSON-able dict kept in the manifest (``writer()``) or in the part's
         completion record (``writer(part=k)``).
 
+        ``writer(append=True)`` adds its records after the dataset's (a new snapshot with
+        operation ``append``; the existing shard files are not touched). If another commit
+        lands first, the append is redone on top of it (only metadata). An empty location is
+        written as with ``writer()``. For parallel appends write the new parts as parts
+        ``0 .. n - 1`` of a run of their own (``writer(part=k, run=r, append=True)``: append
+        allows writing parts where a dataset is committed) and call
+        ``commit(num_parts=n, run=r, append=True)``.
+
         Args:
             part: The part to write (a non-negative int), or None for the whole dataset.
             overwrite: Replace a dataset already committed at the URL (parts: allow writing
@@ -218,6 +340,8 @@ class Storage:
             shard_size: Bytes per shard: a shard closes after the record that reaches it.
             metadata: JSON-able values kept in the manifest or the part's completion record.
             run: The parallel job a part belongs to (see above); None is one fixed run.
+            append: Add the records after the current snapshot's (a part: allow writing it
+                where a dataset is committed, for `commit(..., append=True)`).
 
         Returns:
             A `Writer`: use it as a context manager and call `append(record)` inside.
@@ -228,10 +352,11 @@ class Storage:
             ValueError: `part` is not a non-negative int, `run` is not a valid run name or is
                 given without `part`, or `shard_size` is not positive.
         """
-        if self.exists() and not overwrite:
+        self._writable("write")
+        if self.exists() and not overwrite and not append:
             raise DatasetExistsError(
                 f"a dataset is already committed at {self.url}; pass overwrite=True to replace it, "
-                "call storage.delete() first, or choose another URL"
+                "append=True to add to it, call storage.delete() first, or choose another URL"
             )
         attempt = uuid.uuid4().hex[:12]
         if part is None:
@@ -245,7 +370,9 @@ class Storage:
                 shard_size=shard_size,
                 metadata=metadata,
                 shard_prefix=layout.generation_prefix(attempt),
-                on_complete=self._commits.publish_record,
+                on_complete=partial(
+                    self._commits.publish_record, append=append, expected=self._commits.history.current()
+                ),
             )
         if isinstance(part, bool) or not isinstance(part, int) or part < 0:
             raise ValueError(f"part must be a non-negative int, got {part!r}")
@@ -265,29 +392,33 @@ class Storage:
         """Delete the dataset: the manifest first (readers stop seeing it), then parts and shards.
 
         Nothing at the URL is fine: deleting an empty location does nothing. Files outside the
-        dataset's `manifest.json`, `parts/` and `shards/` are left alone.
+        dataset's `manifest.json`, `snapshots/`, `parts/` and `shards/` are left alone.
 
         Raises:
             StorageAccessError: The storage refused a request (e.g. no permission to delete) or
                 could not be reached.
         """
+        self._writable("delete")
         self.location.delete(layout.manifest_path())
-        self._manifest = None
+        self.location.delete(layout.SNAPSHOTS_DIR, recursive=True)
+        self._manifest = self._snapshot = None
         self.location.delete(layout.PARTS_DIR, recursive=True)
         self.location.delete(layout.SHARDS_DIR, recursive=True)
 
     def remove_unreferenced(self) -> None:
-        """Remove shard folders and part records that the committed manifest does not use.
+        """Remove shard folders and part records that no kept snapshot uses, at once.
 
-        Only call it while no writer is running on this location: it also removes the files of
-        writers that have not finished yet (a running writer's later commit then fails, naming
-        the missing files, instead of publishing anything wrong). ``writer()`` and ``commit``
-        already remove what the manifest they replace used.
+        Prefer `expire`, which does the same safely while writers run (it keeps files younger
+        than its grace period). This one has no grace period: only call it while no writer is
+        running on this location, as it also removes the files of writers that have not
+        finished yet (a running writer's later commit then fails, naming the missing files,
+        instead of publishing anything wrong).
 
         Raises:
             DatasetNotFoundError: No dataset is committed at the URL.
             StorageAccessError: The storage refused a request or could not be reached.
         """
+        self._writable("remove files")
         self._commits.remove_unreferenced(self.manifest)
 
     def read_part_record(self, part: int, *, run: str | None = None) -> PartRecord:
@@ -341,6 +472,7 @@ class Storage:
         *,
         run: str | None = None,
         cleanup: bool = True,
+        append: bool = False,
     ) -> Manifest:
         """Write the manifest of parts ``0 .. num_parts - 1`` of run ``run`` in part order, atomically.
 
@@ -360,7 +492,11 @@ class Storage:
             num_parts: How many parts the dataset has (parts `0 .. num_parts - 1`).
             metadata: JSON-able values stored in the manifest; None keeps part 0's metadata.
             run: The run whose parts to commit (the value the part writers were given).
-            cleanup: Remove the replaced manifest's files and this run's losing attempts.
+            cleanup: Remove this run's losing attempts (files of older snapshots are only
+                removed by `expire`).
+            append: Add the parts after the current snapshot's records (parts numbered on from
+                the dataset's); a re-run of the same job (same run, same part records) that
+                already landed commits nothing and returns its manifest.
 
         Returns:
             The committed `Manifest`.
@@ -371,7 +507,8 @@ class Storage:
             StorageAccessError: The storage refused a request or could not be reached.
             ValueError: `num_parts` is not a positive int, or `run` is not a valid run name.
         """
-        return self._commits.commit(num_parts, metadata, run=run, cleanup=cleanup)
+        self._writable("commit")
+        return self._commits.commit(num_parts, metadata, run=run, cleanup=cleanup, append=append)
 
     # -- checking ---------------------------------------------------------------------------
 

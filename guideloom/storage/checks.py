@@ -28,6 +28,7 @@ from guideloom.errors import (
 from guideloom.formats import Format, same_spec
 from guideloom.io import Location
 from guideloom.manifest import Manifest, PartRecord, ShardInfo, parse_manifest
+from guideloom.manifest.snapshots import is_snapshot_record
 
 __all__ = [
     "DEFAULT_VERIFY_CONCURRENCY",
@@ -54,6 +55,14 @@ def load_manifest(location: Location) -> Manifest:
             f"no dataset at {location.display_url}: {layout.manifest_path()} is missing. Check the "
             "URL, or write the dataset first (a dataset whose writer did not finish has no manifest)"
         ) from None
+    if is_snapshot_record(data):
+        from guideloom.storage.history import History  # history reads manifests through here
+
+        history = History(location)
+        current = history.current()
+        if current is None:  # pragma: no cover - manifest.json was just read
+            raise DatasetNotFoundError(f"no dataset at {location.display_url}")
+        return history.manifest(current)
     return parse_manifest(data, location.describe(layout.manifest_path()))
 
 

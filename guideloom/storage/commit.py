@@ -25,13 +25,17 @@ belongs there, in `_swap`.
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import xxhash
+
 import guideloom.layout as layout
 from guideloom.errors import (
+    CommitConflictError,
     DatasetNotFoundError,
     GuideLoomError,
     IncompletePartsError,
@@ -46,16 +50,30 @@ from guideloom.manifest import (
     FormatSpecModel,
     Manifest,
     PartRecord,
+    ShardTable,
     ShardTableBuilder,
     StorageClassName,
+    now_iso,
     parse_part_record,
 )
-from guideloom.storage.checks import check_schema, check_shard, load_manifest
+from guideloom.manifest.snapshots import (
+    Operation,
+    Snapshot,
+    SnapshotSummary,
+    TablePiece,
+    merge_plan,
+    snapshot_id,
+)
+from guideloom.storage.checks import check_schema, check_shard
+from guideloom.storage.history import History, manifest_of, new_token, summary_of
 
-__all__ = ["Committer", "check_run"]
+__all__ = ["DEFAULT_GRACE", "Committer", "check_run"]
 
 _COMMIT_THREADS = 32  # part records read at once by commit
 _COMMIT_CHUNK = 1024  # parts in flight at once (bounds the records held in memory)
+DEFAULT_GRACE = _dt.timedelta(days=1)  # expire never deletes files younger than this
+_CAS_RETRIES = 50  # an append retried on top of this many other commits at most
+_CURRENT = object()  # publish(expected=...): the snapshot current when the commit starts
 _RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
@@ -76,7 +94,8 @@ class Committer:
 
     `guideloom.storage.Storage` delegates its part records, commits and clean-up here; the
     public API and its documentation are the storage's. ``on_publish`` is called with every
-    manifest this committer writes, right after writing it (the storage caches it).
+    manifest this committer commits, with its snapshot, right after committing it (the storage
+    caches it); ``cached`` returns the storage's cached manifest and its snapshot id.
     """
 
     def __init__(
@@ -85,12 +104,36 @@ class Committer:
         storage_class: StorageClassName,
         format: Format,
         *,
-        on_publish: Callable[[Manifest], None] | None = None,
+        on_publish: Callable[[Manifest, Snapshot], None] | None = None,
+        cached: Callable[[], tuple[Manifest, str] | None] | None = None,
     ) -> None:
         self.location = location
         self.storage_class = storage_class
-        self.format = format
+        self.format: Format | None = format
+        self.history = History(location)
         self._on_publish = on_publish
+        self._cached = cached
+
+    @classmethod
+    def of_location(cls, location: Location) -> Committer:
+        """A committer for maintenance without the format class (``guideloom rollback``,
+        ``guideloom expire``): it can roll back and expire, not commit parts."""
+        current = History(location).current()
+        if current is None:
+            raise DatasetNotFoundError(f"no dataset at {location.display_url}")
+        committer = cls.__new__(cls)
+        committer.location, committer.storage_class = location, current.storage_class
+        committer.format = None
+        committer.history, committer._on_publish, committer._cached = History(location), None, None
+        return committer
+
+    def _format(self) -> Format:
+        if self.format is None:
+            raise ValueError("this committer was opened without a format: open the storage class to commit")
+        return self.format
+
+    def _spec(self) -> FormatSpecModel:
+        return FormatSpecModel(**self._format().spec())
 
     # -- part records -----------------------------------------------------------------------
 
@@ -108,7 +151,7 @@ class Committer:
         where = self.location.describe(rel)
         # start=0: a ranged GET needs no size request first (a record is never empty).
         record = parse_part_record(self.location.read(rel, start=0), where)
-        check_schema(self.storage_class, self.format, record, where)
+        check_schema(self.storage_class, self._format(), record, where)
         if record.part != part:
             raise ManifestError(f"{where} says it is part {record.part}")
         return record
@@ -127,7 +170,13 @@ class Committer:
     # -- committing -------------------------------------------------------------------------
 
     def commit(
-        self, num_parts: int, metadata: dict[str, Any] | None, *, run: str | None, cleanup: bool
+        self,
+        num_parts: int,
+        metadata: dict[str, Any] | None,
+        *,
+        run: str | None,
+        cleanup: bool,
+        append: bool = False,
     ) -> Manifest:
         """Publish the manifest of parts ``0 .. num_parts - 1`` of run ``run`` (see
         `Storage.commit`); `IncompletePartsError` naming the parts that are not complete."""
@@ -137,6 +186,8 @@ class Committer:
         listed = self.location.sizes_under(layout.run_prefix(run))
         builder = ShardTableBuilder()
         bad: list[tuple[int, str]] = []
+        identity = xxhash.xxh3_64(run.encode())
+        finished = ""
         with ThreadPoolExecutor(max_workers=min(_COMMIT_THREADS, num_parts)) as pool:
             for start in range(0, num_parts, _COMMIT_CHUNK):  # bounded: records are dropped as added
                 parts = range(start, min(num_parts, start + _COMMIT_CHUNK))
@@ -145,6 +196,12 @@ class Committer:
                         bad.append((k, why))
                     elif not bad:
                         builder.add_part(record)
+                        # The job: its run and the exact attempt files its records name.
+                        identity.update(
+                            record.shards[0].files["data"].path.encode() if record.shards else b"-"
+                        )
+                        identity.update(str(sum(s.records for s in record.shards)).encode())
+                        finished = max(finished, record.created_at)
         if bad:
             listing = "; ".join(f"part {k}: {why}" for k, why in bad[:20])
             more = f" (and {len(bad) - 20} more)" if len(bad) > 20 else ""
@@ -155,15 +212,31 @@ class Committer:
             )
         # Every attempt of the run, winners and losers: the losers' folders go after publishing.
         attempts = {layout.attempt_prefix_of(rel) for rel in listed}
-        return self.publish(builder, metadata, cleanup=cleanup, stale=attempts)
+        return self.publish(
+            builder,
+            metadata,
+            cleanup=cleanup,
+            stale=attempts,
+            append=append,
+            job=f"{run}:{identity.hexdigest()}" if append else None,
+            job_since=_earlier(finished, seconds=5) if finished else None,
+        )
 
-    def publish_record(self, record: PartRecord) -> PartRecord:
-        """A single writer's completion: publish the manifest of its one part, with the record's
-        metadata as the manifest's, and return the record without it (the part keeps no record
-        of its own)."""
+    def publish_record(
+        self, record: PartRecord, *, append: bool = False, expected: Snapshot | None = None
+    ) -> PartRecord:
+        """A single writer's completion: commit a snapshot of its one part (appended, or the
+        whole dataset), with the record's metadata as the snapshot's, and return the record
+        without it (the part keeps no record of its own)."""
         builder = ShardTableBuilder()
         builder.add_part(record)
-        self.publish(builder, record.metadata)
+        try:
+            self.publish(builder, record.metadata or None, append=append, expected=expected)
+        except CommitConflictError:
+            # Nothing names this writer's shards: remove them (its own prefix; best effort).
+            if record.shards:
+                self._remove_quietly(_prefix_of(record.shards[0].files["data"].path))
+            raise
         return record.model_copy(update={"metadata": {}})
 
     def publish(
@@ -173,43 +246,257 @@ class Committer:
         *,
         cleanup: bool = True,
         stale: set[str] | None = None,
+        append: bool = False,
+        expected: Snapshot | None | object = _CURRENT,
+        job: str | None = None,
+        job_since: str | None = None,
     ) -> Manifest:
-        """Write the manifest of ``parts``, then (with ``cleanup``) remove the shard folders of
-        the manifest it replaced and the prefixes in ``stale`` that the new one does not use."""
+        """Commit a snapshot of ``parts``: the whole dataset, or (``append``) added after the
+        current snapshot's records. The commit is a compare-and-swap of the next log entry:
+        an append that loses the race retries on top of the winner (only metadata is redone);
+        a write or overwrite raises `CommitConflictError` if the current snapshot is no longer
+        ``expected`` (default: the one current when this call starts)."""
+        table = parts.build()
+        if expected is _CURRENT and not append:
+            expected = self.history.current()
+        for _ in range(_CAS_RETRIES):
+            current = self.history.current()
+            if append:
+                if job is not None and current is not None:
+                    landed = self._landed(job, current, job_since)
+                    if landed is not None:
+                        return self._manifest_of(landed, None, None)
+                if current is not None:
+                    self._check_same_schema(current)
+                    current = self.history.materialize(current)
+            else:
+                self._check_expected(expected, current, "overwrite" if current is not None else "write")
+                if current is not None:
+                    current = self.history.materialize(current)
+            snap, new_rows = self._next(current, table, parts.num_parts, metadata, append=append, job=job)
+            if self.history.create(snap):
+                manifest = self._manifest_of(snap, current, new_rows)
+                if self._on_publish is not None:
+                    self._on_publish(manifest, snap)
+                if cleanup and stale:
+                    self._remove_losers(stale, manifest)
+                return manifest
+            if not append:
+                landed = self.history.current()
+                raise CommitConflictError(
+                    f"cannot commit to {self.location.display_url}: snapshot "
+                    f"{landed.id if landed else '?'} landed while this commit was based on "
+                    f"{_name(current)}; nothing was committed. Re-run the write on top of the new "
+                    "snapshot (or append instead of overwriting)"
+                )
+        raise CommitConflictError(
+            f"cannot append to {self.location.display_url}: {_CAS_RETRIES} other commits landed "
+            "while this one retried; run it again (its shards are kept and reused)"
+        )
+
+    def rollback(self, target: Snapshot, expected: Snapshot) -> Snapshot:
+        """Make ``target``'s content current (a new snapshot with its pieces) if ``expected`` is
+        still current; `CommitConflictError` naming both otherwise."""
         from guideloom._version import __version__
 
-        previous = self._current_manifest()
-        manifest = Manifest.from_table(
-            parts.build(),
-            storage_class=self.storage_class,
-            format=FormatSpecModel(**self.format.spec()),
-            num_parts=parts.num_parts,
+        current = self.history.current()
+        self._check_expected(expected, current, "rollback")
+        assert current is not None
+        current = self.history.materialize(current)
+        target = self.history.materialize(target)
+        self._check_pieces(target)
+        snap = Snapshot(
+            id=snapshot_id(current.sequence + 1, new_token()),
+            sequence=current.sequence + 1,
+            parent=current.id,
+            time=now_iso(),
+            operation="rollback",
+            summary=target.summary.model_copy(
+                update={"added_shards": target.summary.shards, "removed_shards": current.summary.shards}
+            ),
+            storage_class=target.storage_class,
+            format=target.format,
+            num_parts=target.num_parts,
             guideloom_version=__version__,
-            metadata=dict(metadata or {}),
+            metadata=target.metadata,
+            pieces=target.pieces,
+            source=target.id,
         )
-        self._swap(previous, manifest)
+        if not self.history.create(snap):
+            landed = self.history.current()
+            raise CommitConflictError(
+                f"cannot roll {self.location.display_url} back to {target.id}: snapshot "
+                f"{landed.id if landed else '?'} landed after {current.id}, the one this rollback "
+                "was based on; nothing was changed. Look at `guideloom log` and roll back again"
+            )
         if self._on_publish is not None:
-            self._on_publish(manifest)
-        if cleanup:
-            used = set(manifest.shard_table.prefix)
-            old = set(previous.shard_table.prefix) if previous is not None else set()
-            for prefix in sorted((old | (stale or set())) - used):
-                if not any(u.startswith(prefix + "/") for u in used):
-                    self._remove_quietly(prefix)
-        return manifest
+            self._on_publish(self.history.manifest(snap), snap)
+        return snap
 
-    def _swap(self, previous: Manifest | None, manifest: Manifest) -> None:
-        """Replace the committed manifest (``previous``, None if there was none) with
-        ``manifest``: today one atomic write, whoever committed in between (the last writer
-        wins); a compare-and-swap commit makes this conditional on ``previous``."""
-        self.location.write(layout.manifest_path(), manifest.to_json())
+    def _check_pieces(self, snap: Snapshot) -> None:
+        for piece in snap.pieces:
+            if not self.location.exists(piece.path):
+                raise ManifestError(
+                    f"snapshot {snap.id} of {self.location.display_url} cannot be restored: its "
+                    f"table piece {piece.path} is gone. Pick a kept snapshot (`guideloom log`)"
+                )
 
-    def _current_manifest(self) -> Manifest | None:
-        """The manifest committed here right now, or None (missing or unreadable)."""
+    def _check_expected(
+        self, expected: Snapshot | None | object, current: Snapshot | None, what: str
+    ) -> None:
+        if expected is _CURRENT:
+            return
+        want = expected.id if isinstance(expected, Snapshot) else None
+        have = current.id if current is not None else None
+        if want != have:
+            raise CommitConflictError(
+                f"cannot {what} {self.location.display_url}: it was at snapshot {want or '(none)'} "
+                f"when this {what} started, but snapshot {have or '(none)'} has landed since; "
+                f"nothing was committed. Check `guideloom log {self.location.display_url}`, then "
+                f"run the {what} again on top of {have or 'the empty location'}"
+            )
+
+    def _check_same_schema(self, current: Snapshot) -> None:
+        mine = self._spec()
+        if current.storage_class != self.storage_class or current.format != mine:
+            raise SchemaMismatchError(
+                f"cannot append to {self.location.display_url}: the dataset is a "
+                f"{current.storage_class} with format {current.format.name} {current.format.config}, "
+                f"the appended records are a {self.storage_class} with format {mine.name} "
+                f"{mine.config}. Open it with the storage class and format it records "
+                "(`guideloom inspect` prints them), or write to another URL"
+            )
+
+    def _landed(self, job: str, current: Snapshot, since: str | None) -> Snapshot | None:
+        """The snapshot an append job ``job`` already made (walking back from ``current`` to the
+        time its parts were finished), or None."""
+        snap: Snapshot | None = current
+        while snap is not None:
+            if snap.job == job:
+                return snap
+            if since is not None and snap.time < since:
+                return None
+            if snap.parent is None or snap.sequence == 0:
+                return None
+            try:
+                snap = self.history.by_sequence(snap.sequence - 1)
+            except FileNotFoundError:
+                return None  # expired
+        return None
+
+    def _next(
+        self,
+        current: Snapshot | None,
+        table: ShardTable,
+        num_parts: int,
+        metadata: dict[str, Any] | None,
+        *,
+        append: bool,
+        job: str | None,
+    ) -> tuple[Snapshot, ShardTable]:
+        """The snapshot that follows ``current`` with ``table`` (its rows shifted after the
+        current parts for an append), its pieces written; and the rows as shifted."""
+        from guideloom._version import __version__
+
+        seq = current.sequence + 1 if current is not None else 1
+        if append and current is not None:
+            rows = _shifted(table, current.num_parts)
+            piece = self.history.write_piece(rows, num_parts)
+            pieces = [*current.pieces, piece]
+            merge = merge_plan([p.shards for p in pieces])
+            if merge > 1:
+                olds = pieces[-merge:-1]
+                joined = ShardTable.concat([*(self.history.read_piece(p) for p in olds), rows])
+                merged = self.history.write_piece(joined, sum(p.parts for p in olds) + num_parts)
+                pieces = [*pieces[:-merge], merged]
+            base = current.summary
+            added_records, added_tokens = sum(rows.records), sum(rows.tokens)
+            summary = SnapshotSummary(
+                records=base.records + added_records,
+                tokens=base.tokens + added_tokens,
+                shards=base.shards + len(rows),
+                bytes=base.bytes + sum(sum(c.size) for c in rows.files.values()),
+                added_shards=len(rows),
+                removed_shards=0,
+                added_records=added_records,
+                added_tokens=added_tokens,
+            )
+            return (
+                Snapshot(
+                    id=snapshot_id(seq, new_token()),
+                    sequence=seq,
+                    parent=current.id,
+                    time=now_iso(),
+                    operation="append",
+                    summary=summary,
+                    storage_class=self.storage_class,
+                    format=self._spec(),
+                    num_parts=current.num_parts + num_parts,
+                    guideloom_version=__version__,
+                    metadata=dict(current.metadata if metadata is None else metadata),
+                    pieces=tuple(pieces),
+                    job=job,
+                ),
+                rows,
+            )
+        piece = self.history.write_piece(table, num_parts)
+        op: Operation = "write" if current is None else "overwrite"
+        if append:
+            op = "write"
+        return (
+            Snapshot(
+                id=snapshot_id(seq, new_token()),
+                sequence=seq,
+                parent=current.id if current is not None else None,
+                time=now_iso(),
+                operation=op,
+                summary=summary_of(table, added=len(table), removed=current.summary.shards if current else 0),
+                storage_class=self.storage_class,
+                format=self._spec(),
+                num_parts=num_parts,
+                guideloom_version=__version__,
+                metadata=dict(metadata or {}),
+                pieces=(piece,),
+                job=job,
+            ),
+            table,
+        )
+
+    def _manifest_of(self, snap: Snapshot, base: Snapshot | None, rows: ShardTable | None) -> Manifest:
+        """``snap``'s manifest: from the cached manifest of ``base`` and the appended ``rows``
+        when the storage holds it (no piece is read), else read from its pieces."""
+        cached = self._cached() if self._cached is not None else None
+        if rows is not None and snap.operation == "append" and base is not None and cached is not None:
+            manifest, cached_id = cached
+            if cached_id == base.id:
+                return manifest_of(snap, ShardTable.concat([manifest.shard_table, rows]), validate=False)
+        if rows is not None and snap.operation != "append":
+            return manifest_of(snap, rows)
+        return self.history.manifest(snap)
+
+    def _remove_losers(self, stale: set[str], manifest: Manifest) -> None:
+        """Remove this run's losing attempts that no kept snapshot uses (best effort)."""
+        losers = stale - set(manifest.shard_table.prefix)
+        if not losers:
+            return
         try:
-            return load_manifest(self.location)
-        except (DatasetNotFoundError, ManifestError):
-            return None
+            used = self.referenced_prefixes()
+        except (GuideLoomError, OSError):
+            return
+        for prefix in sorted(losers - used):
+            self._remove_quietly(prefix)
+
+    def referenced_prefixes(self, snapshots: list[Snapshot] | None = None) -> set[str]:
+        """Every shard prefix some snapshot of ``snapshots`` (default: all kept) uses."""
+        snaps = self.history.snapshots() if snapshots is None else snapshots
+        paths = {p.path for s in snaps for p in s.pieces}
+        used: set[str] = set()
+        for path in sorted(paths):
+            used.update(self.history.read_piece(TablePiece(path=path, shards=0, parts=0, bytes=0)).prefix)
+        for s in snaps:
+            if s.sequence == 0 and not s.pieces:
+                used.update(self.history.manifest(s).shard_table.prefix)
+        return used
 
     def _try_part(self, part: int, run: str, listed: dict[str, int]) -> tuple[PartRecord | None, str]:
         try:
@@ -234,10 +521,70 @@ class Committer:
 
     # -- cleaning up ------------------------------------------------------------------------
 
+    def expire(
+        self, older_than: _dt.datetime | _dt.timedelta | None, keep_last: int, grace: _dt.timedelta
+    ) -> list[Snapshot]:
+        """Delete snapshots, then unused files older than ``grace`` (see `Storage.expire`)."""
+        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
+            raise ValueError(
+                f"keep_last must be at least 1, got {keep_last!r}: the current snapshot is always "
+                "kept (readers need it). Pass keep_last=1 to keep only the current snapshot"
+            )
+        if isinstance(older_than, _dt.timedelta):
+            cutoff: str | None = _earlier(now_iso(), seconds=older_than.total_seconds())
+        elif isinstance(older_than, _dt.datetime):
+            if older_than.tzinfo is None:
+                raise ValueError(
+                    f"older_than must be an aware datetime (with a time zone), got {older_than!r}"
+                )
+            cutoff = older_than.astimezone(_dt.timezone.utc).isoformat(timespec="seconds")
+        elif older_than is None:
+            cutoff = None
+        else:
+            raise TypeError(f"older_than must be a datetime, a timedelta or None, got {older_than!r}")
+        current = self.history.current()
+        if current is None:
+            raise DatasetNotFoundError(f"no dataset at {self.location.display_url}: nothing to expire")
+        current = self.history.materialize(current)
+        snaps = self.history.snapshots()
+        newest = {s.id for s in snaps[-keep_last:]} | {current.id}
+        expired = [s for s in snaps if s.id not in newest and (cutoff is None or s.time < cutoff)]
+        for snap in expired:
+            self.location.delete(layout.snapshot_log_path(snap.sequence))
+        self._remove_unused(grace)
+        return expired
+
+    def _remove_unused(self, grace: _dt.timedelta) -> None:
+        """Delete table pieces, shard folders and part records that no kept snapshot uses and
+        that are older than ``grace`` (so the files of writers still running are kept)."""
+        import time
+
+        kept = self.history.snapshots()  # read again: commits may have landed meanwhile
+        used = self.referenced_prefixes(kept)
+        pieces = {p.path for s in kept for p in s.pieces}
+        limit = time.time() - grace.total_seconds()
+        tables = f"{layout.SNAPSHOTS_DIR}/tables"
+        for rel, when in self.location.modified_under(tables).items():
+            if rel not in pieces and when < limit:
+                self.location.delete(rel)
+        newest: dict[str, float] = {}
+        for rel, when in self.location.modified_under(layout.SHARDS_DIR).items():
+            prefix = _prefix_of(rel)
+            newest[prefix] = max(newest.get(prefix, 0.0), when)
+        for prefix, when in sorted(newest.items()):
+            if prefix not in used and when < limit:
+                self.location.delete(prefix, recursive=True)
+        runs = {layout.run_of_prefix(p) for p in used}
+        for rel, when in self.location.modified_under(layout.PARTS_DIR).items():
+            folder = rel.split("/")[1] if rel.count("/") >= 2 else None
+            run = layout.parts_folder_run(folder) if folder else layout.DEFAULT_RUN
+            if run not in runs and when < limit:
+                self.location.delete(rel)
+
     def remove_unreferenced(self, manifest: Manifest) -> None:
-        """Remove shard folders and part records that ``manifest`` (the committed one) does not
-        use (see `Storage.remove_unreferenced`)."""
-        used = set(manifest.shard_table.prefix)
+        """Remove shard folders and part records that no kept snapshot (``manifest`` is the
+        current one) uses (see `Storage.remove_unreferenced`)."""
+        used = set(manifest.shard_table.prefix) | self.referenced_prefixes()
         self._remove_outside(layout.SHARDS_DIR, used)
         runs = {layout.run_of_prefix(p) for p in used} - {None}
         for name in self.location.list(layout.PARTS_DIR):
@@ -271,3 +618,31 @@ class Committer:
             self.location.delete(rel, recursive=True)
         except (GuideLoomError, OSError):
             pass
+
+
+def _name(snap: Snapshot | None) -> str:
+    return snap.id if snap is not None else "(no snapshot: an empty location)"
+
+
+def _earlier(iso: str, *, seconds: float) -> str:
+    """``iso`` (a UTC time) moved ``seconds`` earlier, in the same format."""
+    moment = _dt.datetime.fromisoformat(iso) - _dt.timedelta(seconds=seconds)
+    return moment.isoformat(timespec="seconds")
+
+
+def _shifted(table: ShardTable, base: int) -> ShardTable:
+    """``table`` (rows of freshly written parts, numbered from 0) as parts ``base ..``: part
+    numbers shifted, file paths kept (each prefix records the shift)."""
+    if base == 0:
+        return table
+    if any(table.part_base):
+        raise ValueError("only rows of freshly written parts can be shifted")
+    return table.model_copy(
+        update={"part": [p + base for p in table.part], "part_base": [base] * len(table.prefix)}
+    )
+
+
+def _prefix_of(rel: str) -> str:
+    """The shard prefix of a shard file path (``shards/w-x`` or ``shards/r-run/a-x``)."""
+    pieces = rel.split("/")
+    return "/".join(pieces[:3] if len(pieces) > 2 and pieces[1].startswith("r-") else pieces[:2])

@@ -37,3 +37,22 @@ def expected_spans(records: Any, sequence_length: int, window: int) -> list[tupl
                 out.append((lo - g0, hi - g0, annotation))
         pos += len(tokens)
     return out
+
+
+def plain_manifest(fs: Any, root: str) -> dict[str, Any]:
+    """Turn the dataset at ``root`` (raw fsspec) into one whose manifest.json is a whole
+    manifest, as GuideLoom wrote before snapshots (the current snapshot's manifest, history
+    dropped), and return that manifest as a dict: tests that damage a manifest edit this."""
+    import json
+
+    from guideloom.io import Location
+    from guideloom.storage.checks import load_manifest
+
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    url = root if protocol in ("file", "local") else f"{protocol}://{root}"
+    manifest = load_manifest(Location(url, getattr(fs, "storage_options", None)))
+    data = manifest.to_json()
+    fs.pipe_file(f"{root}/manifest.json", data)
+    if fs.exists(f"{root}/snapshots"):
+        fs.rm(f"{root}/snapshots", recursive=True)
+    return dict(json.loads(data))

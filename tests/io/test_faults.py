@@ -117,14 +117,24 @@ def test_refused_write_and_refused_commit_are_named_and_keep_the_old_dataset(sto
         with storage.writer(overwrite=True) as w:
             w.append({"tokens": np.arange(10)})
     fault_s3.clear()
-    fault_s3.add(Fault("status", r"/manifest\.json", method="PUT"))
-    with pytest.raises(StorageAccessError, match=r"writing .*manifest\.json"):
+    # The commit itself is the creation of the next snapshot's log entry: refused, nothing lands.
+    fault_s3.add(Fault("status", r"/snapshots/log/\d+\.json", method="PUT"))
+    with pytest.raises(StorageAccessError, match=r"creating .*snapshots/log/\d+\.json"):
         with storage.writer(overwrite=True) as w:
             w.append({"tokens": np.arange(10)})
     fault_s3.clear()
     survivor = StreamDataset(_reader(url, fault_s3), WINDOW)
     assert survivor.manifest.fingerprint == manifest.fingerprint
     assert _read_all(survivor)[0, 0] == 1
+    # manifest.json is only a copy of the current snapshot's record: a refused copy does not
+    # undo a commit that landed, and readers find the new snapshot through the log.
+    fault_s3.add(Fault("status", r"/manifest\.json", method="PUT"))
+    with _reader(url, fault_s3).writer(append=True) as w:
+        w.append({"tokens": np.full(10, 7)})
+    fault_s3.clear()
+    grown = _reader(url, fault_s3)
+    assert grown.current_snapshot.operation == "append"
+    assert grown.manifest.total_tokens == manifest.total_tokens + 10
 
 
 def test_deleted_shard_names_the_missing_file(stored, s3_options, fault_s3):

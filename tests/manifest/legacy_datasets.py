@@ -126,7 +126,23 @@ def normalized(data: bytes) -> bytes:
 def written_json(root: Path) -> dict[str, bytes]:
     """Every manifest and part record under ``root``, normalized, by path relative to ``root``."""
     files = sorted([*root.glob("*/manifest.json"), *root.glob("*/parts/**/*.json")])
-    return {str(p.relative_to(root)): normalized(p.read_bytes()) for p in files}
+    return {str(p.relative_to(root)): normalized(_manifest_bytes(p)) for p in files}
+
+
+def _manifest_bytes(path: Path) -> bytes:
+    """A file's bytes; for a manifest.json that is a snapshot record, the manifest of that
+    snapshot as a plain manifest.json would hold it (the shard table joined from its pieces)."""
+    from guideloom.io import Location
+    from guideloom.manifest.snapshots import is_snapshot_record
+    from guideloom.storage.history import History
+
+    data = path.read_bytes()
+    if path.name != "manifest.json" or not is_snapshot_record(data):
+        return data
+    history = History(Location(str(path.parent)))
+    current = history.current()
+    assert current is not None
+    return history.manifest(current).to_json()
 
 
 if __name__ == "__main__":

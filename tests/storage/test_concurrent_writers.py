@@ -10,6 +10,7 @@ test is bounded (small data, joins with timeouts).
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import threading
 
@@ -18,7 +19,12 @@ import numpy as np
 import pytest
 
 from guideloom import StreamDataset, StreamNumpyFormat, StreamStorage
-from guideloom.errors import IncompletePartsError, ShardCorruptError, ShardNotFoundError
+from guideloom.errors import (
+    CommitConflictError,
+    IncompletePartsError,
+    ShardCorruptError,
+    ShardNotFoundError,
+)
 
 FMT = StreamNumpyFormat({"tokens": np.uint16})
 WINDOW = 16
@@ -166,7 +172,9 @@ def test_commit_refuses_a_record_whose_files_were_removed(where):
 
 @pytest.mark.parametrize("overwrite", [False, True], ids=["fresh", "overwrite"])
 @pytest.mark.parametrize("closing", ["AB", "BA"])
-def test_two_single_writers_last_wins_with_its_shards(where, overwrite, closing):
+def test_two_single_writers_first_commit_wins_the_other_conflicts(where, overwrite, closing):
+    """Both writers start on the same snapshot: the first to close commits; the second raises
+    CommitConflictError naming both snapshots, commits nothing and removes its shards."""
     if overwrite:
         with _storage(where).writer() as w:
             _fill(w, 9)
@@ -176,23 +184,33 @@ def test_two_single_writers_last_wins_with_its_shards(where, overwrite, closing)
     _fill(b, 2)
     first, second = (a, b) if closing == "AB" else (b, a)
     first.close()
-    second.close()
-    expected = 2 if closing == "AB" else 1
+    landed = _storage(where).current_snapshot
+    with pytest.raises(CommitConflictError) as info:
+        second.close()
+    assert landed.id in str(info.value) and "run the" in str(info.value)
+    expected = 1 if closing == "AB" else 2
     assert _one_whole(_storage(where), {1, 2}, 3 * TOKENS // WINDOW) == expected
+    assert _storage(where).current_snapshot.id == landed.id
+    url, options = where
+    fs, root = fsspec.core.url_to_fs(url, **options)
+    assert not fs.exists(f"{root}/{second.shard_prefix}")
 
 
 def test_single_writers_racing_in_threads(where):
     with _storage(where).writer() as w:
         _fill(w, 9)
-    errors = []
+    errors, conflicts, landed = [], [], []
 
     def run(value):
-        try:
-            for _ in range(3):
+        for _ in range(3):
+            try:
                 with _storage(where).writer(overwrite=True, shard_size=TOKENS * 2) as w:
                     _fill(w, value)
-        except Exception as err:
-            errors.append(err)
+                landed.append(value)
+            except CommitConflictError as err:
+                conflicts.append(err)  # another overwrite landed first: refused, nothing lost
+            except Exception as err:
+                errors.append(err)
 
     threads = [threading.Thread(target=run, args=(v,)) for v in (1, 2, 3)]
     for t in threads:
@@ -200,7 +218,11 @@ def test_single_writers_racing_in_threads(where):
     for t in threads:
         t.join(timeout=180)
     assert not errors, errors
-    _one_whole(_storage(where), {1, 2, 3}, 3 * TOKENS // WINDOW)
+    assert landed and len(landed) + len(conflicts) == 9
+    final = _one_whole(_storage(where), {1, 2, 3}, 3 * TOKENS // WINDOW)
+    history = _storage(where).snapshots()
+    assert len(history) == 1 + len(landed)  # every landed overwrite is one snapshot
+    assert final == landed[-1]
 
 
 # -- overwrite while reading --------------------------------------------------------------------
@@ -297,8 +319,9 @@ def test_overwrite_while_reading_never_shows_a_mix(where, how):
     assert _one_whole(_storage(where), {final}, windows) == final
 
 
-def test_old_parts_are_removed_after_an_overwrite(where):
-    """Cleanup: after the new manifest, the files the replaced one used are gone."""
+def test_old_parts_are_removed_by_expire_after_an_overwrite(where):
+    """The replaced snapshot's files stay (it can be rolled back to) until it expires; then
+    they are gone and the current snapshot reads whole."""
     storage = _storage(where)
     with storage.writer(part=0) as w:
         _fill(w, 1)
@@ -309,6 +332,10 @@ def test_old_parts_are_removed_after_an_overwrite(where):
     storage.commit(num_parts=1, run="job-2")
     url, options = where
     fs, root = fsspec.core.url_to_fs(url, **options)
+    for prefix in old_prefixes:
+        assert fs.exists(f"{root}/{prefix}/part-00000/shard-00000.tokens")
+    expired = storage.expire(keep_last=1, grace=datetime.timedelta(0))
+    assert [s.sequence for s in expired] == [1]
     for prefix in old_prefixes:
         assert not fs.exists(f"{root}/{prefix}/part-00000/shard-00000.tokens")
     assert _one_whole(storage, {2}, 3 * TOKENS // WINDOW) == 2

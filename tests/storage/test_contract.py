@@ -6,12 +6,13 @@ simulate damage) goes through raw fsspec, never through guideloom.
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import fsspec
 import numpy as np
 import pytest
-from storage_helpers import tokens_format
+from storage_helpers import plain_manifest, tokens_format
 
 from guideloom import (
     DocumentDataset,
@@ -47,7 +48,7 @@ def raw_fs(url: str, options: dict):
 def data_files(url: str, options: dict) -> list[str]:
     """Full paths of each shard's data file, read from manifest.json with raw fsspec."""
     fs, root = raw_fs(url, options)
-    table = json.loads(fs.cat_file(f"{root}/manifest.json"))["shard_table"]
+    table = plain_manifest(fs, root)["shard_table"]
     kind = table["files"]["data"]["kind"]
     return [
         f"{root}/{table['prefix'][p]}/part-{part:05d}/shard-{index:05d}.{kind}"
@@ -257,11 +258,15 @@ def test_bad_records_name_the_record_and_keep_committed_data(dataset_url):
     assert not small.exists()
 
 
-def test_overwrite_removes_the_old_files_after_commit(dataset_url):
+def test_overwrite_keeps_the_old_files_until_they_expire(dataset_url):
+    """An overwrite keeps the replaced snapshot's files (rollback needs them); expire with
+    keep_last=1 then removes them, leaving only the current snapshot's one shard."""
     url, options = dataset_url
     write_stream(url, options, seed_records() * 5, shard_size=8)
-    write_stream(url, options, seed_records()[:1], overwrite=True)
+    storage = write_stream(url, options, seed_records()[:1], overwrite=True)
     fs, root = raw_fs(url, options)
+    assert len([p for p in fs.find(root) if "/shards/" in p]) == 10 + 1
+    storage.expire(keep_last=1, grace=datetime.timedelta(0))
     shard_files = [p for p in fs.find(root) if "/shards/" in p]
     assert len(shard_files) == 1
 

@@ -10,6 +10,7 @@ import fsspec
 import numpy as np
 import pytest
 import xxhash
+from storage_helpers import plain_manifest
 
 from guideloom import (
     DocumentDataset,
@@ -36,7 +37,7 @@ def _write_stream(url, options):
 
 def _edit_manifest(url, options, edit):
     fs, root = fsspec.core.url_to_fs(url, **options)
-    d = json.loads(fs.cat_file(f"{root}/manifest.json"))
+    d = plain_manifest(fs, root)
     edit(d)
     fs.pipe_file(f"{root}/manifest.json", json.dumps(d).encode())
 

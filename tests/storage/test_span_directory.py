@@ -8,9 +8,10 @@ import json
 import fsspec
 import numpy as np
 import pytest
-from storage_helpers import ConceptsFormat, expected_spans
+from storage_helpers import ConceptsFormat, expected_spans, plain_manifest
 
 from guideloom import StreamNumpyFormat, StreamWithMetaDataset, StreamWithMetaStorage, layout
+from guideloom.storage.checks import read_manifest
 
 SEQ = 97
 
@@ -41,7 +42,7 @@ def _strip_directories(url: str, storage_options: dict | None = None) -> None:
     """Turn a dataset into what GuideLoom wrote before span directories (manifest version 1):
     through raw fsspec, delete the directory files and drop their column from the manifest."""
     fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    manifest = json.loads(fs.cat_file(f"{root}/manifest.json"))
+    manifest = plain_manifest(fs, root)
     table = manifest["shard_table"]
     column = table["files"].pop("span_dir")
     for i in range(len(table["part"])):
@@ -165,7 +166,7 @@ def test_only_datasets_with_span_directories_need_manifest_version_2(tmp_path):
         w.append("a")
     docs.commit(num_parts=1)
     assert stream.manifest.version == 1 and docs.manifest.version == 1
-    assert json.loads((tmp_path / "s" / "manifest.json").read_text())["version"] == 1
+    assert read_manifest(tmp_path / "s")[1].version == 1
     meta = StreamWithMetaStorage(tmp_path / "m", ConceptsFormat(StreamNumpyFormat({"tokens": np.uint16})))
     with meta.writer(part=0) as w:
         w.append({"tokens": np.arange(10)}, spans=[(2, 4, ["x"])])

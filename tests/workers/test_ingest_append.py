@@ -1,0 +1,59 @@
+"""`guideloom ingest --append` (IngestConfig.append) on the session's local Ray: the stream
+continues, a re-run of an append job lands once, and another layout is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from guideloom import StreamDataset
+from guideloom.errors import SchemaMismatchError
+from guideloom.workers.ingest import run_ingest
+from guideloom.workers.output import open_storage
+from guideloom.workers.tokenizer import load_tokenizer
+
+
+def _tokens(rows):
+    out: list[int] = []
+    for r in rows:
+        out += [*r["text"].encode(), 256]
+    return out
+
+
+@pytest.mark.ray
+def test_append_continues_the_stream_and_a_rerun_lands_once(
+    ray_local, ingest_config, write_jsonl, doc_rows, tmp_path
+):
+    out = tmp_path / "ds"
+    first, second, third = doc_rows(6), doc_rows(5, start=100), doc_rows(4, start=200)
+    opts = {"part_size": 200, "shard_size": 300}
+    run_ingest(ingest_config([write_jsonl("a.jsonl", first)], out, **opts))
+    b = ingest_config([write_jsonl("b.jsonl", second)], out, append=True, **opts)
+    grown = run_ingest(b)
+    storage = open_storage(b, load_tokenizer("bytes"))
+    before = storage.snapshots()
+    assert [s.operation for s in before] == ["write", "append"]
+    expected = _tokens(first) + _tokens(second)
+    assert grown.total_tokens == len(expected)
+    assert StreamDataset(storage, len(expected))[0]["tokens"].tolist() == expected
+
+    run_ingest(b)  # the same append job again: nothing new
+    run_ingest(ingest_config([write_jsonl("c.jsonl", third)], out, append=True, **opts))
+    again = run_ingest(b)  # not current any more, but already landed: still once
+    history = open_storage(b, load_tokenizer("bytes")).snapshots()
+    assert [s.operation for s in history] == ["write", "append", "append"]
+    assert again.total_tokens == len(expected)  # the manifest of the snapshot it made
+    storage.refresh()
+    assert storage.manifest.total_tokens == len(expected) + len(_tokens(third))
+
+
+@pytest.mark.ray
+def test_append_of_another_layout_is_refused_naming_both(
+    ray_local, ingest_config, write_jsonl, doc_rows, tmp_path
+):
+    out = tmp_path / "ds"
+    run_ingest(ingest_config([write_jsonl("a.jsonl", doc_rows(3))], out))
+    with pytest.raises(SchemaMismatchError) as info:
+        run_ingest(ingest_config([write_jsonl("b.jsonl", doc_rows(3))], out, append=True, layout="document"))
+    assert "StreamStorage" in str(info.value) and "DocumentStorage" in str(info.value)
+    with pytest.raises(ValueError, match="pass one of them"):
+        ingest_config([write_jsonl("c.jsonl", doc_rows(1))], out, append=True, overwrite=True)
