@@ -82,7 +82,8 @@ def _root(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
 ) -> None:
-    """Tokenized training data in object storage: inspect, verify and ingest datasets."""
+    """Tokenized training data in object storage: ingest, inspect, verify and mix datasets, and
+    list, roll back and expire their snapshots."""
 
 
 WIDTH = 80  # inspect's text output fits this many columns
@@ -386,7 +387,8 @@ def mix(
         if weight_by not in ("samples", "tokens"):
             raise ValueError(f"--weight-by must be samples or tokens, got {weight_by!r}")
         options = parse_options(option)
-        classes = set()
+        classes: dict[str, str] = {}  # source -> storage class
+        schemas: dict[str, tuple[str, Any]] = {}  # stream source -> (format name, config)
         for arg in sources:
             url, sep, raw = arg.rpartition("=")
             if not sep or not url:
@@ -399,7 +401,9 @@ def mix(
                 raise ValueError(f"{url}: weight {raw!r} is not a positive, finite number")
             weights.append(weight)
             location, manifest = read_manifest(url, options)
-            classes.add(manifest.storage_class)
+            classes[url] = manifest.storage_class
+            if manifest.storage_class != "DocumentStorage":
+                schemas[url] = (manifest.format.name, manifest.format.config)
             if manifest.storage_class == "DocumentStorage":
                 sizes.append(manifest.total_records)
                 if weight_by == "tokens":
@@ -416,8 +420,7 @@ def mix(
             else:
                 sizes.append(manifest.total_tokens // sequence_length)
             names.append(location.display_url)
-        if len(classes) > 1:
-            raise ValueError(f"the sources mix storage classes {sorted(classes)}: a mixture reads one")
+        _check_one_schema(classes, schemas)
         # the Mixture's own arithmetic (weight_by="tokens": shares of tokens -> of documents)
         sample, means = sample_weights(weights, documents, tokens)
         plan = MixturePlan(
@@ -433,6 +436,29 @@ def mix(
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     typer.echo("\n".join(lines))
+
+
+def _check_one_schema(classes: dict[str, str], schemas: dict[str, tuple[str, Any]]) -> None:
+    """The checks `guideloom.Mixture` makes when it opens its sources, from the manifests alone:
+    one storage class, and for streams one format (the same fields and dtypes)."""
+    urls = list(classes)
+    first = urls[0]
+    for url in urls[1:]:
+        if classes[url] != classes[first]:
+            listed = ", ".join(f"{u} is a {c}" for u, c in classes.items())
+            raise ValueError(
+                f"the sources mix storage classes ({listed}): a mixture reads one layout. "
+                f"Preview the {classes[first]} sources on their own, or mix datasets written "
+                "with the same --layout"
+            )
+        if url in schemas and schemas[url] != schemas[first]:
+            (name, config), (first_name, first_config) = schemas[url], schemas[first]
+            raise ValueError(
+                f"source {url} has the schema {name} {config}, but source {first} has "
+                f"{first_name} {first_config}: batches of one mixture need the same fields and "
+                "dtypes (guideloom.Mixture refuses these sources). Mix sources written with the "
+                "same fields, or re-ingest one of them"
+            )
 
 
 def _verify_progress() -> Callable[[int, int], None]:

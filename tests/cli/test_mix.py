@@ -63,3 +63,34 @@ def test_mix_refuses_documents_without_token_counts(tmp_path: Any) -> None:
     result = CliRunner().invoke(app, ["mix", f"{known.url}=1", f"{unknown.url}=1", "--weight-by", "tokens"])
     assert result.exit_code == 2
     assert f"{unknown.url}: --weight-by tokens needs its number of tokens" in result.output
+
+
+def test_mix_refuses_the_sources_a_mixture_refuses(tmp_path: Any) -> None:
+    """The preview runs the Mixture's own schema check: a tokens-only stream and a tokens +
+    doc_index stream are refused by both, with the fields named, before any table is printed."""
+    from guideloom.errors import MixtureError
+
+    plain = _stream(str(tmp_path / "plain"), 200)
+    fmt = StreamNumpyFormat({"tokens": np.uint16, "doc_index": np.uint64})
+    indexed = StreamStorage(str(tmp_path / "indexed"), fmt)
+    with indexed.writer() as writer:
+        writer.append({"tokens": np.arange(200, dtype=np.uint16), "doc_index": np.zeros(200, np.uint64)})
+    with pytest.raises(MixtureError, match="same fields and dtypes"):
+        Mixture([(plain, 1), (StreamStorage(indexed.url, fmt), 1)]).dataset(16)
+    result = CliRunner().invoke(app, ["mix", f"{plain.url}=1", f"{indexed.url}=1", "-L", "16"])
+    assert result.exit_code == 2, result.output
+    assert "same fields and dtypes" in result.output and "doc_index" in result.output
+    assert "share" not in result.output  # no plan printed
+    # the fix it names works: sources with the same fields preview fine
+    same = _stream(str(tmp_path / "same"), 100)
+    assert "share" in _mix(f"{plain.url}=1", f"{same.url}=1", "-L", "16")
+
+
+def test_mix_of_storage_classes_names_each_source_and_the_fix(tmp_path: Any) -> None:
+    docs = _documents(str(tmp_path / "docs"), [3, 4], 7)
+    stream = _stream(str(tmp_path / "stream"), 200)
+    result = CliRunner().invoke(app, ["mix", f"{stream.url}=1", f"{docs.url}=1", "-L", "16"])
+    assert result.exit_code == 2, result.output
+    flat = " ".join(result.output.split())
+    assert f"{stream.url} is a StreamStorage" in flat and f"{docs.url} is a DocumentStorage" in flat
+    assert "same --layout" in flat
