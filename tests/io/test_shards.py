@@ -182,3 +182,27 @@ def test_the_s3_reader_gives_the_bytes_of_local_disk(tmp_path: Any, s3_bucket: s
     assert isinstance(b, RemoteShardReader)
     requests = [r for r in _requests(local) if r[3] > r[2]]
     assert a.read(requests) == b.read(requests)
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_a_reader_of_an_expired_snapshot_is_told_to_refresh(tmp_path: Any, where: str) -> None:
+    """Overwritten and expired under an open storage: the missing shard's message names
+    storage.refresh() (and says verify would pass), and the refresh it names reads the new data."""
+    import datetime as dt
+
+    url = str(tmp_path / "ds") if where == "local" else f"memory://{tmp_path.name}/grown"
+    old = _write(url)
+    reader = _reader(old)
+    newer = StreamStorage(url, FMT)
+    with newer.writer(overwrite=True) as w:
+        w.append({"tokens": np.arange(50, dtype=np.uint16)})
+    newer.expire(keep_last=1, grace=dt.timedelta(0))  # deletes the files only the old snapshot used
+    with pytest.raises(ShardNotFoundError) as info:
+        reader.read([(0, "data", 0, 10)])
+    message = str(info.value)
+    assert "is missing" in message and "storage.refresh()" in message and "overwritten" in message
+    old.refresh()  # the fix the message names
+    assert old.manifest.total_tokens == 50
+    assert [err for _, err in old.verify()] == [None]  # verify checks the current snapshot: passes
+    data = _reader(old).read([(0, "data", HEADER_SIZE, HEADER_SIZE + 2 * 50)])[0]
+    assert np.frombuffer(data, np.uint16).tolist() == list(range(50))
