@@ -55,6 +55,8 @@ __all__ = [
     "StreamWithMetaStorage",
     "StreamWithMetaStorageFormat",
     "__version__",
+    "trace",
+    "trace_arrays",
 ]
 
 
@@ -64,4 +66,8 @@ def __getattr__(name: str) -> Any:
         from guideloom.loading import StatefulDataLoader
 
         return StatefulDataLoader
+    if name in ("trace", "trace_arrays"):
+        from guideloom.loading import trace
+
+        return getattr(trace, name)
     raise AttributeError(f"module 'guideloom' has no attribute {name!r}")

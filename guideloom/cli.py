@@ -461,6 +461,99 @@ def _check_one_schema(classes: dict[str, str], schemas: dict[str, tuple[str, Any
             )
 
 
+def _open_shipped(url: str, options: dict[str, Any]) -> Any:
+    """The storage at ``url`` with the class and shipped format its manifest records."""
+    import guideloom
+    from guideloom.formats import StreamNumpyFormat
+
+    location, manifest = read_manifest(url, options)
+    spec, cls_name = manifest.format, manifest.storage_class
+    storage_cls = getattr(guideloom, cls_name)
+    if spec.name == "StreamNumpyFormat":
+        return storage_cls(url, StreamNumpyFormat.from_config(spec.config), storage_options=options)
+    shipped = spec.module.startswith("guideloom.formats.") and hasattr(guideloom, spec.name)
+    if shipped and spec.name.startswith("StreamWithMeta") and set(spec.config) == {"stream"}:
+        fmt = getattr(guideloom, spec.name)(StreamNumpyFormat.from_config(spec.config["stream"]))
+        return storage_cls(url, fmt, storage_options=options)
+    if shipped and spec.name.startswith("Document"):
+        config = {k: v for k, v in spec.config.items() if not (k == "protocol" and v == 5)}
+        fmt = getattr(guideloom, spec.name)(**config)
+        return storage_cls(url, fmt, storage_options=options)
+    raise ValueError(
+        f"{location.display_url} uses the format {spec.module}.{spec.name}, which the command line "
+        "does not build; open the storage in Python (guideloom inspect prints the lines) and call "
+        "guideloom.trace(state, storage, steps=range(A, B))"
+    )
+
+
+def _step_range(text: str) -> range:
+    first, sep, last = text.partition("-")
+    try:
+        a = int(first)
+        b = int(last) if sep else a
+    except ValueError:
+        raise ValueError(
+            f"--steps takes A-B (first and last step, inclusive) or one step, got {text!r}"
+        ) from None
+    if a < 0 or b < a:
+        raise ValueError(f"--steps {text!r}: the first step must be >= 0 and not after the last")
+    return range(a, b + 1)
+
+
+@app.command(short_help="Which samples (shards, byte ranges) steps of a training run read.")
+def trace(
+    state_file: str = typer.Argument(..., metavar="STATE.json", help="A loader state_dict() saved as JSON."),
+    sources: list[str] = typer.Argument(
+        ..., metavar="URL...", help="The dataset URL, or URL=WEIGHT for each source of a mixture."
+    ),
+    steps: str = typer.Option(
+        ..., "--steps", help="Steps A-B (inclusive), numbered from the start of training."
+    ),
+    option: list[str] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help=OPTION_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON Lines (every field) instead of a table."),
+    first_step: int = typer.Option(0, "--first-step", help="The step number of epoch 0's first step."),
+) -> None:
+    """Print, for every row of every step in --steps on every rank, the sample it read and
+    where its bytes are (shard and byte range), from the state and the manifests alone: no data
+    is read and the loader is not replayed (see "Debugging a loss spike" in docs/training.md)."""
+    import json as _json
+
+    from guideloom.loading.mixture import Mixture
+    from guideloom.loading.trace import trace as trace_rows
+
+    try:
+        options = parse_options(option)
+        with open(state_file, encoding="utf-8") as f:
+            state = _json.load(f)
+        if len(sources) == 1 and "=" not in sources[0]:
+            data: Any = _open_shipped(sources[0], options)
+        else:
+            weighted = []
+            for arg in sources:
+                url, sep, raw = arg.rpartition("=")
+                if not sep or not url:
+                    raise ValueError(f"{arg!r} is not URL=WEIGHT (a mixture names each source's weight)")
+                weighted.append((_open_shipped(url, options), float(raw)))
+            data = Mixture(weighted)
+        rows = trace_rows(state, data, _step_range(steps), first_step=first_step)
+        if as_json:
+            for row in rows:
+                typer.echo(_json.dumps(row))
+            return
+        typer.echo(f"{'step':>8} {'rank':>4} {'row':>4}  {'sample':>9}  shard  bytes  source")
+        for row in rows:
+            rng = row["byte_range"]
+            where = f"{rng[0]}-{rng[1]}" if rng else f"record {row.get('record_in_shard')}"
+            more = f" (+{len(row['pieces']) - 1} shards)" if len(row.get("pieces") or []) > 1 else ""
+            typer.echo(
+                f"{row['step']:>8} {row['rank']:>4} {row['row']:>4}  {row['sample_index']:>9}  "
+                f"{row['shard']}  {where}{more}  {row['source']}"
+            )
+    except (GuideLoomError, ValueError, OSError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+
+
 def _verify_progress() -> Callable[[int, int], None]:
     """A one-line ``checked i/n shards`` display on a terminal's stderr (at most 10 updates/s)."""
     last = [0.0]
