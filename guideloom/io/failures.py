@@ -11,9 +11,23 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from guideloom.errors import BucketNotFoundError, GuideLoomError, StorageAccessError, StorageTimeoutError
+from guideloom.errors import (
+    BucketNotFoundError,
+    GuideLoomError,
+    ManifestError,
+    ShardCorruptError,
+    StorageAccessError,
+    StorageTimeoutError,
+)
 
-__all__ = ["DEADLINE_ENV", "DEADLINE_OPTION", "DeadlineExceeded", "is_transient", "translated"]
+__all__ = [
+    "DEADLINE_ENV",
+    "DEADLINE_OPTION",
+    "DeadlineExceeded",
+    "ShortBodyError",
+    "is_transient",
+    "translated",
+]
 
 DEADLINE_ENV = "GUIDELOOM_IO_DEADLINE_S"
 DEADLINE_OPTION = "guideloom_deadline_s"  # a storage option GuideLoom takes out for itself
@@ -21,6 +35,10 @@ DEADLINE_OPTION = "guideloom_deadline_s"  # a storage option GuideLoom takes out
 _TRANSIENT = (ConnectionError, TimeoutError)
 # Raised by aiohttp when a body ends early or the server drops the connection: worth a retry.
 _TRANSIENT_NAMES = {"ClientPayloadError", "ServerDisconnectedError", "ClientOSError", "ContentLengthError"}
+# A body whose bytes do not match the checksum the store recorded for the object (botocore's
+# response checksum; a body damaged on its way): another GET usually brings the right bytes.
+# One that persists is corruption (see `translated`).
+_CHECKSUM_NAMES = {"FlexibleChecksumError"}
 _UNREACHABLE = {
     "EndpointConnectionError",
     "ConnectTimeoutError",
@@ -40,6 +58,11 @@ _BACKEND_MODULES = (
 )
 
 
+class ShortBodyError(ConnectionError):
+    """A ranged answer that ended before the end its own ``Content-Range`` announces (a body
+    cut short on its way, though its length header agreed): transient, worth another GET."""
+
+
 class DeadlineExceeded(Exception):
     """Internal: an operation ran out of its total time; ``last`` is the error seen before."""
 
@@ -52,7 +75,13 @@ def is_transient(err: BaseException) -> bool:
     """Whether ``err`` is worth another attempt (a dropped connection, a body cut short)."""
     if type(err).__name__ == "FSTimeoutError":
         return False  # our own deadline, handled by the caller
-    return isinstance(err, _TRANSIENT) or type(err).__name__ in _TRANSIENT_NAMES
+    name = type(err).__name__
+    return isinstance(err, _TRANSIENT) or name in _TRANSIENT_NAMES or name in _CHECKSUM_NAMES
+
+
+def is_checksum_mismatch(err: BaseException) -> bool:
+    """Whether ``err`` says a response's bytes differ from the checksum the store sent with them."""
+    return type(err).__name__ in _CHECKSUM_NAMES
 
 
 def is_deadline(err: BaseException) -> bool:
@@ -95,6 +124,16 @@ def translated(action: str, where: str, endpoint: Callable[[], str]) -> Iterator
             "endpoint_url, and that the bucket exists and you may use it"
         ) from err
     except Exception as err:
+        if is_checksum_mismatch(err):  # it persisted through the retries: the object is damaged
+            error = ManifestError if where.endswith(".json") else ShardCorruptError
+            raise error(
+                f"{action} {where}: every answer from the storage endpoint {endpoint()} had bytes "
+                f"that do not match the checksum the store recorded for the object "
+                f"({type(err).__name__}: {_safe(err)}), on each retry: the object is damaged on "
+                "the server, or something between (a proxy, a cache) damages it. Check the "
+                "dataset with `guideloom verify` (its URL, without the file's name); if that fails "
+                "too, restore the file or rewrite the dataset"
+            ) from err
         if type(err).__name__ in _UNREACHABLE:  # botocore / aiohttp: nothing answered
             raise StorageAccessError(
                 f"{action} {where}: could not connect to the storage endpoint {endpoint()} "

@@ -18,6 +18,10 @@ Actions:
 * ``stall``: read the request and never answer (until the proxy stops, or ``delay`` seconds).
 * ``latency``: wait ``delay`` seconds, then forward.
 * ``grow``: forward, and append ``extra`` bytes to a successful body (a file that grew).
+* ``short``: forward, and send only the first ``keep`` bytes of a successful body (default
+  half) as a complete reply: its Content-Length matches what is sent and the connection stays
+  healthy, so only the object's checksum header (botocore's response checksum) or a size check
+  can tell (a body damaged on its way, as a faulty middlebox or cache would).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from s3proxy import ForwardingHandler, WideServer
 
 __all__ = ["Fault", "FaultProxy"]
 
-_ACTIONS = ("status", "reset", "truncate", "stall", "latency", "grow")
+_ACTIONS = ("status", "reset", "truncate", "stall", "latency", "grow", "short")
 
 
 @dataclass
@@ -49,7 +53,7 @@ class Fault:
     path: str = ""
     method: str = "*"
     status: int = 500
-    keep: int | None = None  # body bytes sent before a reset / truncation (None: half)
+    keep: int | None = None  # body bytes sent before a reset / truncation / short end (None: half)
     delay: float = 0.0  # seconds, for stall (0: until the proxy stops) and latency
     extra: int = 1  # bytes appended by grow
     skip: int = 0  # matching requests let through before the rule fires
@@ -167,6 +171,8 @@ def _make_handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             if fault is not None and action == "grow" and 200 <= status < 300:
                 data += b"\0" * fault.extra
                 resp_headers = [(k, v) for k, v in resp_headers if k.lower() != "content-range"]
+            if fault is not None and action == "short" and 200 <= status < 300 and self.command != "HEAD":
+                data = data[: len(data) // 2 if fault.keep is None else min(fault.keep, len(data))]
             self._reply_head(status, reason, resp_headers, data)
             self.end_headers()
             if self.command == "HEAD":
