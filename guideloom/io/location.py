@@ -43,6 +43,7 @@ from guideloom.io.failures import (
     translated,
 )
 from guideloom.io.ranges import DEFAULT_GAP_BUDGET, DEFAULT_MAX_GAP, merge_ranges
+from guideloom.io.stores import sized_ranged_get
 from guideloom.io.urls import redact_url
 
 __all__ = ["DEADLINE_ENV", "DEADLINE_OPTION", "DEFAULT_DEADLINE_S", "Location", "endpoint_of"]
@@ -223,8 +224,11 @@ class Location:
             if remaining <= 0:
                 raise DeadlineExceeded(self.deadline_s, attempt - 1, last)
             try:
-                if getattr(fs, "async_impl", False):
-                    return getattr(fs, method)(*args, timeout=remaining, **kwargs)
+                coroutine = getattr(fs, f"_{method}", None) if getattr(fs, "async_impl", False) else None
+                if coroutine is not None and asyncio.iscoroutinefunction(coroutine):
+                    # The async implementation, under fsspec's timeout: some backends (adlfs)
+                    # define sync methods of their own that take no ``timeout``.
+                    return fsspec.asyn.sync(fs.loop, coroutine, *args, timeout=remaining, **kwargs)
                 return getattr(fs, method)(*args, **kwargs)
             except Exception as err:
                 if is_deadline(err) or (isinstance(err, TimeoutError) and time.monotonic() >= deadline):
@@ -262,9 +266,9 @@ class Location:
         ``gap_budget`` of the bytes asked for. Remote filesystems fetch the requests
         concurrently. A result shorter than asked means the file is shorter than expected;
         callers check lengths. ``totals``, when given, is filled with ``rel`` -> the size of the
-        whole file where it comes for free with the bytes: local files (``fstat``) and S3 (the
-        ``Content-Range`` header of the ranged GET). A file that grew past what a caller expects
-        is then caught without another request; other filesystems leave it out.
+        whole file where it comes for free with the bytes: local files (``fstat``), S3, GCS and
+        Azure (the ``Content-Range`` of the ranged GET). A file that grew past what a caller
+        expects is then caught without another request; other filesystems leave it out.
         """
         if not rels:
             return []
@@ -349,7 +353,8 @@ class Location:
 
         On async filesystems each range has its own timeout (the time left to ``deadline``), so
         a range that never completes is reported as itself (a ``DeadlineExceeded``), and the
-        others still arrive. On S3, ``totals`` gets each file's whole size from the responses."""
+        others still arrive. On S3, GCS and Azure, ``totals`` gets each file's whole size from the
+        responses (`guideloom.io.stores`)."""
         fs = self.fs
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -360,7 +365,7 @@ class Location:
             )
             return result
         limit = asyncio.Semaphore(s3.MAX_CONCURRENT_RANGES)
-        ranged_get = s3.ranged_get if s3.is_s3(fs) else None
+        ranged_get = sized_ranged_get(fs)
 
         async def one(path: str, start: int, end: int) -> Any:
             async with limit:

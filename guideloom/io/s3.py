@@ -89,13 +89,17 @@ async def ranged_get(fs: Any, path: str, start: int, end: int) -> tuple[bytes, i
     return data, content_range_total(header)
 
 
-def check_body_length(data: bytes, header: str | None, path: str) -> None:
+def check_body_length(data: bytes, header: str | None, path: str, total: int | None = None) -> None:
     """Raise `ShortBodyError` (transient) when a ranged body is shorter than the span its own
-    ``Content-Range`` (``bytes a-b/size``) announces: the answer was cut on its way, not the file."""
+    ``Content-Range`` (``bytes a-b/size``) announces, within the object's ``total`` size where
+    known: the answer was cut on its way, not the file."""
     span = content_range_span(header)
-    if span is not None and len(data) < span[1] - span[0]:
+    if span is None:
+        return
+    expected = (min(span[1], total) if total is not None else span[1]) - span[0]
+    if len(data) < expected:
         raise ShortBodyError(
-            f"{path}: the answer carried {len(data)} bytes of the {span[1] - span[0]} its "
+            f"{path}: the answer carried {len(data)} bytes of the {expected} its "
             f"Content-Range ({header}) announces"
         )
 
