@@ -21,6 +21,7 @@ from guideloom.errors import (
     StorageAccessError,
     StorageTimeoutError,
 )
+from guideloom.io.urls import redact_secrets
 
 __all__ = [
     "DEADLINE_ENV",
@@ -57,7 +58,11 @@ _BACKEND_MODULES = (
     "requests",
     "gcsfs",
     "adlfs",
+    "azure",
+    "google",
 )
+# Not-found answers of the GCS and Azure clients that are not FileNotFoundError.
+_NOT_FOUND_NAMES = {"ResourceNotFoundError", "NotFound"}
 
 
 class ShortBodyError(ConnectionError):
@@ -147,6 +152,23 @@ def translated(action: str, where: str, endpoint: Callable[[], str | None]) -> I
         ) from err
     except Exception as err:
         name = type(err).__name__
+        if name in _NOT_FOUND_NAMES or getattr(err, "status_code", None) == 404:
+            at = endpoint()
+            if _bucket_missing(err):
+                raise BucketNotFoundError(
+                    f"{action} {where}: the {_bucket_word(where)} does not exist at the endpoint "
+                    f"{at}; create the {_bucket_word(where)} first, or check its name and the "
+                    f"endpoint ({_endpoint_options(where)})"
+                ) from err
+            raise FileNotFoundError(f"{action} {where}: not found at the endpoint {at}") from err
+        status = getattr(err, "status_code", None) or getattr(err, "code", None)
+        if status in (401, 403) and _is_backend_error(err):
+            code, text = _service_code(err)
+            shown = f"{code}{': ' + text if text else ''}" if code else f"HTTP {status}"
+            raise StorageAccessError(
+                f"{action} {where}: access denied by the storage endpoint {endpoint()} ({shown}). "
+                f"{_CODE_HINTS.get(code or '', _generic_hint(where))}"
+            ) from err
         if name in _CREDENTIAL_PROBLEMS:
             raise StorageAccessError(
                 f"{action} {where}: {_CREDENTIAL_PROBLEMS[name]} ({name}: {_safe(err)}), so no "
@@ -227,6 +249,10 @@ _CODE_HINTS = {
     "AuthorizationPermissionMismatch": (
         "The credentials may not do this: give the identity a role that allows it on this container"
     ),
+    "AuthorizationFailure": (
+        "The account key or SAS token was refused: check account_key / sas_token (or the "
+        "connection string's AccountKey) and that it belongs to this account"
+    ),
     "AuthenticationFailed": (
         "The account key or SAS token was refused: check account_key / sas_token (or the "
         "connection string) and that it has not expired"
@@ -285,9 +311,10 @@ def _service_code(err: BaseException) -> tuple[str | None, str]:
             if code:
                 message = info.get("Message")
                 return str(code), (str(message).splitlines()[0][:200] if message else "")
-        code = getattr(seen, "error_code", None)  # azure-core's HttpResponseError
+        code = getattr(seen, "error_code", None)  # azure-core's HttpResponseError (an enum)
+        code = getattr(code, "value", code)
         if isinstance(code, str) and code:
-            return code, ""
+            return str(code), ""
         seen = seen.__cause__ or seen.__context__
     text = str(err)
     found = next((c for c in _CODE_HINTS if c in text), None)
@@ -324,8 +351,10 @@ def _bucket_missing(err: BaseException) -> bool:
         text = str(seen)
         if (
             type(seen).__name__ == "NoSuchBucket"
-            or "NoSuchBucket" in text
+            or getattr(seen, "error_code", None) == "ContainerNotFound"
+            or any(code in text for code in ("NoSuchBucket", "ContainerNotFound"))
             or "bucket does not exist" in text.lower()
+            or "container does not exist" in text.lower()
         ):
             return True
         seen = seen.__cause__ or seen.__context__
@@ -333,8 +362,9 @@ def _bucket_missing(err: BaseException) -> bool:
 
 
 def _safe(err: BaseException) -> str:
-    # Backend messages name buckets and keys, never secrets; cut them short anyway.
-    return str(err).splitlines()[0][:300] if str(err) else type(err).__name__
+    # Backend messages name buckets and keys; any credential in them (an Azure AccountKey, a
+    # SAS or signed-URL signature, a private key) is masked, and they are cut short.
+    return redact_secrets(str(err).splitlines()[0][:300]) if str(err) else type(err).__name__
 
 
 def _looks_like_access_problem(err: OSError) -> bool:
