@@ -169,13 +169,18 @@ def start_azure(workdir: Path) -> Endpoint:
     log = workdir / "azurite.log"
     started = time.monotonic()
     with open(log, "wb") as out:
-        process = subprocess.Popen(
-            command
-            + ["--blobHost", "127.0.0.1", "--blobPort", str(port)]
-            + ["--disableTelemetry", "--skipApiVersionCheck", "--silent", "--inMemoryPersistence"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+        try:
+            process = subprocess.Popen(
+                command
+                + ["--blobHost", "127.0.0.1", "--blobPort", str(port)]
+                + ["--disableTelemetry", "--skipApiVersionCheck", "--silent", "--inMemoryPersistence"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        except OSError as err:
+            raise Unavailable(
+                f"Azure tests skipped: cannot run {command[0]} ({err}); {GET_AZURITE}"
+            ) from None
     _wait_listening(port, process, "azurite", log, 60)
     took = time.monotonic() - started
     return Endpoint(
