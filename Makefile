@@ -34,7 +34,7 @@ PEERS_ARGS ?=
 LINT_PATHS ?= guideloom workers benchmarks
 APT_GET := DEBIAN_FRONTEND=noninteractive apt-get
 
-.PHONY: venv test demo bench bench-peers docs lint system-packages
+.PHONY: venv test demo bench bench-peers docs lint system-packages system-packages-apt azurite
 
 venv: $(STAMP)
 
@@ -52,8 +52,21 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip check
 	touch $(STAMP)
 
-# Best effort: without radosgw the tests use moto's server; without chromium browser tests skip.
-system-packages:
+# Best effort: without radosgw the tests use moto's server; without chromium browser tests skip;
+# without Node (20+) and azurite the Azure tests skip (GCS's emulator comes with .[dev]).
+AZURITE_CACHE ?= $(HOME)/.cache/guideloom-azurite
+system-packages: system-packages-apt azurite
+	@true
+
+azurite:
+	@if [ -x "$(AZURITE_CACHE)/node_modules/.bin/azurite-blob" ] || command -v azurite-blob >/dev/null; then exit 0; fi; \
+	if ! command -v npm >/dev/null; then \
+	    echo "make: not installing azurite (no npm; needs Node 20+); the Azure tests will skip"; exit 0; \
+	fi; \
+	npm install --prefix "$(AZURITE_CACHE)" --no-audit --no-fund --silent azurite@3.35.0 \
+	    || echo "make: could not install azurite; the Azure tests will skip"
+
+system-packages-apt:
 	@missing=""; \
 	command -v radosgw >/dev/null && command -v ceph-mon >/dev/null && command -v ceph-osd >/dev/null \
 	    || missing="$$missing s3"; \

@@ -5,8 +5,13 @@ Fixtures:
     s3_endpoint   session   the running endpoint (`tests/infra/s3server.py` says which one and why)
     s3_options    session   s3fs storage options for it: {"key", "secret", "client_kwargs"}
     s3_bucket     function  a fresh, empty bucket's name (removed afterwards, best effort)
-    dataset_url   function  (url, storage_options) of a fresh empty location; runs for file, memory
-                            and s3 (the s3 case is marked `s3`)
+    gcs_endpoint  session   the GCS emulator (`tests/infra/objectstores.py`); skips when not installed
+    azure_endpoint session  azurite (Azure Blob); skips with one line saying how to get it
+    gs_bucket     function  a fresh bucket on the GCS emulator
+    az_container  function  a fresh container on azurite
+    object_store  function  (root URL of a fresh bucket, storage_options), for s3, gs and az
+    dataset_url   function  (url, storage_options) of a fresh empty location; runs for file, memory,
+                            s3, gs and az (marked `s3`, `gcs`, `azure`)
     counting_s3   function  a counting reverse proxy in front of the endpoint (`tests/infra/s3proxy.py`)
     fault_s3      function  a fault-injecting proxy in front of the endpoint (`tests/infra/faultproxy.py`)
     ray_local     session   a local Ray (2 CPUs) whose workers see the S3 endpoint's env vars
@@ -30,6 +35,7 @@ import pytest
 # import them by name whatever pytest's import mode is.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "infra"))
 
+import objectstores  # noqa: E402  (sets GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT before gcsfs loads)
 import s3server  # noqa: E402
 from s3proxy import CountingProxy  # noqa: E402
 
@@ -109,12 +115,71 @@ def s3_bucket(s3_options: dict[str, Any]) -> Iterator[str]:
         yield name
 
 
-@pytest.fixture(
-    params=["file", "memory", pytest.param("s3", marks=pytest.mark.s3)],
-)
+def _store_endpoint(store: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[objectstores.Endpoint]:
+    try:
+        endpoint = objectstores.STARTERS[store](tmp_path_factory.mktemp(store))
+    except objectstores.Unavailable as err:
+        pytest.skip(str(err))
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in endpoint.env().items():
+            mp.setenv(name, value)
+        try:
+            yield endpoint
+        finally:
+            endpoint.stop()
+
+
+@pytest.fixture(scope="session")
+def gcs_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[objectstores.Endpoint]:
+    """The GCS emulator for the session (skipped, saying how to get it, when not installed)."""
+    yield from _store_endpoint("gcs", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def azure_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[objectstores.Endpoint]:
+    """azurite for the session (skipped, saying how to get it, when not installed)."""
+    yield from _store_endpoint("azure", tmp_path_factory)
+
+
+@pytest.fixture
+def gs_bucket(gcs_endpoint: objectstores.Endpoint) -> Iterator[str]:
+    with objectstores.fresh_bucket(gcs_endpoint) as name:
+        yield name
+
+
+@pytest.fixture
+def az_container(azure_endpoint: objectstores.Endpoint) -> Iterator[str]:
+    with objectstores.fresh_bucket(azure_endpoint) as name:
+        yield name
+
+
+STORES = [
+    pytest.param("s3", marks=pytest.mark.s3),
+    pytest.param("gs", marks=pytest.mark.gcs),
+    pytest.param("az", marks=pytest.mark.azure),
+]
+
+
+@pytest.fixture(params=STORES)
+def object_store(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    """``(root URL of a fresh bucket, storage_options)`` on S3, GCS and Azure in turn."""
+    return _remote_root(request, request.param)
+
+
+def _remote_root(request: pytest.FixtureRequest, store: str) -> tuple[str, dict[str, Any]]:
+    if store == "s3":
+        return f"s3://{request.getfixturevalue('s3_bucket')}", dict(request.getfixturevalue("s3_options"))
+    if store == "gs":
+        endpoint = request.getfixturevalue("gcs_endpoint")
+        return f"gs://{request.getfixturevalue('gs_bucket')}", endpoint.storage_options()
+    endpoint = request.getfixturevalue("azure_endpoint")
+    return f"az://{request.getfixturevalue('az_container')}", endpoint.storage_options()
+
+
+@pytest.fixture(params=["file", "memory", *STORES])
 def dataset_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """`(url, storage_options)` of a fresh location that does not exist yet: a local path under
-    tmp_path, `memory://<unique>`, or `s3://<fresh bucket>/ds`."""
+    tmp_path, `memory://<unique>`, or `s3://`, `gs://`, `az://<fresh bucket>/ds`."""
     backend = request.param
     if backend == "file":
         yield str(tmp_path / "ds"), {}
@@ -131,8 +196,8 @@ def dataset_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tupl
                 fs.store.pop(key, None)
             fs.pseudo_dirs[:] = [d for d in fs.pseudo_dirs if not (d == prefix or d.startswith(prefix + "/"))]
     else:
-        bucket = request.getfixturevalue("s3_bucket")
-        yield f"s3://{bucket}/ds", dict(request.getfixturevalue("s3_options"))
+        root, options = _remote_root(request, backend)
+        yield f"{root}/ds", options
 
 
 @pytest.fixture

@@ -21,7 +21,14 @@ from typing import Any
 import numpy as np
 
 import guideloom.layout as layout
-from guideloom.errors import GuideLoomError, IngestError, ManifestError, ShardCorruptError
+from guideloom.errors import (
+    BucketNotFoundError,
+    GuideLoomError,
+    IngestError,
+    ManifestError,
+    ShardCorruptError,
+    StorageAccessError,
+)
 from guideloom.io import Location
 from guideloom.types import Tokenizer
 from guideloom.workers.config import IngestConfig
@@ -118,10 +125,15 @@ def check_writable(config: IngestConfig, display_url: str) -> None:
     try:
         location.write(probe, b"")
         location.delete(probe)
+    except (BucketNotFoundError, StorageAccessError) as err:
+        # Already names the cause, the endpoint and the fix (guideloom.io.failures).
+        raise IngestError(f"cannot write to the output {display_url}: {err}") from err
     except (GuideLoomError, OSError, ValueError) as err:
+        at = location.endpoint
+        where = f" at the endpoint {at}" if at else ""
         raise IngestError(
             f"cannot write to the output {display_url}: {type(err).__name__}: {err}; check that "
-            "the bucket exists and that the credentials may write there"
+            f"the bucket exists{where} and that the credentials may write there"
         ) from err
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from guideloom.errors import IngestError
+from guideloom.io.location import endpoint_of
 from guideloom.types import BadRecord, Document, InputReader, InputRecord, ReadOptions
 from guideloom.workers.readers import BUILTIN_KINDS, INPUT_READERS, input_reader, line_number
 
@@ -146,11 +147,13 @@ def _expand_one(pattern: str, fs: Any, path: str) -> list[tuple[str, int]]:
             matches = fs.glob(path, detail=True)
             entries = [(p, int(i["size"])) for p, i in matches.items() if i.get("type") != "directory"]
             if not entries:
+                _check_bucket(pattern, fs, path)
                 raise IngestError(f"input glob {pattern} matches no file: check the pattern")
             return entries
         try:
             info = fs.info(path)
         except FileNotFoundError:
+            _check_bucket(pattern, fs, path)
             raise IngestError(f"input {pattern} does not exist: check the path or URL") from None
         if info.get("type") == "directory":
             found = fs.find(path, detail=True)
@@ -163,6 +166,25 @@ def _expand_one(pattern: str, fs: Any, path: str) -> list[tuple[str, int]]:
         raise
     except (PermissionError, FileNotFoundError, OSError) as err:
         raise _listing_error(pattern, err) from err
+
+
+def _check_bucket(pattern: str, fs: Any, path: str) -> None:
+    """On an object store, raise IngestError naming the endpoint when the bucket (container) of
+    a pattern that found nothing does not exist (one request, only on this error path)."""
+    if _is_local(fs) or "://" not in pattern:
+        return
+    bucket = path.lstrip("/").split("/", 1)[0]
+    try:
+        there = bool(fs.exists(bucket))
+    except Exception:  # the listing's own error will be shown
+        return
+    if not there:
+        word = "container" if pattern.startswith(("az://", "abfs")) else "bucket"
+        raise IngestError(
+            f"input {pattern}: the {word} {bucket!r} does not exist at the endpoint "
+            f"{endpoint_of(fs, pattern, {})}; check its name and the endpoint (input_storage_options, "
+            'or --input-storage-options \'{"client_kwargs": {"endpoint_url": ...}}\')'
+        )
 
 
 def _listing_error(pattern: str, err: BaseException) -> IngestError:

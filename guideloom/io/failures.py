@@ -8,12 +8,29 @@ retry. Errors that are not the storage's (a bug, a bad argument) pass through un
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from guideloom.errors import BucketNotFoundError, GuideLoomError, StorageAccessError, StorageTimeoutError
+from guideloom.errors import (
+    BucketNotFoundError,
+    DatasetNotFoundError,
+    GuideLoomError,
+    ManifestError,
+    ShardCorruptError,
+    StorageAccessError,
+    StorageTimeoutError,
+)
+from guideloom.io.urls import redact_secrets
 
-__all__ = ["DEADLINE_ENV", "DEADLINE_OPTION", "DeadlineExceeded", "is_transient", "translated"]
+__all__ = [
+    "DEADLINE_ENV",
+    "DEADLINE_OPTION",
+    "DeadlineExceeded",
+    "ShortBodyError",
+    "is_transient",
+    "translated",
+]
 
 DEADLINE_ENV = "GUIDELOOM_IO_DEADLINE_S"
 DEADLINE_OPTION = "guideloom_deadline_s"  # a storage option GuideLoom takes out for itself
@@ -21,6 +38,10 @@ DEADLINE_OPTION = "guideloom_deadline_s"  # a storage option GuideLoom takes out
 _TRANSIENT = (ConnectionError, TimeoutError)
 # Raised by aiohttp when a body ends early or the server drops the connection: worth a retry.
 _TRANSIENT_NAMES = {"ClientPayloadError", "ServerDisconnectedError", "ClientOSError", "ContentLengthError"}
+# A body whose bytes do not match the checksum the store recorded for the object (botocore's
+# response checksum; a body damaged on its way): another GET usually brings the right bytes.
+# One that persists is corruption (see `translated`).
+_CHECKSUM_NAMES = {"FlexibleChecksumError"}
 _UNREACHABLE = {
     "EndpointConnectionError",
     "ConnectTimeoutError",
@@ -37,7 +58,16 @@ _BACKEND_MODULES = (
     "requests",
     "gcsfs",
     "adlfs",
+    "azure",
+    "google",
 )
+# Not-found answers of the GCS and Azure clients that are not FileNotFoundError.
+_NOT_FOUND_NAMES = {"ResourceNotFoundError", "NotFound"}
+
+
+class ShortBodyError(ConnectionError):
+    """A ranged answer that ended before the end its own ``Content-Range`` announces (a body
+    cut short on its way, though its length header agreed): transient, worth another GET."""
 
 
 class DeadlineExceeded(Exception):
@@ -52,7 +82,13 @@ def is_transient(err: BaseException) -> bool:
     """Whether ``err`` is worth another attempt (a dropped connection, a body cut short)."""
     if type(err).__name__ == "FSTimeoutError":
         return False  # our own deadline, handled by the caller
-    return isinstance(err, _TRANSIENT) or type(err).__name__ in _TRANSIENT_NAMES
+    name = type(err).__name__
+    return isinstance(err, _TRANSIENT) or name in _TRANSIENT_NAMES or name in _CHECKSUM_NAMES
+
+
+def is_checksum_mismatch(err: BaseException) -> bool:
+    """Whether ``err`` says a response's bytes differ from the checksum the store sent with them."""
+    return type(err).__name__ in _CHECKSUM_NAMES
 
 
 def is_deadline(err: BaseException) -> bool:
@@ -61,9 +97,12 @@ def is_deadline(err: BaseException) -> bool:
 
 
 @contextmanager
-def translated(action: str, where: str, endpoint: Callable[[], str]) -> Iterator[None]:
+def translated(action: str, where: str, endpoint: Callable[[], str | None]) -> Iterator[None]:
     """Raise what the body raises as a `guideloom.errors` error (or ``FileNotFoundError``) whose
-    message starts with ``"{action} {where}"`` and names ``endpoint()`` where it matters."""
+    message starts with ``"{action} {where}"`` and names ``endpoint()`` where it matters.
+
+    ``endpoint()`` is None for local disk: an error there names the disk, never an endpoint (an
+    ``AWS_ENDPOINT_URL`` in the environment has nothing to do with a local path)."""
     try:
         yield
     except GuideLoomError:
@@ -71,50 +110,230 @@ def translated(action: str, where: str, endpoint: Callable[[], str]) -> Iterator
     except DeadlineExceeded as err:
         last = f"; last error: {type(err.last).__name__}: {_safe(err.last)}" if err.last else ""
         raise StorageTimeoutError(
-            f"{action} {where}: no complete answer from the storage endpoint {endpoint()} "
+            f"{action} {where}: no complete answer from {_at(endpoint())} "
             f"within {err.seconds:g} s ({err.attempts} attempt(s){last}). Check that the "
             f"endpoint is up and reachable, or allow more time ({DEADLINE_ENV}, or the storage "
             f"option {DEADLINE_OPTION})"
         ) from err.last
+    except NotADirectoryError as err:
+        raise _not_a_directory(action, where) from err
     except FileNotFoundError as err:
+        at = endpoint()
         if _bucket_missing(err):
             raise BucketNotFoundError(
-                f"{action} {where}: the bucket does not exist at the endpoint {endpoint()}; "
-                "create the bucket first, or check its name and the endpoint_url"
+                f"{action} {where}: the {_bucket_word(where)} does not exist at the endpoint {at}; "
+                f"create the {_bucket_word(where)} first, or check its name and the endpoint "
+                f"({_endpoint_options(where)})"
             ) from err
-        if action == "writing":
+        if action == "writing" and at is not None:
             raise FileNotFoundError(
-                f"{action} {where}: the bucket or parent directory does not exist; create the "
-                "bucket first (or check its name and the endpoint_url)"
+                f"{action} {where}: the {_bucket_word(where)} does not exist at the endpoint {at}; "
+                f"create the {_bucket_word(where)} first, or check its name and the endpoint "
+                f"({_endpoint_options(where)})"
             ) from err
         raise FileNotFoundError(f"{action} {where}: not found") from err
     except PermissionError as err:
+        at = endpoint()
+        if at is None:
+            raise StorageAccessError(
+                f"{action} {where}: the local file system refused it ({type(err).__name__}: "
+                f"{_safe(err)}). Check the permissions and owner of the file and its folders "
+                "(ls -l), or choose a location you may use"
+            ) from err
+        code, text = _service_code(err)
+        if code:
+            raise StorageAccessError(
+                f"{action} {where}: access denied by the storage endpoint {at} ({code}"
+                f"{': ' + text if text else ''}). {_CODE_HINTS.get(code, _generic_hint(where))}"
+            ) from err
         raise StorageAccessError(
-            f"{action} {where}: access denied ({type(err).__name__}: {_safe(err)}). Check the "
-            "credentials (storage_options key/secret or the AWS_* environment variables), the "
-            "endpoint_url, and that the bucket exists and you may use it"
+            f"{action} {where}: access denied by the storage endpoint {at} "
+            f"({type(err).__name__}: {_safe(err)}). {_generic_hint(where)}"
         ) from err
     except Exception as err:
-        if type(err).__name__ in _UNREACHABLE:  # botocore / aiohttp: nothing answered
+        name = type(err).__name__
+        if name in _NOT_FOUND_NAMES or getattr(err, "status_code", None) == 404:
+            at = endpoint()
+            if _bucket_missing(err):
+                raise BucketNotFoundError(
+                    f"{action} {where}: the {_bucket_word(where)} does not exist at the endpoint "
+                    f"{at}; create the {_bucket_word(where)} first, or check its name and the "
+                    f"endpoint ({_endpoint_options(where)})"
+                ) from err
+            raise FileNotFoundError(f"{action} {where}: not found at the endpoint {at}") from err
+        status = getattr(err, "status_code", None) or getattr(err, "code", None)
+        if status in (401, 403) and _is_backend_error(err):
+            code, text = _service_code(err)
+            shown = f"{code}{': ' + text if text else ''}" if code else f"HTTP {status}"
+            raise StorageAccessError(
+                f"{action} {where}: access denied by the storage endpoint {endpoint()} ({shown}). "
+                f"{_CODE_HINTS.get(code or '', _generic_hint(where))}"
+            ) from err
+        if name in _CREDENTIAL_PROBLEMS:
+            raise StorageAccessError(
+                f"{action} {where}: {_CREDENTIAL_PROBLEMS[name]} ({name}: {_safe(err)}), so no "
+                f"request was sent to {_at(endpoint())}. {_CREDENTIAL_FIXES[name]}"
+            ) from err
+        if is_checksum_mismatch(err):  # it persisted through the retries: the object is damaged
+            error = ManifestError if where.endswith(".json") else ShardCorruptError
+            raise error(
+                f"{action} {where}: every answer from {_at(endpoint())} had bytes "
+                f"that do not match the checksum the store recorded for the object "
+                f"({name}: {_safe(err)}), on each retry: the object is damaged on "
+                "the server, or something between (a proxy, a cache) damages it. Check the "
+                "dataset with `guideloom verify` (its URL, without the file's name); if that fails "
+                "too, restore the file or rewrite the dataset"
+            ) from err
+        if name in _UNREACHABLE:  # botocore / aiohttp: nothing answered
             raise StorageAccessError(
                 f"{action} {where}: could not connect to the storage endpoint {endpoint()} "
-                f"({type(err).__name__}). Check the endpoint_url (storage_options endpoint_url "
-                "or client_kwargs.endpoint_url, FSSPEC_S3_ENDPOINT_URL, AWS_ENDPOINT_URL) and "
-                "that the server is running"
+                f"({name}). Check the endpoint ({_endpoint_options(where)}) and that the server "
+                "is running"
             ) from err
         if not _is_backend_error(err):
             raise  # a bug or a bad argument, not the storage: keep it as it is
-        if isinstance(err, OSError) and _looks_like_access_problem(err):
+        at = endpoint()
+        if at is None:
             raise StorageAccessError(
-                f"{action} {where}: the storage refused the request ({_safe(err)}). Check the "
-                "credentials, the endpoint_url and the bucket name"
+                f"{action} {where}: the local file system failed ({name}: {_safe(err)}). Check "
+                "the path, the free space (df -h) and the disk"
+            ) from err
+        code, text = _service_code(err)
+        if code in _CODE_HINTS or (isinstance(err, OSError) and _looks_like_access_problem(err)):
+            shown = f"{code}{': ' + text if text else ''}" if code else _safe(err)
+            raise StorageAccessError(
+                f"{action} {where}: the storage endpoint {at} refused the request ({shown}). "
+                f"{_CODE_HINTS.get(code or '', _generic_hint(where))}"
             ) from err
         raise StorageAccessError(
-            f"{action} {where}: the storage endpoint {endpoint()} failed "
-            f"({type(err).__name__}: {_safe(err)}) after retries. It may be overloaded or "
+            f"{action} {where}: the storage endpoint {at} failed "
+            f"({name}: {_safe(err)}) after retries. It may be overloaded or "
             "the object damaged on the server; retry later, and run `guideloom verify` if it "
             "persists"
         ) from err
+
+
+# botocore's errors raised before any request: the credentials given cannot be used.
+_CREDENTIAL_PROBLEMS = {
+    "PartialCredentialsError": "the credentials are incomplete",
+    "NoCredentialsError": "no credentials were found",
+}
+_CREDENTIAL_FIXES = {
+    "PartialCredentialsError": (
+        "Give both the key and the secret (storage_options={'key': ..., 'secret': ...}, or the "
+        "environment variables AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), or neither, to use "
+        "the default chain (AWS_PROFILE, ~/.aws/credentials, an instance role)"
+    ),
+    "NoCredentialsError": (
+        "Give storage_options={'key': ..., 'secret': ...}, set AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), or pass storage_options={'anon': True} for a "
+        "public bucket"
+    ),
+}
+# S3's error codes for refused credentials, each with what to check.
+_CODE_HINTS = {
+    "SignatureDoesNotMatch": (
+        "The secret does not match the access key: check the secret (storage_options secret or "
+        "AWS_SECRET_ACCESS_KEY) that goes with this key"
+    ),
+    "InvalidAccessKeyId": (
+        "The endpoint knows no such access key: check the key (storage_options key or "
+        "AWS_ACCESS_KEY_ID) and that the endpoint is the store that issued it"
+    ),
+    "AccessDenied": (
+        "The credentials were accepted but may not do this: check the user's policy and the "
+        "bucket policy for this action on this key"
+    ),
+    "ExpiredToken": "The session token has expired: get fresh credentials (AWS_SESSION_TOKEN)",
+    "InvalidToken": "The session token is not valid: get fresh credentials (AWS_SESSION_TOKEN)",
+    "AuthorizationPermissionMismatch": (
+        "The credentials may not do this: give the identity a role that allows it on this container"
+    ),
+    "AuthorizationFailure": (
+        "The account key or SAS token was refused: check account_key / sas_token (or the "
+        "connection string's AccountKey) and that it belongs to this account"
+    ),
+    "AuthenticationFailed": (
+        "The account key or SAS token was refused: check account_key / sas_token (or the "
+        "connection string) and that it has not expired"
+    ),
+}
+
+
+def _at(endpoint: str | None) -> str:
+    return "the local file system" if endpoint is None else f"the storage endpoint {endpoint}"
+
+
+def _store(where: str) -> str:
+    for prefix, store in (("gs://", "gcs"), ("gcs://", "gcs"), ("az://", "azure"), ("abfs", "azure")):
+        if where.startswith(prefix):
+            return store
+    return "s3"
+
+
+def _bucket_word(where: str) -> str:
+    return "container" if _store(where) == "azure" else "bucket"
+
+
+def _endpoint_options(where: str) -> str:
+    return {
+        "s3": "storage_options endpoint_url or client_kwargs.endpoint_url, FSSPEC_S3_ENDPOINT_URL, "
+        "AWS_ENDPOINT_URL",
+        "gcs": "storage_options endpoint_url, STORAGE_EMULATOR_HOST",
+        "azure": "storage_options account_name or connection_string, AZURE_STORAGE_CONNECTION_STRING",
+    }[_store(where)]
+
+
+def _generic_hint(where: str) -> str:
+    return {
+        "s3": "Check the credentials (storage_options key/secret or the AWS_* environment "
+        "variables), the endpoint_url, and that the bucket exists and you may use it",
+        "gcs": "Check the credentials (storage_options token: a service-account JSON file, "
+        "'google_default' or 'anon'; or GOOGLE_APPLICATION_CREDENTIALS), and that the bucket "
+        "exists and you may use it",
+        "azure": "Check the credentials (storage_options account_name with account_key, "
+        "sas_token or credential; or connection_string), and that the container exists and you "
+        "may use it",
+    }[_store(where)]
+
+
+def _service_code(err: BaseException) -> tuple[str | None, str]:
+    """The store's own error code and message in ``err``'s chain (botocore's ``response``), or
+    ``(None, "")``: what the backend's translation may have lost (``PermissionError: None``)."""
+    seen: BaseException | None = err
+    for _ in range(6):
+        if seen is None:
+            break
+        response = getattr(seen, "response", None)
+        if isinstance(response, dict):
+            info = response.get("Error") or {}
+            code = info.get("Code")
+            if code:
+                message = info.get("Message")
+                return str(code), (str(message).splitlines()[0][:200] if message else "")
+        code = getattr(seen, "error_code", None)  # azure-core's HttpResponseError (an enum)
+        code = getattr(code, "value", code)
+        if isinstance(code, str) and code:
+            return str(code), ""
+        seen = seen.__cause__ or seen.__context__
+    text = str(err)
+    found = next((c for c in _CODE_HINTS if c in text), None)
+    return found, ""
+
+
+def _not_a_directory(action: str, where: str) -> GuideLoomError:
+    """A path through a file (``DIR/manifest.json/...``): name the file and the folder to use."""
+    probe = where
+    while probe and probe != os.path.dirname(probe) and not os.path.isfile(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isfile(probe):
+        probe = where
+    folder = os.path.dirname(probe)
+    message = (
+        f"{action} {where}: {probe} is a file, not a directory. A dataset URL names the "
+        f"dataset's folder (the one that holds manifest.json), not a file in it: use {folder}"
+    )
+    return DatasetNotFoundError(message) if action != "writing" else StorageAccessError(message)
 
 
 def _is_backend_error(err: BaseException) -> bool:
@@ -132,8 +351,10 @@ def _bucket_missing(err: BaseException) -> bool:
         text = str(seen)
         if (
             type(seen).__name__ == "NoSuchBucket"
-            or "NoSuchBucket" in text
+            or getattr(seen, "error_code", None) == "ContainerNotFound"
+            or any(code in text for code in ("NoSuchBucket", "ContainerNotFound"))
             or "bucket does not exist" in text.lower()
+            or "container does not exist" in text.lower()
         ):
             return True
         seen = seen.__cause__ or seen.__context__
@@ -141,8 +362,9 @@ def _bucket_missing(err: BaseException) -> bool:
 
 
 def _safe(err: BaseException) -> str:
-    # Backend messages name buckets and keys, never secrets; cut them short anyway.
-    return str(err).splitlines()[0][:300] if str(err) else type(err).__name__
+    # Backend messages name buckets and keys; any credential in them (an Azure AccountKey, a
+    # SAS or signed-URL signature, a private key) is masked, and they are cut short.
+    return redact_secrets(str(err).splitlines()[0][:300]) if str(err) else type(err).__name__
 
 
 def _looks_like_access_problem(err: OSError) -> bool:

@@ -43,13 +43,77 @@ from guideloom.io.failures import (
     translated,
 )
 from guideloom.io.ranges import DEFAULT_GAP_BUDGET, DEFAULT_MAX_GAP, merge_ranges
+from guideloom.io.stores import sized_ranged_get
 from guideloom.io.urls import redact_url
 
-__all__ = ["DEADLINE_ENV", "DEADLINE_OPTION", "DEFAULT_DEADLINE_S", "Location"]
+__all__ = ["DEADLINE_ENV", "DEADLINE_OPTION", "DEFAULT_DEADLINE_S", "Location", "endpoint_of"]
 
 DEFAULT_DEADLINE_S = 120.0  # seconds one storage operation may take, retries included
 _RETRIES = 3
 _CONDITIONAL: dict[str, bool] = {}  # endpoint -> whether it honours If-None-Match: * (probed once)
+
+
+_GCS_PROTOCOLS = ("gs://", "gcs://")
+_AZURE_PROTOCOLS = ("az://", "abfs://", "abfss://", "adl://")
+
+
+def endpoint_of(fs: Any, url: str, options: dict[str, Any]) -> str | None:
+    """The endpoint requests for ``url`` go to (redacted), for messages; None on local disk.
+
+    Taken from the live filesystem ``fs`` where there is one (so it is right however it was
+    given), else from ``options`` and the environment as the backend would read them. Only an
+    ``s3://`` URL looks at the ``AWS_*`` variables: a local path or another store is never
+    blamed on the S3 endpoint.
+    """
+    if "://" not in url or url.startswith(("file://", "local://")) or isinstance(fs, LocalFileSystem):
+        return None
+    if url.startswith(s3.S3_PROTOCOLS) or s3.is_s3(fs):
+        return _s3_endpoint(fs, options)
+    if url.startswith(_GCS_PROTOCOLS):
+        found = getattr(fs, "_location", None) if fs is not None else None
+        found = found or options.get("endpoint_url") or os.environ.get("STORAGE_EMULATOR_HOST")
+        return redact_url(str(found)) if found else "https://storage.googleapis.com (the GCS default)"
+    if url.startswith(_AZURE_PROTOCOLS):
+        return _azure_endpoint(fs, options)
+    if url.startswith("memory://"):
+        return "fsspec's in-memory filesystem (this process)"
+    return "(the default for this protocol)"
+
+
+def _s3_endpoint(fs: Any, options: dict[str, Any]) -> str:
+    client = getattr(fs, "_s3", None)
+    found = getattr(getattr(client, "meta", None), "endpoint_url", None)
+    if not found:
+        found = getattr(fs, "endpoint_url", None) or (getattr(fs, "client_kwargs", None) or {}).get(
+            "endpoint_url"
+        )
+    if not found:
+        found = (
+            options.get("endpoint_url")
+            or (options.get("client_kwargs") or {}).get("endpoint_url")
+            or os.environ.get("FSSPEC_S3_ENDPOINT_URL")
+            or os.environ.get("AWS_ENDPOINT_URL_S3")
+            or os.environ.get("AWS_ENDPOINT_URL")
+        )
+    return redact_url(str(found)) if found else "the AWS default endpoint (no endpoint_url given)"
+
+
+def _azure_endpoint(fs: Any, options: dict[str, Any]) -> str:
+    client = getattr(fs, "service_client", None)
+    found = getattr(client, "url", None) or getattr(fs, "account_url", None)
+    conn = options.get("connection_string") or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
+    if not found and conn:
+        fields = dict(p.split("=", 1) for p in str(conn).split(";") if "=" in p)
+        found = fields.get("BlobEndpoint")
+        if not found and fields.get("AccountName"):
+            suffix = fields.get("EndpointSuffix", "core.windows.net")
+            found = f"https://{fields['AccountName']}.blob.{suffix}"
+    account = options.get("account_name") or os.environ.get("AZURE_STORAGE_ACCOUNT_NAME")
+    if not found and account:
+        found = f"https://{account}.blob.core.windows.net"
+    if not found:
+        return "the Azure default endpoint (no account given)"
+    return redact_url(str(found).split("?", 1)[0])  # never a SAS token appended to the URL
 
 
 class Location:
@@ -129,34 +193,10 @@ class Location:
         return f"{self.display_url}/{rel}" if rel else self.display_url
 
     @property
-    def endpoint(self) -> str:
-        """The endpoint this location's requests go to, as tried (redacted), for messages.
-
-        Taken from the live client where there is one (so it is right however it was given:
-        ``client_kwargs.endpoint_url``, a top-level ``endpoint_url``, ``FSSPEC_S3_ENDPOINT_URL``,
-        ``AWS_ENDPOINT_URL``), else from the options and environment as s3fs would read them.
-        """
-        fs = self._fs
-        client = getattr(fs, "_s3", None)
-        url = getattr(getattr(client, "meta", None), "endpoint_url", None)
-        if not url:
-            url = getattr(fs, "endpoint_url", None) or (getattr(fs, "client_kwargs", None) or {}).get(
-                "endpoint_url"
-            )
-        if not url:
-            opts = self.storage_options
-            url = (
-                opts.get("endpoint_url")
-                or (opts.get("client_kwargs") or {}).get("endpoint_url")
-                or os.environ.get("FSSPEC_S3_ENDPOINT_URL")
-                or os.environ.get("AWS_ENDPOINT_URL_S3")
-                or os.environ.get("AWS_ENDPOINT_URL")
-            )
-        if url:
-            return redact_url(str(url))
-        if self.url.startswith(s3.S3_PROTOCOLS):
-            return "the AWS default endpoint (no endpoint_url given)"
-        return "(the default for this protocol)"
+    def endpoint(self) -> str | None:
+        """The endpoint this location's requests go to, as tried (redacted), for messages; None
+        for local disk (no endpoint: an error there is never blamed on one). See `endpoint_of`."""
+        return endpoint_of(self._fs, self.url, self.storage_options)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -185,8 +225,11 @@ class Location:
             if remaining <= 0:
                 raise DeadlineExceeded(self.deadline_s, attempt - 1, last)
             try:
-                if getattr(fs, "async_impl", False):
-                    return getattr(fs, method)(*args, timeout=remaining, **kwargs)
+                coroutine = getattr(fs, f"_{method}", None) if getattr(fs, "async_impl", False) else None
+                if coroutine is not None and asyncio.iscoroutinefunction(coroutine):
+                    # The async implementation, under fsspec's timeout: some backends (adlfs)
+                    # define sync methods of their own that take no ``timeout``.
+                    return fsspec.asyn.sync(fs.loop, coroutine, *args, timeout=remaining, **kwargs)
                 return getattr(fs, method)(*args, **kwargs)
             except Exception as err:
                 if is_deadline(err) or (isinstance(err, TimeoutError) and time.monotonic() >= deadline):
@@ -224,9 +267,9 @@ class Location:
         ``gap_budget`` of the bytes asked for. Remote filesystems fetch the requests
         concurrently. A result shorter than asked means the file is shorter than expected;
         callers check lengths. ``totals``, when given, is filled with ``rel`` -> the size of the
-        whole file where it comes for free with the bytes: local files (``fstat``) and S3 (the
-        ``Content-Range`` header of the ranged GET). A file that grew past what a caller expects
-        is then caught without another request; other filesystems leave it out.
+        whole file where it comes for free with the bytes: local files (``fstat``), S3, GCS and
+        Azure (the ``Content-Range`` of the ranged GET). A file that grew past what a caller
+        expects is then caught without another request; other filesystems leave it out.
         """
         if not rels:
             return []
@@ -311,7 +354,8 @@ class Location:
 
         On async filesystems each range has its own timeout (the time left to ``deadline``), so
         a range that never completes is reported as itself (a ``DeadlineExceeded``), and the
-        others still arrive. On S3, ``totals`` gets each file's whole size from the responses."""
+        others still arrive. On S3, GCS and Azure, ``totals`` gets each file's whole size from the
+        responses (`guideloom.io.stores`)."""
         fs = self.fs
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -322,7 +366,7 @@ class Location:
             )
             return result
         limit = asyncio.Semaphore(s3.MAX_CONCURRENT_RANGES)
-        ranged_get = s3.ranged_get if s3.is_s3(fs) else None
+        ranged_get = sized_ranged_get(fs)
 
         async def one(path: str, start: int, end: int) -> Any:
             async with limit:

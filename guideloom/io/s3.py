@@ -10,10 +10,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from guideloom.io.failures import ShortBodyError
+
 __all__ = [
     "MAX_CONCURRENT_RANGES",
     "POOL_OPTION",
     "S3_PROTOCOLS",
+    "check_body_length",
+    "content_range_span",
     "content_range_total",
     "is_s3",
     "ranged_get",
@@ -80,7 +84,35 @@ async def ranged_get(fs: Any, path: str, start: int, end: int) -> tuple[bytes, i
         data = await resp["Body"].read()
     finally:
         resp["Body"].close()
-    return data, content_range_total(resp.get("ContentRange"))
+    header = resp.get("ContentRange")
+    check_body_length(data, header, path)
+    return data, content_range_total(header)
+
+
+def check_body_length(data: bytes, header: str | None, path: str, total: int | None = None) -> None:
+    """Raise `ShortBodyError` (transient) when a ranged body is shorter than the span its own
+    ``Content-Range`` (``bytes a-b/size``) announces, within the object's ``total`` size where
+    known: the answer was cut on its way, not the file."""
+    span = content_range_span(header)
+    if span is None:
+        return
+    expected = (min(span[1], total) if total is not None else span[1]) - span[0]
+    if len(data) < expected:
+        raise ShortBodyError(
+            f"{path}: the answer carried {len(data)} bytes of the {expected} its "
+            f"Content-Range ({header}) announces"
+        )
+
+
+def content_range_span(header: str | None) -> tuple[int, int] | None:
+    """The half-open span of a ``Content-Range`` header (``bytes 0-99/1234`` -> (0, 100))."""
+    if not header:
+        return None
+    head = header.strip().split(" ", 1)[-1].split("/", 1)[0]
+    first, _, last = head.partition("-")
+    if not (first.strip().isdigit() and last.strip().isdigit()):
+        return None
+    return int(first), int(last) + 1
 
 
 def content_range_total(header: str | None) -> int | None:

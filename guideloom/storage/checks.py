@@ -48,6 +48,8 @@ def load_manifest(location: Location) -> Manifest:
     try:
         # start=0: a ranged GET needs no HEAD first (a manifest is never empty).
         data = location.read(layout.manifest_path(), start=0)
+    except DatasetNotFoundError:
+        raise  # already says why (a URL that names a file, not the dataset's folder)
     except BucketNotFoundError as err:
         raise DatasetNotFoundError(f"no dataset at {location.display_url}: {err}") from None
     except FileNotFoundError:

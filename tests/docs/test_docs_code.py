@@ -4,6 +4,9 @@ Mark a block with an HTML comment on the line right above its fence:
 
     <!-- runnable -->              run it; the runnable blocks of one page run in order, as one
                                    script, in a fresh temporary directory
+    <!-- runnable: gcs -->, <!-- runnable: azure -->  the same against the session's GCS
+                                   emulator (STORAGE_EMULATOR_HOST) or azurite
+                                   (AZURE_STORAGE_CONNECTION_STRING), GUIDELOOM_BUCKET a fresh one
     <!-- runnable: s3 -->          the same, against the test session's S3 endpoint, with the
                                    AWS SDK's AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
                                    AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION set (as
@@ -22,6 +25,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from docs_helpers import DOCS, subprocess_env
@@ -151,6 +155,26 @@ def test_runnable_s3_blocks(
         AWS_DEFAULT_REGION="us-east-1",
         GUIDELOOM_BUCKET=s3_bucket,
     )
+
+
+GCS = _runnable("runnable:gcs")
+AZURE = _runnable("runnable:azure")
+
+
+@pytest.mark.gcs
+@pytest.mark.parametrize("page,page_blocks", GCS, ids=[str(p.relative_to(DOCS)) for p, _ in GCS])
+def test_runnable_gcs_blocks(
+    page: Path, page_blocks: list[Block], tmp_path: Path, gcs_endpoint: Any, gs_bucket: str
+) -> None:
+    _run(page, page_blocks, tmp_path, **gcs_endpoint.env(), GUIDELOOM_BUCKET=gs_bucket)
+
+
+@pytest.mark.azure
+@pytest.mark.parametrize("page,page_blocks", AZURE, ids=[str(p.relative_to(DOCS)) for p, _ in AZURE])
+def test_runnable_azure_blocks(
+    page: Path, page_blocks: list[Block], tmp_path: Path, azure_endpoint: Any, az_container: str
+) -> None:
+    _run(page, page_blocks, tmp_path, **azure_endpoint.env(), GUIDELOOM_BUCKET=az_container)
 
 
 # Pages allowed to write a fixed local path: none. Every runnable page must re-run cleanly.

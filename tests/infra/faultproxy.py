@@ -10,7 +10,9 @@ so a test that fails fails the same way every run.
 
 Actions:
 
-* ``status``: answer ``status`` (default 500) with an S3-style XML error body; upstream is not asked.
+* ``status``: answer ``status`` (default 500) with an S3-style XML error body (its ``<Code>`` is
+  ``code``, or the usual one for the status; no ``<Message>`` when ``message`` is empty, as some
+  servers answer); upstream is not asked.
 * ``reset``: forward, send the headers and the first ``keep`` bytes of the body (default half),
   then reset the connection (TCP RST).
 * ``truncate``: like ``reset`` but close the connection cleanly after ``keep`` bytes, so the body
@@ -18,6 +20,10 @@ Actions:
 * ``stall``: read the request and never answer (until the proxy stops, or ``delay`` seconds).
 * ``latency``: wait ``delay`` seconds, then forward.
 * ``grow``: forward, and append ``extra`` bytes to a successful body (a file that grew).
+* ``short``: forward, and send only the first ``keep`` bytes of a successful body (default
+  half) as a complete reply: its Content-Length matches what is sent and the connection stays
+  healthy, so only the object's checksum header (botocore's response checksum) or a size check
+  can tell (a body damaged on its way, as a faulty middlebox or cache would).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from s3proxy import ForwardingHandler, WideServer
 
 __all__ = ["Fault", "FaultProxy"]
 
-_ACTIONS = ("status", "reset", "truncate", "stall", "latency", "grow")
+_ACTIONS = ("status", "reset", "truncate", "stall", "latency", "grow", "short")
 
 
 @dataclass
@@ -49,9 +55,11 @@ class Fault:
     path: str = ""
     method: str = "*"
     status: int = 500
-    keep: int | None = None  # body bytes sent before a reset / truncation (None: half)
+    keep: int | None = None  # body bytes sent before a reset / truncation / short end (None: half)
     delay: float = 0.0  # seconds, for stall (0: until the proxy stops) and latency
     extra: int = 1  # bytes appended by grow
+    code: str | None = None  # the S3 error code of a status answer (None: the status's usual one)
+    message: str = "injected by the fault proxy"  # its <Message> ("" leaves the element out)
     skip: int = 0  # matching requests let through before the rule fires
     times: int | None = None  # how many matching requests it fires on (None: all)
     seen: int = field(default=0, init=False)
@@ -132,10 +140,7 @@ class FaultProxy:
         self.stop()
 
 
-_ERROR_BODY = (
-    '<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
-    "<Message>injected by the fault proxy</Message></Error>"
-)
+_ERROR_BODY = '<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>{message}</Error>'
 _CODES = {500: "InternalError", 503: "SlowDown", 403: "AccessDenied", 404: "NoSuchKey"}
 
 
@@ -152,7 +157,9 @@ def _make_handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 return
             if fault is not None and action == "status":
-                payload = _ERROR_BODY.format(code=_CODES.get(fault.status, "InjectedError")).encode()
+                code = fault.code or _CODES.get(fault.status, "InjectedError")
+                message = f"<Message>{fault.message}</Message>" if fault.message else ""
+                payload = _ERROR_BODY.format(code=code, message=message).encode()
                 self.send_response_only(fault.status)
                 self.send_header("Content-Type", "application/xml")
                 self.send_header("Content-Length", str(len(payload) if self.command != "HEAD" else 0))
@@ -167,6 +174,8 @@ def _make_handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             if fault is not None and action == "grow" and 200 <= status < 300:
                 data += b"\0" * fault.extra
                 resp_headers = [(k, v) for k, v in resp_headers if k.lower() != "content-range"]
+            if fault is not None and action == "short" and 200 <= status < 300 and self.command != "HEAD":
+                data = data[: len(data) // 2 if fault.keep is None else min(fault.keep, len(data))]
             self._reply_head(status, reason, resp_headers, data)
             self.end_headers()
             if self.command == "HEAD":

@@ -15,6 +15,7 @@ from faultproxy import Fault
 from guideloom import StatefulDataLoader, StreamDataset, StreamNumpyFormat, StreamStorage
 from guideloom.errors import (
     GuideLoomError,
+    ManifestError,
     ShardCorruptError,
     ShardNotFoundError,
     StorageAccessError,
@@ -58,7 +59,7 @@ def test_transient_faults_are_retried_through(stored, fault_s3):
     """Holds already: a few 503s, resets and truncations, then the exact data."""
     url, manifest = stored
     ds = StreamDataset(_reader(url, fault_s3), WINDOW)
-    for action in ("status", "reset", "truncate", "latency"):
+    for action in ("status", "reset", "truncate", "short", "latency"):
         fault_s3.clear()
         rule = fault_s3.add(
             Fault(action, _shard_path(manifest, 1), method="GET", status=503, times=1, delay=0.2)
@@ -68,6 +69,40 @@ def test_transient_faults_are_retried_through(stored, fault_s3):
         assert tokens.shape == (len(ds), WINDOW)
         expected = np.repeat(np.arange(1, 4), 4096 // WINDOW)
         np.testing.assert_array_equal(tokens[:, 0], expected)
+
+
+@pytest.mark.parametrize("action", ["short", "truncate", "reset", "status"])
+def test_one_bad_answer_on_the_manifest_or_a_part_record_is_retried_through(stored, fault_s3, action):
+    """The regression the fault probe found: one short body on the manifest GET (its length
+    header agrees, so only botocore's response checksum tells: FlexibleChecksumError) failed the
+    whole open. Every transient answer is retried, on the manifest and on part records too."""
+    url, manifest = stored
+    rule = fault_s3.add(Fault(action, r"/manifest\.json$", method="GET", times=1))
+    reopened = StreamDataset(_reader(url, fault_s3), WINDOW)
+    assert rule.fired == 1
+    assert reopened.manifest.fingerprint == manifest.fingerprint
+    assert _read_all(reopened)[0, 0] == 1
+    # A part record, read back by commit.
+    fault_s3.clear()
+    storage = StreamStorage(f"{url}-parts", FMT, storage_options=fault_s3.storage_options)
+    with storage.writer(part=0) as w:
+        w.append({"tokens": np.arange(100)})
+    rule = fault_s3.add(Fault(action, r"/parts/.*\.json$", method="GET", times=1))
+    committed = storage.commit(num_parts=1)
+    assert rule.fired == 1 and committed.total_tokens == 100
+
+
+def test_a_checksum_mismatch_that_persists_is_named_corruption(stored, fault_s3):
+    url, _ = stored
+    fault_s3.add(Fault("short", r"/manifest\.json$", method="GET"))
+    with pytest.raises(ManifestError) as info:
+        StreamDataset(_reader(url, fault_s3), WINDOW)
+    message = str(info.value)
+    assert f"reading {url}/manifest.json" in message and fault_s3.url in message
+    assert "do not match the checksum the store recorded" in message  # the cause
+    assert "FlexibleChecksumError" in message and "on each retry" in message
+    assert "guideloom verify" in message and "rewrite the dataset" in message  # the fix
+    assert sum(1 for _, path, action in fault_s3.log if action == "short") == 3  # retried
 
 
 @pytest.mark.parametrize("action", ["status", "truncate", "reset"])

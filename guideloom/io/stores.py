@@ -1,0 +1,76 @@
+"""Ranged GETs that also report the object's whole size, on every object store GuideLoom tests.
+
+A shard read is one ranged GET per merged range; the size of the whole object comes back in the
+same response (``Content-Range: bytes a-b/SIZE``), so a shard that grew or shrank since the
+manifest was written is caught with no request of its own. fsspec's ``_cat_file`` returns only
+the body, so each store gets a small coroutine here that makes the same single GET and keeps the
+size: S3 (`guideloom.io.s3.ranged_get`), GCS (gcsfs's JSON API media download) and Azure Blob
+(adlfs's blob client; the SDK parses ``Content-Range`` into the downloader's properties). Each
+also refuses a body shorter than its own header announces (`ShortBodyError`, retried).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from guideloom.io import s3
+from guideloom.io.s3 import check_body_length, content_range_total
+
+__all__ = ["azure_ranged_get", "gcs_ranged_get", "sized_ranged_get"]
+
+RangedGet = Callable[[Any, str, int, int], Awaitable[tuple[bytes, int | None]]]
+
+
+def sized_ranged_get(fs: Any) -> RangedGet | None:
+    """The ranged GET that reports the object's size for ``fs``'s store, or None (other
+    filesystems: the caller uses fsspec's ``_cat_file`` and gets no size)."""
+    if s3.is_s3(fs):
+        return s3.ranged_get
+    name = type(fs).__name__
+    if name == "GCSFileSystem":
+        return gcs_ranged_get
+    if name == "AzureBlobFileSystem":
+        return azure_ranged_get
+    return None
+
+
+async def gcs_ranged_get(fs: Any, path: str, start: int, end: int) -> tuple[bytes, int | None]:
+    """Bytes ``[start, end)`` of a GCS object and its size, from one GET (gcsfs's ``_call``
+    retries what gcsfs retries and translates errors as for ``_cat_file``)."""
+    headers, data = await fs._call("GET", fs.url(path), headers={"Range": f"bytes={start}-{end - 1}"})
+    header = _header(headers, "Content-Range")
+    total = content_range_total(header)
+    if total is None and header is None:  # a 200 with the whole object (a range past nothing)
+        stored = _header(headers, "x-goog-stored-content-length")
+        total = int(stored) if stored and stored.isdigit() else None
+    check_body_length(data, header, path, total)
+    return bytes(data), total
+
+
+async def azure_ranged_get(fs: Any, path: str, start: int, end: int) -> tuple[bytes, int | None]:
+    """Bytes ``[start, end)`` of an Azure blob and its size, from one GET (adlfs's client)."""
+    from azure.core.exceptions import ResourceNotFoundError
+
+    container, blob, version_id = fs.split_path(fs._strip_protocol(path))
+    async with fs.service_client.get_blob_client(container=container, blob=blob) as client:
+        try:
+            stream = await client.download_blob(
+                offset=start, length=end - start, version_id=version_id, max_concurrency=1
+            )
+        except ResourceNotFoundError as err:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path) from err
+        data = await stream.readall()
+    header = getattr(stream.properties, "content_range", None)
+    total = content_range_total(header)
+    check_body_length(data, header, path, total)
+    return bytes(data), total
+
+
+def _header(headers: Any, name: str) -> str | None:
+    value = headers.get(name) if headers is not None else None
+    if value is None and headers is not None:
+        value = headers.get(name.lower())
+    return str(value) if value is not None else None
