@@ -47,6 +47,7 @@ ROWS = (
     "write",
     "mix",
     "scale",
+    "boundaries",
 )
 S3_ROWS = ("s3", "s3-threads", "memory", "scale")
 
@@ -118,6 +119,7 @@ def run(
             "write": lambda: writing.write_rows(cfg),
             "mix": lambda: mixing.mix_rows(cfg),
             "scale": lambda: scale.scale_rows(cfg, s3_endpoint),
+            "boundaries": lambda: local.boundaries_rows(cfg),
         }
         for name in ROWS:
             if name not in rows:

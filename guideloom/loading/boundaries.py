@@ -33,7 +33,7 @@ import torch
 
 from guideloom.types import DatasetView, Layout
 
-__all__ = ["IGNORE_INDEX", "BoundaryView", "boundary_arrays", "with_cu_seqlens"]
+__all__ = ["IGNORE_INDEX", "BoundaryView", "boundary_arrays", "cu_seqlens_of", "with_cu_seqlens"]
 
 IGNORE_INDEX = -100
 """The label of a token no loss is taken on (what ``torch.nn.functional.cross_entropy`` ignores)."""
@@ -45,23 +45,34 @@ def boundary_arrays(
     tokens: np.ndarray, starts: np.ndarray, loss_mask: np.ndarray | None, labels: bool
 ) -> dict[str, np.ndarray]:
     """``position_ids`` (and ``labels``) of windows ``tokens`` ``(rows, L)`` whose documents
-    start where ``starts`` (a ``(rows, L)`` bool array) is True; the first column counts as a
-    start whatever ``starts`` says. ``loss_mask``: ``(rows, L)``, 0 where no loss is taken."""
+    start at the flat positions ``starts`` (sorted, distinct, over the ``rows * L`` flattened
+    tokens; each row's first token is a start whether listed or not). ``loss_mask``:
+    ``(rows, L)``, 0 where no loss is taken. Sparse work only: one pass over the tokens per
+    output array."""
     rows, length = tokens.shape
-    starts = starts.copy()
-    starts[:, 0] = True
-    column = np.arange(length, dtype=np.int64)
-    last_start = np.maximum.accumulate(np.where(starts, column, 0), axis=1)
-    out = {"position_ids": column - last_start}
+    total = rows * length
+    heads = np.union1d(np.arange(0, total, length, dtype=np.int64), starts)  # sorted, distinct
+    sizes = np.diff(np.append(heads, total))
+    position_ids = np.arange(total, dtype=np.int64)
+    position_ids -= np.repeat(heads, sizes)
+    out = {"position_ids": position_ids.reshape(rows, length)}
     if labels:
-        lab = np.full((rows, length), IGNORE_INDEX, np.int64)
+        lab = np.empty((rows, length), np.int64)
         lab[:, :-1] = tokens[:, 1:]
-        ends = starts[:, 1:].copy()  # the next token starts another document
         if loss_mask is not None:
-            ends |= loss_mask[:, 1:] == 0
-        lab[:, :-1][ends] = IGNORE_INDEX
+            np.copyto(lab[:, :-1], IGNORE_INDEX, where=loss_mask[:, 1:] == 0)
+        flat = lab.reshape(-1)
+        flat[heads[1:] - 1] = IGNORE_INDEX  # each document's last token (and each row's)
+        flat[-1] = IGNORE_INDEX
         out["labels"] = lab
     return out
+
+
+def cu_seqlens_of(position_ids: np.ndarray) -> tuple[np.ndarray, int]:
+    """``(cu_seqlens, max_seqlen)`` of a batch from its ``(B, L)`` ``position_ids`` (NumPy)."""
+    flat = position_ids.reshape(-1)
+    cu = np.append(np.flatnonzero(flat == 0), flat.size).astype(np.int32)
+    return cu, int(np.diff(cu).max()) if len(cu) > 1 else 0
 
 
 def with_cu_seqlens(batch: dict[str, Any]) -> dict[str, Any]:
@@ -132,15 +143,17 @@ class BoundaryView:
         windows: dict[str, np.ndarray] = self.view.read_batch(indexes)
         tokens = windows["tokens"]
         rows, length = tokens.shape
-        starts = np.zeros((rows, length), bool)
         if self.boundaries == "records":
             positions, counts = self.view.record_starts_batch(indexes)
-            starts[np.repeat(np.arange(rows), counts), positions] = True
-        elif self.boundaries == "eos":
-            starts[:, 1:] = tokens[:, :-1] == self.eos_id
+            starts = positions + np.repeat(np.arange(rows, dtype=np.int64) * length, counts)
         else:
-            values = windows[self.boundaries]
-            starts[:, 1:] = values[:, 1:] != values[:, :-1]
+            if self.boundaries == "eos":
+                after = np.flatnonzero(tokens[:, :-1] == self.eos_id)
+            else:
+                values = windows[self.boundaries]
+                after = np.flatnonzero(values[:, 1:] != values[:, :-1])
+            # (rows, L - 1) coordinates of the token before a start -> flat start positions
+            starts = after + after // (length - 1) + 1 if length > 1 else after
         mask = windows.get(self._mask_field) if self._mask_field else None
         windows.update(boundary_arrays(tokens, starts, mask, self.labels))
         return windows

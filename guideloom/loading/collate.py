@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from guideloom.formats.meta import AlignedBatch, SpanBatch
-from guideloom.loading.boundaries import with_cu_seqlens
+from guideloom.loading.boundaries import cu_seqlens_of
 
 __all__ = ["collate_aligned", "collate_documents", "collate_windows", "to_tensor"]
 
@@ -48,7 +48,12 @@ def collate_windows(windows: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor
     """Stream batch: field -> tensor of shape (batch, sequence_length); with ``position_ids``
     (``boundaries=``) also ``cu_seqlens`` and ``max_seqlen`` (`boundaries.with_cu_seqlens`)."""
     batch: dict[str, Any] = {name: to_tensor(np.asarray(values)) for name, values in windows.items()}
-    return with_cu_seqlens(batch) if "position_ids" in batch else batch
+    position_ids = windows.get("position_ids")
+    if position_ids is not None:
+        cu, longest = cu_seqlens_of(np.asarray(position_ids))
+        batch["cu_seqlens"] = torch.from_numpy(cu)
+        batch["max_seqlen"] = longest
+    return batch
 
 
 def collate_documents(records: Sequence[Any]) -> list[Any]:

@@ -18,6 +18,7 @@ same plan serves both.
 
 from __future__ import annotations
 
+import os
 from bisect import bisect_right
 from collections.abc import Sequence
 from functools import cached_property
@@ -123,6 +124,21 @@ class Windows(View):
         3 on; older streams have none: use their end-of-document token or a field instead)."""
         return "starts" in self.manifest.shard_table.files
 
+    @property
+    def _start_maps(self) -> dict[int, np.ndarray]:
+        """Memory maps of local record-start files, by shard, in this process only."""
+        maps = self.__dict__.get("_start_maps_")
+        if maps is None or self.__dict__.get("_start_maps_pid") != os.getpid():
+            maps = self.__dict__["_start_maps_"] = {}
+            self.__dict__["_start_maps_pid"] = os.getpid()
+        return maps  # type: ignore[no-any-return]
+
+    def __getstate__(self) -> dict[str, object]:
+        state = self.__dict__.copy()
+        state.pop("_start_maps_", None)  # maps stay with the process that made them
+        state.pop("_start_maps_pid", None)
+        return state
+
     @cached_property
     def _start_index(self) -> IndexFiles:
         """Pages of the record-start files, cached like the document index (bounded in bytes)."""
@@ -167,6 +183,8 @@ class Windows(View):
         shard = np.repeat(s0, per) + np.arange(int(per.sum())) - np.repeat(heads, per)
         a = np.maximum(g0[window_of] - starts[shard], 0)
         b = np.minimum(g1[window_of] - starts[shard], self.shard_tokens[shard])
+        if self.reader.local:
+            return self._local_record_starts(idx, shard, window_of, a, b, g0)
         records = np.asarray(self.manifest.shard_table.records, dtype=np.int64)[shard]
         tokens = np.maximum(self.shard_tokens[shard], 1)
         n = len(shard)
@@ -190,14 +208,61 @@ class Windows(View):
             values = np.frombuffer(raw, layout.RECORD_START_DTYPE).astype(np.int64)
         else:
             values = np.empty(0, np.int64)
-        piece_counts = (hi - lo)[keep]
+        return self._window_positions(values, hi - lo, keep, shard, window_of, g0, len(idx))
+
+    def _local_record_starts(
+        self,
+        idx: np.ndarray,
+        shard: np.ndarray,
+        window_of: np.ndarray,
+        a: np.ndarray,
+        b: np.ndarray,
+        g0: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """On local disk: each shard's record starts memory-mapped (the OS page cache holds
+        them; nothing is copied into the process), searched with ``np.searchsorted``."""
+        maps = self._start_maps
+        shard_l = shard.tolist()
+        lo = np.empty(len(shard_l), np.int64)
+        hi = np.empty(len(shard_l), np.int64)
+        chunks = []
+        for k, s in enumerate(shard_l):
+            starts = maps.get(s)
+            if starts is None:
+                starts = maps[s] = self._map_starts(s)
+            lo[k], hi[k] = starts.searchsorted([a[k], b[k]], side="left")
+            chunks.append(starts[lo[k] : hi[k]])
+        values = np.concatenate(chunks).astype(np.int64) if chunks else np.empty(0, np.int64)
+        return self._window_positions(values, hi - lo, hi > lo, shard, window_of, g0, len(idx))
+
+    def _map_starts(self, shard: int) -> np.ndarray:
+        import mmap
+
+        fd = self.reader.descriptor(shard, "starts")  # type: ignore[attr-defined]
+        if self.manifest.shard_table.records[shard] == 0:
+            return np.empty(0, layout.RECORD_START_DTYPE)
+        mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        return np.frombuffer(mapped, layout.RECORD_START_DTYPE, offset=layout.HEADER_SIZE)
+
+    def _window_positions(
+        self,
+        values: np.ndarray,
+        sizes: np.ndarray,
+        keep: np.ndarray,
+        shard: np.ndarray,
+        window_of: np.ndarray,
+        g0: np.ndarray,
+        windows: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        starts = self.shard_starts
+        piece_counts = sizes[keep]
         owner = np.repeat(window_of[keep], piece_counts)
         positions = values + np.repeat((starts[shard] - g0[window_of])[keep], piece_counts)
         # Empty records repeat a position (and a shard's end meets the next one's start): one each.
         distinct = np.ones(len(positions), bool)
         distinct[1:] = (positions[1:] != positions[:-1]) | (owner[1:] != owner[:-1])
         positions, owner = positions[distinct], owner[distinct]
-        return positions, np.bincount(owner, minlength=len(idx)).astype(np.int64)
+        return positions, np.bincount(owner, minlength=windows).astype(np.int64)
 
     def read_windows(self, indexes: Sequence[int]) -> dict[str, np.ndarray]:
         """Windows ``indexes`` as ``{field: array of shape (len(indexes), sequence_length)}``.

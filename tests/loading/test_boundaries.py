@@ -226,3 +226,20 @@ def test_records_on_a_stream_without_record_starts(tmp_path) -> None:
         )
     )
     assert batch["position_ids"].shape == (1, 4) and "labels" in batch
+
+
+def test_device_placement_keeps_the_boundary_keys(tmp_path) -> None:
+    storage, tokens, masks, flags = _write(tmp_path / "s", [5, 3, 9, 2, 7])
+    loader = StatefulDataLoader.from_storage(
+        storage,
+        sequence_length=6,
+        batch_size=2,
+        boundaries="records",
+        labels=True,
+        device="cpu",
+        pin_memory=True,
+    )
+    batch = next(iter(loader))
+    for key in ("tokens", "position_ids", "labels", "cu_seqlens"):
+        assert batch[key].device.type == "cpu"
+    assert isinstance(batch["max_seqlen"], int) and batch["cu_seqlens"][-1] == 12
