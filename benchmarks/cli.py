@@ -49,6 +49,7 @@ ROWS = (
     "mix",
     "scale",
     "snapshots",
+    "boundaries",
 )
 S3_ROWS = ("s3", "s3-threads", "memory", "scale")
 
@@ -134,6 +135,7 @@ def run(
             "mix": lambda: mixing.mix_rows(cfg),
             "scale": lambda: scale.scale_rows(cfg, s3_endpoint),
             "snapshots": lambda: snapshots.snapshot_rows(cfg),
+            "boundaries": lambda: local.boundaries_rows(cfg),
         }
         for name in ROWS:
             if name not in rows:

@@ -26,7 +26,7 @@ from benchmarks.loops import (
     timed_pass,
 )
 
-__all__ = ["documents_rows", "local_stream", "local_rows", "meta_rows", "thread_rows"]
+__all__ = ["boundaries_rows", "documents_rows", "local_stream", "local_rows", "meta_rows", "thread_rows"]
 
 LOCAL_CASES = [(False, 0), (True, 0), (False, 2), (True, 2)]  # (shuffle, num_workers)
 
@@ -192,4 +192,37 @@ def thread_rows(cfg: Config) -> list[Row]:
                     extra={"tokens": storage.manifest.total_tokens},
                 )
             )
+    return rows
+
+
+def boundaries_rows(cfg: Config) -> list[Row]:
+    """Row ``boundaries``: the loader with ``boundaries="records", labels=True`` (position ids,
+    labels, cu_seqlens from the stored record starts) against the same loader without, over the
+    local stream corpus, same batches. Target (issue 21): >= 0.9x. Also the size of the
+    record-start index against the stream's token bytes (issue 20: at most 2 %)."""
+    storage, _ = local_stream(cfg)
+    table = storage.manifest.shard_table
+    starts = sum(table.files["starts"].size) if "starts" in table.files else 0
+    share = starts / max(1, sum(table.files["data"].size))
+    rows = []
+    for shuffle, workers in ((True, 0), (True, 2)):
+        marked = _loader(storage, cfg, shuffle, workers, boundaries="records", labels=True)
+        plain = _loader(storage, cfg, shuffle, workers)
+        g, b = _race(marked, plain, count_tokens, cfg)
+        rows.append(
+            Row(
+                "boundaries",
+                _case(shuffle, workers) + ' boundaries="records" labels=True',
+                "tokens/s",
+                g,
+                b,
+                "same loader, no boundaries",
+                target=0.9,
+                extra={
+                    "records": storage.manifest.total_records,
+                    "record_start_bytes_share": round(share, 5),
+                },
+                checks={"record starts <= 2% of token bytes": share <= 0.02},
+            )
+        )
     return rows

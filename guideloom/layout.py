@@ -30,7 +30,15 @@ name          extension      code  bytes/item    items
 ``meta``      ``meta``       4     1             encoded annotations, back to back (bytes)
 ``spans``     ``spans``      5     32            span rows `SPAN_DTYPE` (``spans``)
 ``span_dir``  ``spans.dir``  6     32            span directory `SPAN_DIR_DTYPE` (`span_dir_entries`)
+``starts``    ``starts``     7     8             ``uint64`` record starts (``records``)
 ============  =============  ====  ============  ===============================================
+
+Record starts (manifest version 3 on) are, for every record appended to a stream shard (one
+`Writer.append`, or one record of `Writer.append_batch`), the shard-relative position of its
+first token, in append order: non-decreasing, the first 0, each at most the shard's ``tokens``
+(an empty record starts where the next one does). Every stream layout writes them; datasets
+written before them (manifest versions 1 and 2) have no such file, and readers say so
+(`StreamDataset.has_record_starts`).
 
 Span rows are ``(start, stop, meta_start, meta_stop)``: shard-relative token positions and byte
 offsets into ``meta``. The span directory (manifest version 2 on) holds, for every block of
@@ -70,6 +78,8 @@ __all__ = [
     "LAYOUT_FILES",
     "MAGIC",
     "OFFSET_DTYPE",
+    "RECORD_START_DTYPE",
+    "STARTS",
     "SPAN_DIR_DTYPE",
     "SPAN_DTYPE",
     "FileKind",
@@ -112,11 +122,11 @@ SPAN_DIR_MAX_BLOCK = 2**16  # tokens per block at most (shards with few spans)
 
 # -- the files of a shard -------------------------------------------------------------------
 
-FileName = Literal["data", "index", "meta", "spans", "span_dir"]
+FileName = Literal["data", "index", "meta", "spans", "span_dir", "starts"]
 """The one name of a shard file: in code (`guideloom.types.FileTable`, byte requests) and as its
 key in the manifest's ``files``."""
 
-FILES: tuple[FileName, ...] = ("data", "index", "meta", "spans", "span_dir")
+FILES: tuple[FileName, ...] = ("data", "index", "meta", "spans", "span_dir", "starts")
 
 
 @dataclass(frozen=True)
@@ -149,19 +159,30 @@ INDEX = FileKind("index", "docs.idx", 3, OFFSET_DTYPE.itemsize, "records", 1)
 META = FileKind("meta", "meta", 4, 1, None)
 SPANS = FileKind("spans", "spans", 5, SPAN_DTYPE.itemsize, "spans")
 SPAN_DIR = FileKind("span_dir", "spans.dir", 6, SPAN_DIR_DTYPE.itemsize, None)
+STARTS = FileKind("starts", "starts", 7, OFFSET_DTYPE.itemsize, "records")
+"""Record starts of a stream shard: one ``uint64`` token position per record (`RECORD_START_DTYPE`)."""
 
-KINDS: dict[str, FileKind] = {k.extension: k for k in (TOKENS, DOCS, INDEX, META, SPANS, SPAN_DIR)}
+RECORD_START_DTYPE = OFFSET_DTYPE
+
+KINDS: dict[str, FileKind] = {k.extension: k for k in (TOKENS, DOCS, INDEX, META, SPANS, SPAN_DIR, STARTS)}
 """Every file kind, by extension (the manifest's ``kind`` of a file column)."""
 
 _BY_CODE = {k.code: k for k in KINDS.values()}
 
 LAYOUT_FILES: dict[Layout, dict[FileName, FileKind]] = {
     "documents": {"data": DOCS, "index": INDEX},
-    "stream": {"data": TOKENS},
-    "stream_with_meta": {"data": TOKENS, "meta": META, "spans": SPANS, "span_dir": SPAN_DIR},
+    "stream": {"data": TOKENS, "starts": STARTS},
+    "stream_with_meta": {
+        "data": TOKENS,
+        "starts": STARTS,
+        "meta": META,
+        "spans": SPANS,
+        "span_dir": SPAN_DIR,
+    },
 }
 """The files each layout writes for every shard, by name, in the order the manifest lists them.
-(Datasets of streams with metadata written before manifest version 2 have no ``span_dir``.)"""
+(Datasets of streams with metadata written before manifest version 2 have no ``span_dir``;
+streams written before version 3 have no ``starts``.)"""
 
 
 def item_count(kind: FileKind, *, records: int, tokens: int, spans: int, nbytes: int) -> int:

@@ -193,16 +193,20 @@ class _PartWriter:
         if tokens.size and int(tokens.max()) >= self.tokenizer.vocab_size:
             raise IngestError(f"tokenizer {self.tokenizer.spec} produced an id past its vocabulary")
         record = {"tokens": tokens.astype(self.dtype)}
+        lengths = np.fromiter((ids.size for ids, _, _, _ in kept), np.int64, len(kept))
         if self.config.chat:
             record["loss_mask"] = np.concatenate([m for _, m, _, _ in kept if m is not None])
         if self.config.doc_index:
             first = (self.part << 32) + self.documents
             numbers = np.arange(first, first + len(kept), dtype=np.uint64)
-            record["doc_index"] = np.repeat(numbers, [ids.size for ids, _, _, _ in kept])
+            record["doc_index"] = np.repeat(numbers, lengths)
         if self.config.layout == "stream-with-meta":
+            # spans go with `append` (one record per batch: its start is the batch's)
             self.writer.append(record, spans=self._spans(kept))
         else:
-            self.writer.append(record)  # one record per batch: the stream joins them anyway
+            # Each document is its own record (its start goes into the record-start file); the
+            # batch fills the shard as a whole, so the shards' token bytes are those of one record.
+            self.writer.append_batch(record, lengths=lengths)
         self.documents += len(kept)
         self.tokens += int(tokens.size)
 

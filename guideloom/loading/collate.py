@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from guideloom.formats.meta import AlignedBatch, SpanBatch
+from guideloom.loading.boundaries import cu_seqlens_of
 
 __all__ = ["collate_aligned", "collate_documents", "collate_windows", "to_tensor"]
 
@@ -44,8 +45,15 @@ def to_tensor(array: np.ndarray) -> torch.Tensor:
 
 
 def collate_windows(windows: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
-    """Stream batch: field -> tensor of shape (batch, sequence_length)."""
-    return {name: to_tensor(np.asarray(values)) for name, values in windows.items()}
+    """Stream batch: field -> tensor of shape (batch, sequence_length); with ``position_ids``
+    (``boundaries=``) also ``cu_seqlens`` and ``max_seqlen`` (`boundaries.with_cu_seqlens`)."""
+    batch: dict[str, Any] = {name: to_tensor(np.asarray(values)) for name, values in windows.items()}
+    position_ids = windows.get("position_ids")
+    if position_ids is not None:
+        cu, longest = cu_seqlens_of(np.asarray(position_ids))
+        batch["cu_seqlens"] = torch.from_numpy(cu)
+        batch["max_seqlen"] = longest
+    return batch
 
 
 def collate_documents(records: Sequence[Any]) -> list[Any]:

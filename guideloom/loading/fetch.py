@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from torch.utils.data import Dataset
 
+from guideloom.loading.boundaries import with_cu_seqlens
 from guideloom.loading.collate import collate_aligned, collate_documents, collate_windows
 from guideloom.loading.placement import pin
 from guideloom.types import DatasetView, Layout
@@ -30,6 +31,7 @@ from guideloom.types import DatasetView, Layout
 __all__ = ["BatchSource", "Finish", "GroupCollate", "Whole", "batch_path", "unrolled"]
 
 Collate = Callable[[Any], Any]
+_PER_BATCH = ("cu_seqlens", "max_seqlen")  # of a whole batch, not of rows: made after the cut
 
 
 class Whole(NamedTuple):
@@ -57,8 +59,10 @@ def unrolled(groups: Iterator[Any]) -> Iterator[Any]:
     for group in groups:
         if isinstance(group, Whole):
             bounds = np.cumsum([0, *group.sizes]).tolist()
+            data = {k: v for k, v in group.data.items() if k not in _PER_BATCH}
             for lo, hi in zip(bounds[:-1], bounds[1:]):
-                yield {k: v[lo:hi] for k, v in group.data.items()}
+                batch = {k: v[lo:hi] for k, v in data.items()}
+                yield with_cu_seqlens(batch) if "position_ids" in batch else batch
         else:
             yield from group
 

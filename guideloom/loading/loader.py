@@ -440,9 +440,22 @@ class StatefulDataLoader(_TorchdataLoader):
         parallel_method: str = "process",
         device: str | torch.device | None = None,
         pin_memory: bool = False,
+        boundaries: str | None = None,
+        labels: bool = False,
+        eos_id: int | None = None,
         **kwargs: Any,
     ) -> StatefulDataLoader:
         """A loader over ``storage`` wrapped in its matching view.
+
+        ``boundaries`` (streams): where documents start inside windows, so that batches also
+        hold ``position_ids`` ``(B, L)`` int64 (0 at each document start and window start),
+        ``cu_seqlens`` (int32, 1-D over the ``B * L`` flattened tokens: 0, every document and
+        row start, ``B * L``) and ``max_seqlen``; ``"records"`` (the stored record starts),
+        ``"eos"`` (after each ``eos_id``; default: the ingestion tokenizer's, from the manifest)
+        or a field name (where its value changes). ``labels=True`` adds ``labels`` ``(B, L)``:
+        the next token of the same document, ``-100`` at each document's last token, the
+        window's last token and where the target's ``loss_mask`` is 0 (alone it implies
+        ``boundaries="records"``). See `guideloom.loading.boundaries` and docs/training.md.
 
         ``sequence_length`` (tokens per window) is required for streams and refused for
         documents. ``shuffle``: ``False`` (sequential), ``True`` / ``"full"`` (a full random
@@ -533,6 +546,17 @@ class StatefulDataLoader(_TorchdataLoader):
             view = open_view(storage, sequence_length)
         else:
             raise TypeError(f"from_storage takes a GuideLoom storage, got {type(storage).__name__}")
+        if boundaries is not None or labels or eos_id is not None:
+            if isinstance(storage, Mixture):
+                raise ValueError(
+                    "boundaries= and labels= are not supported on a Mixture yet; load each "
+                    "source with them, or mark documents in your training step"
+                )
+            from guideloom.loading.boundaries import BoundaryView
+
+            view = BoundaryView(  # type: ignore[assignment]
+                view, "records" if boundaries is None else boundaries, labels=labels, eos_id=eos_id
+            )
         return cls(
             view,
             batch_size=batch_size,

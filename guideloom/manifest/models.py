@@ -55,12 +55,19 @@ __all__ = [
 # version in READABLE_VERSIONS is read (version 1 datasets have no directory: readers search
 # the span table instead). A dataset without span directories is still written as version 1,
 # so older GuideLoom reads it; `version_for` picks the version a set of files needs.
-MANIFEST_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# Version 3 adds record starts (``starts``) to stream shards; datasets without them keep the
+# version their other files need.
+MANIFEST_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+
+ManifestVersion = Literal[1, 2, 3]
 
 
-def version_for(file_names: Collection[str]) -> Literal[1, 2]:
-    """The manifest version that describes shards with these file names (``"span_dir"``: 2)."""
+def version_for(file_names: Collection[str]) -> ManifestVersion:
+    """The manifest version that describes shards with these file names (``"starts"``: 3,
+    else ``"span_dir"``: 2, else 1)."""
+    if "starts" in file_names:
+        return 3
     return 2 if "span_dir" in file_names else 1
 
 
@@ -133,7 +140,7 @@ class FormatSpecModel(_Frozen):
 class PartRecord(_Frozen):
     """The completion record one writer process leaves for its part."""
 
-    version: Literal[1, 2] = 2  # MANIFEST_VERSION
+    version: ManifestVersion = 3  # MANIFEST_VERSION
     storage_class: StorageClassName
     format: FormatSpecModel
     part: int = Field(ge=0)
@@ -359,8 +366,8 @@ class Manifest(_Frozen):
     """What a committed dataset holds. Readers open a dataset by reading only this.
 
     Attributes:
-        version: The manifest format version (2; version 1, without span directories, is
-            read too).
+        version: The manifest format version (3 for datasets with record starts; 2 without them
+            but with span directories; 1 with neither; all three are read).
         storage_class: The storage class that wrote the dataset.
         format: The format's spec: class name, module and configuration.
         num_parts: How many parts (writers) the dataset was written by.
@@ -374,7 +381,7 @@ class Manifest(_Frozen):
         shard_table: Every shard's counts and files, as columns.
     """
 
-    version: Literal[1, 2] = 2  # MANIFEST_VERSION
+    version: ManifestVersion = 3  # MANIFEST_VERSION
     storage_class: StorageClassName
     format: FormatSpecModel
     num_parts: Count

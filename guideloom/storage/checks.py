@@ -121,6 +121,8 @@ def check_shard(
         kind = layout.shard_file_extension(info.path)
         hasher = xxhash.xxh3_64()
         offsets = _OffsetCheck(shard, where) if kind == layout.INDEX.extension else None
+        if kind == layout.STARTS.extension:
+            offsets = _StartsCheck(shard, where)
         intact = True
         for start in range(0, info.size, _CHUNK):
             end = min(info.size, start + _CHUNK)
@@ -153,7 +155,9 @@ def check_shard(
                 f"{shard.name}: {where} has checksum {actual} but the manifest records "
                 f"{info.checksum}; the file was altered. Restore it or rewrite the dataset"
             )
-        if offsets is not None:
+        if isinstance(offsets, _StartsCheck):
+            offsets.done()
+        elif offsets is not None:
             last_offset = offsets.last
     if last_offset is not None and "data" in shard.files:
         data_bytes = shard.files["data"].size - layout.HEADER_SIZE
@@ -203,6 +207,28 @@ class _OffsetCheck:
                 "or decrease; the index is damaged. Rewrite the dataset"
             )
         self.last = int(values[-1])
+
+
+class _StartsCheck(_OffsetCheck):
+    """Record starts (``uint64``) must start at 0, never decrease and stay within the shard's
+    tokens; fed chunk by chunk."""
+
+    def feed(self, data: bytes) -> None:
+        try:
+            super().feed(data)
+        except ShardCorruptError:
+            raise ShardCorruptError(
+                f"{self.shard.name}: {self.where} holds record starts that do not start at 0 or "
+                "decrease; the record-start file is damaged. Rewrite the dataset"
+            ) from None
+
+    def done(self) -> None:
+        if self.last is not None and self.last > self.shard.tokens:
+            raise ShardCorruptError(
+                f"{self.shard.name}: {self.where} holds a record start at token {self.last}, past "
+                f"the shard's {self.shard.tokens} tokens; the record-start file is damaged. "
+                "Rewrite the dataset"
+            )
 
 
 def _expected_count(kind: str, shard: ShardInfo, size: int) -> int:

@@ -17,7 +17,7 @@ and the encoder's own state as they were (everything that can fail runs before t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -96,6 +96,19 @@ class ShardEncoder:
         """
         raise NotImplementedError
 
+    takes_batches: ClassVar[bool] = False
+    """Whether `append_batch` is implemented (streams); the writer appends documents one by one."""
+
+    def append_batch(self, shard: ShardBuffer, records: Any, lengths: Any, where: str, first: int) -> int:
+        """Add many records at once (one copy per buffer) and return how many; ``where`` is
+        followed by a record number (``first`` is the first record's) in error messages.
+
+        Raises:
+            RecordError: The format refuses a record, or the lengths are wrong (nothing of the
+                batch is added then).
+        """
+        raise NotImplementedError
+
     def finish(self, shard: ShardBuffer) -> None:
         """Add the files that describe the whole shard (indexes), before it is written."""
 
@@ -138,25 +151,114 @@ class DocumentEncoder(ShardEncoder):
         shard.add("index", offsets.data.cast("B"))
 
 
-class StreamEncoder(ShardEncoder):
-    """A stream: each record's structured elements back to back."""
+class _RecordStarts(ShardEncoder):
+    """What both stream encoders share: the record starts of the shard being filled (where each
+    appended record's first token lies, shard-relative), kept as Python ints for single appends
+    and as arrays for batches, in append order, and written as the ``starts`` file."""
+
+    def __init__(self, format: Format) -> None:
+        super().__init__(format)
+        self._starts: list[int] = []  # single appends since the last batch
+        self._start_arrays: list[np.ndarray] = []  # earlier starts, in order
+        self._stream_format: StreamNumpyFormat = format  # type: ignore[assignment]
+
+    def new_shard(self) -> ShardBuffer:
+        self._starts = []
+        self._start_arrays = []
+        return super().new_shard()
+
+    takes_batches = True
+
+    def _elements_of_batch(
+        self, records: Any, lengths: Any, where: str, first: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(elements, lengths)`` of a batch: a dict of flat arrays with ``lengths`` per record,
+        or a sequence of records (dicts of 1-D arrays), joined with one copy per field."""
+        fmt = self._stream_format
+        head = f"{where}{first}"
+        if isinstance(records, Mapping):
+            if lengths is None:
+                raise RecordError(
+                    f"{head}: a batch given as flat arrays needs lengths= (tokens per record); "
+                    "or pass a list of records"
+                )
+            lens = np.asarray(lengths)
+            if lens.ndim != 1 or (lens.size and (lens.dtype.kind not in "iu" or int(lens.min()) < 0)):
+                raise RecordError(f"{head}: lengths must be a 1-D array of non-negative ints")
+            last = f"{where}{first + max(len(lens) - 1, 0)}"
+            elements = fmt.to_elements(records, f"{head}..{last.rsplit(' ', 1)[-1]}")
+            total = int(lens.sum())
+            if total != len(elements):
+                raise RecordError(
+                    f"{head}..: lengths add up to {total} tokens but the fields hold "
+                    f"{len(elements)}; give one length per record, summing to the fields' length"
+                )
+            return elements, lens.astype(np.int64, copy=False)
+        if lengths is not None:
+            raise RecordError(f"{head}: lengths= goes with a dict of flat arrays, not a list of records")
+        records = list(records)
+        lens = np.empty(len(records), np.int64)
+        for field in fmt.fields:
+            missing = [i for i, r in enumerate(records) if not isinstance(r, Mapping) or field not in r]
+            if missing:
+                fmt.to_elements(records[missing[0]], f"{where}{first + missing[0]}")  # names the cause
+        joined: dict[str, np.ndarray] = {}
+        for k, field in enumerate(fmt.fields):
+            arrays = [np.asarray(r[field]) for r in records]
+            if k == 0:
+                lens[:] = [a.shape[0] if a.ndim == 1 else -1 for a in arrays]
+            bad = [i for i, a in enumerate(arrays) if a.ndim != 1 or a.shape[0] != lens[i]]
+            if bad:
+                fmt.to_elements(records[bad[0]], f"{where}{first + bad[0]}")  # names the cause
+            joined[field] = np.concatenate(arrays) if arrays else np.empty(0, fmt.dtype[field])
+        extra = [i for i, r in enumerate(records) if len(r) != len(fmt.fields)]
+        if extra:
+            fmt.to_elements(records[extra[0]], f"{where}{first + extra[0]}")
+        return fmt.to_elements(joined, f"{head}..{first + max(len(records) - 1, 0)}"), lens
+
+    def append_batch(self, shard: ShardBuffer, records: Any, lengths: Any, where: str, first: int) -> int:
+        elements, lens = self._elements_of_batch(records, lengths, where, first)
+        if self._starts:
+            self._start_arrays.append(np.asarray(self._starts, dtype=np.int64))
+            self._starts = []
+        starts = np.empty(len(lens), np.int64)
+        if len(lens):
+            starts[0] = 0
+            np.cumsum(lens[:-1], out=starts[1:])
+        self._start_arrays.append(starts + shard.tokens)
+        shard.add("data", elements.data.cast("B"))
+        shard.tokens += len(elements)
+        return len(lens)
+
+    def _finish_starts(self, shard: ShardBuffer) -> None:
+        parts = [*self._start_arrays, np.asarray(self._starts, dtype=np.int64)]
+        starts = np.concatenate(parts).astype(layout.RECORD_START_DTYPE)
+        shard.chunks["starts"].append(starts.data.cast("B"))  # not counted in the shard's size
+
+
+class StreamEncoder(_RecordStarts):
+    """A stream: each record's structured elements back to back, and where each record starts."""
 
     layout = "stream"
 
     def __init__(self, format: Format) -> None:
-        super().__init__(format)
         if not isinstance(format, StreamNumpyFormat):
             raise TypeError(f"streams are encoded by a StreamNumpyFormat, got {type(format).__qualname__}")
+        super().__init__(format)
         self._to_elements = format.to_elements
         self.element_size = format.itemsize
 
     def append(self, shard: ShardBuffer, record: Any, spans: Sequence[Any] | None, where: str) -> None:
         elements = self._to_elements(record, where)
+        self._starts.append(shard.tokens)
         shard.add("data", elements.data.cast("B"))
         shard.tokens += len(elements)
 
+    def finish(self, shard: ShardBuffer) -> None:
+        self._finish_starts(shard)
 
-class StreamWithMetaEncoder(ShardEncoder):
+
+class StreamWithMetaEncoder(_RecordStarts):
     """A stream plus annotations: elements, each span's encoded annotation, and per shard the
     span table and its directory."""
 
@@ -164,11 +266,11 @@ class StreamWithMetaEncoder(ShardEncoder):
     takes_spans = True
 
     def __init__(self, format: Format) -> None:
-        super().__init__(format)
         if not isinstance(format, StreamWithMetaStorageFormat):
             raise TypeError(
                 f"streams with metadata are encoded by a StreamWithMetaStorageFormat, got {type(format).__qualname__}"
             )
+        super().__init__(format.stream_format)
         self._to_elements = format.stream_format.to_elements
         self._encode_meta = format.encode_meta
         self.element_size = format.stream_format.itemsize
@@ -195,10 +297,12 @@ class StreamWithMetaEncoder(ShardEncoder):
             self._meta_size += size
             shard.add("meta", bytes(meta))
         shard.spans += len(checked)
+        self._starts.append(at)
         shard.add("data", elements.data.cast("B"))
         shard.tokens += len(elements)
 
     def finish(self, shard: ShardBuffer) -> None:
+        self._finish_starts(shard)
         table = np.array(self._span_rows, dtype=np.uint64).reshape(-1, 4)
         spans = np.empty(len(table), dtype=layout.SPAN_DTYPE)
         for col, name in enumerate(layout.SPAN_DTYPE.names or ()):

@@ -18,6 +18,7 @@ same plan serves both.
 
 from __future__ import annotations
 
+import os
 from bisect import bisect_right
 from collections.abc import Sequence
 from functools import cached_property
@@ -28,6 +29,7 @@ import numpy as np
 import guideloom.layout as layout
 from guideloom.formats import StreamNumpyFormat
 from guideloom.storage.base import Storage, StreamStorage
+from guideloom.storage.indexfiles import IndexFiles
 from guideloom.storage.view import View, run_lengths
 
 __all__ = ["StreamDataset", "WindowReader", "Windows", "window_pieces"]
@@ -113,6 +115,154 @@ class Windows(View):
         """
         starts, tokens = self._shard_lists
         return window_pieces(starts, tokens, window, self.sequence_length)
+
+    # -- record starts ----------------------------------------------------------------------
+
+    @property
+    def has_record_starts(self) -> bool:
+        """Whether the dataset stores record starts (written by GuideLoom with manifest version
+        3 on; older streams have none: use their end-of-document token or a field instead)."""
+        return "starts" in self.manifest.shard_table.files
+
+    @property
+    def _start_maps(self) -> dict[int, np.ndarray]:
+        """Memory maps of local record-start files, by shard, in this process only."""
+        maps = self.__dict__.get("_start_maps_")
+        if maps is None or self.__dict__.get("_start_maps_pid") != os.getpid():
+            maps = self.__dict__["_start_maps_"] = {}
+            self.__dict__["_start_maps_pid"] = os.getpid()
+        return maps  # type: ignore[no-any-return]
+
+    def __getstate__(self) -> dict[str, object]:
+        state = self.__dict__.copy()
+        state.pop("_start_maps_", None)  # maps stay with the process that made them
+        state.pop("_start_maps_pid", None)
+        return state
+
+    @cached_property
+    def _start_index(self) -> IndexFiles:
+        """Pages of the record-start files, cached like the document index (bounded in bytes)."""
+        return IndexFiles(self.reader)
+
+    def record_starts(self, window: int) -> np.ndarray:
+        """Where records start inside window ``window``: sorted, distinct positions in
+        ``0 .. sequence_length - 1`` (``int64``), relative to the window's first token. A record
+        that began in an earlier window is not listed (its tokens continue from position 0).
+
+        Raises:
+            IndexError: ``window`` is out of range.
+            ValueError: The dataset has no record starts (see `has_record_starts`).
+        """
+        positions, counts = self.record_starts_batch([window])
+        return positions
+
+    def record_starts_batch(self, indexes: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`record_starts` of many windows in one round of reads: ``(positions, counts)``, the
+        positions of window ``indexes[j]`` being ``positions[sum(counts[:j]) : sum(counts[:j + 1])]``.
+
+        Raises:
+            IndexError: An index is out of range.
+            ValueError: The dataset has no record starts (see `has_record_starts`).
+        """
+        if not self.has_record_starts:
+            raise ValueError(
+                f"{self.url} has no record starts (it was written before GuideLoom stored them, "
+                "manifest version < 3); rewrite it with this GuideLoom, or find document "
+                "boundaries from an end-of-document token id or a field such as doc_index"
+            )
+        idx = np.asarray(self._indexes(indexes), dtype=np.int64)  # type: ignore[arg-type]
+        length = self.sequence_length
+        g0 = idx * length
+        g1 = g0 + length
+        starts = self.shard_starts
+        s0 = np.searchsorted(starts, g0, side="right") - 1
+        s1 = np.searchsorted(starts, g1 - 1, side="right") - 1
+        per = s1 - s0 + 1  # shards each window touches (zero-token shards included)
+        heads = np.cumsum(per) - per
+        window_of = np.repeat(np.arange(len(idx)), per)
+        shard = np.repeat(s0, per) + np.arange(int(per.sum())) - np.repeat(heads, per)
+        a = np.maximum(g0[window_of] - starts[shard], 0)
+        b = np.minimum(g1[window_of] - starts[shard], self.shard_tokens[shard])
+        if self.reader.local:
+            return self._local_record_starts(idx, shard, window_of, a, b, g0)
+        records = np.asarray(self.manifest.shard_table.records, dtype=np.int64)[shard]
+        tokens = np.maximum(self.shard_tokens[shard], 1)
+        n = len(shard)
+        both = np.concatenate([a, b])
+        found = self._start_index.search(
+            "starts",
+            np.concatenate([shard, shard]),
+            both,
+            words=[0] * (2 * n),
+            sides=["left"] * (2 * n),
+            itemsize=layout.RECORD_START_DTYPE.itemsize,
+            counts=np.concatenate([records, records]),
+            guesses=np.concatenate([records, records]) * both // np.concatenate([tokens, tokens]),
+        )
+        lo, hi = found[:n], found[n:]
+        keep = hi > lo
+        if keep.any():
+            raw = self._start_index.runs(
+                "starts", shard[keep], lo[keep], hi[keep], layout.RECORD_START_DTYPE.itemsize
+            )
+            values = np.frombuffer(raw, layout.RECORD_START_DTYPE).astype(np.int64)
+        else:
+            values = np.empty(0, np.int64)
+        return self._window_positions(values, hi - lo, keep, shard, window_of, g0, len(idx))
+
+    def _local_record_starts(
+        self,
+        idx: np.ndarray,
+        shard: np.ndarray,
+        window_of: np.ndarray,
+        a: np.ndarray,
+        b: np.ndarray,
+        g0: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """On local disk: each shard's record starts memory-mapped (the OS page cache holds
+        them; nothing is copied into the process), searched with ``np.searchsorted``."""
+        maps = self._start_maps
+        shard_l = shard.tolist()
+        lo = np.empty(len(shard_l), np.int64)
+        hi = np.empty(len(shard_l), np.int64)
+        chunks = []
+        for k, s in enumerate(shard_l):
+            starts = maps.get(s)
+            if starts is None:
+                starts = maps[s] = self._map_starts(s)
+            lo[k], hi[k] = starts.searchsorted([a[k], b[k]], side="left")
+            chunks.append(starts[lo[k] : hi[k]])
+        values = np.concatenate(chunks).astype(np.int64) if chunks else np.empty(0, np.int64)
+        return self._window_positions(values, hi - lo, hi > lo, shard, window_of, g0, len(idx))
+
+    def _map_starts(self, shard: int) -> np.ndarray:
+        import mmap
+
+        fd = self.reader.descriptor(shard, "starts")  # type: ignore[attr-defined]
+        if self.manifest.shard_table.records[shard] == 0:
+            return np.empty(0, layout.RECORD_START_DTYPE)
+        mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        return np.frombuffer(mapped, layout.RECORD_START_DTYPE, offset=layout.HEADER_SIZE)
+
+    def _window_positions(
+        self,
+        values: np.ndarray,
+        sizes: np.ndarray,
+        keep: np.ndarray,
+        shard: np.ndarray,
+        window_of: np.ndarray,
+        g0: np.ndarray,
+        windows: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        starts = self.shard_starts
+        piece_counts = sizes[keep]
+        owner = np.repeat(window_of[keep], piece_counts)
+        positions = values + np.repeat((starts[shard] - g0[window_of])[keep], piece_counts)
+        # Empty records repeat a position (and a shard's end meets the next one's start): one each.
+        distinct = np.ones(len(positions), bool)
+        distinct[1:] = (positions[1:] != positions[:-1]) | (owner[1:] != owner[:-1])
+        positions, owner = positions[distinct], owner[distinct]
+        return positions, np.bincount(owner, minlength=windows).astype(np.int64)
 
     def read_windows(self, indexes: Sequence[int]) -> dict[str, np.ndarray]:
         """Windows ``indexes`` as ``{field: array of shape (len(indexes), sequence_length)}``.

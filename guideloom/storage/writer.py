@@ -169,6 +169,56 @@ class Writer:
         if buf.nbytes >= self.shard_size:
             self._flush()
 
+    def append_batch(self, records: Any, lengths: Any = None) -> int:
+        """Append many records at once: the same as `append` of each in turn, with one copy per
+        buffer for streams.
+
+        Streams take either ``records`` a dict of flat 1-D arrays (every field of the format,
+        all records' values joined end to end) with ``lengths`` the tokens of each record, or
+        a list of records (dicts of 1-D arrays, as `append` takes them). Each record's start is
+        recorded (the stream's record starts); the batch goes into the shard being filled as a
+        whole, which is written out when it reaches `shard_size` bytes (so a batch is never
+        split across shards, as one record is not). Documents: a list of records, appended one
+        by one. Streams with metadata: records without spans (use `append` for spans).
+
+        Args:
+            records: A dict of flat arrays (streams, with ``lengths``) or a sequence of records.
+            lengths: Tokens per record (a 1-D array of non-negative ints summing to the length
+                of the flat arrays); only with a dict of flat arrays.
+
+        Returns:
+            How many records were appended.
+
+        Raises:
+            RecordError: The format refuses a record (named by its number), ``lengths`` is
+                missing, not 1-D non-negative ints, or does not add up to the fields' length.
+                For streams nothing of the batch is added then; for documents the records
+                before the refused one stay appended.
+            StorageAccessError: Writing a full shard failed.
+            RuntimeError: The writer is closed.
+        """
+        if self._closed:
+            raise RuntimeError("this writer is closed; open a new one with storage.writer()")
+        encoder = self._encoder
+        if not encoder.takes_batches:
+            if lengths is not None:
+                raise RecordError(
+                    f"{self._where}{self._records}: lengths= is for streams (flat arrays of "
+                    "tokens); pass documents as a list of records"
+                )
+            count = 0
+            for record in records:
+                self.append(record)
+                count += 1
+            return count
+        buf = self._buffer
+        count = encoder.append_batch(buf, records, lengths, self._where, self._records)
+        buf.records += count
+        self._records += count
+        if buf.nbytes >= self.shard_size:
+            self._flush()
+        return count
+
     # -- shards -----------------------------------------------------------------------------
 
     def _flush(self) -> None:

@@ -64,11 +64,11 @@ def test_the_writer_records_a_directory_that_bounds_every_window(tmp_path, conce
     storage = StreamWithMetaStorage(tmp_path / "m", concepts_format)
     _write(storage, records, shard_size=60_000)
     manifest = storage.manifest
-    assert manifest.version == 2 and len(manifest.shards) > 1
+    assert manifest.version == 3 and len(manifest.shards) > 1  # 3: record starts too
     table = manifest.shard_table
     for i in range(len(table)):
         kinds = [table.files[name].kind for name in table.files]
-        assert kinds == ["tokens", "meta", "spans", "spans.dir"]
+        assert kinds == ["tokens", "starts", "meta", "spans", "spans.dir"]
         raw = (tmp_path / "m" / table.path(i, "span_dir")).read_bytes()
         header = layout.ShardHeader.unpack(raw, "dir")
         assert header.kind == "spans.dir"
@@ -154,8 +154,9 @@ def test_uneven_spans_cost_one_round_of_index_requests_per_batch(s3_bucket, s3_o
     assert max(rounds) > 1
 
 
-def test_only_datasets_with_span_directories_need_manifest_version_2(tmp_path):
-    """Streams and documents have nothing new on disk: they stay readable by older GuideLoom."""
+def test_only_datasets_with_new_files_need_a_new_manifest_version(tmp_path):
+    """Documents have nothing new on disk: they stay readable by older GuideLoom. Streams gain
+    record starts (version 3), streams with metadata span directories and record starts."""
     from guideloom import DocumentMsgpackFormat, DocumentStorage, StreamStorage
 
     stream = StreamStorage(tmp_path / "s", StreamNumpyFormat({"tokens": np.uint16}))
@@ -165,11 +166,12 @@ def test_only_datasets_with_span_directories_need_manifest_version_2(tmp_path):
     with docs.writer(part=0) as w:
         w.append("a")
     docs.commit(num_parts=1)
-    assert stream.manifest.version == 1 and docs.manifest.version == 1
-    assert read_manifest(tmp_path / "s")[1].version == 1
+    assert stream.manifest.version == 3 and docs.manifest.version == 1
+    assert read_manifest(tmp_path / "s")[1].version == 3
+    assert read_manifest(tmp_path / "d")[1].version == 1
     meta = StreamWithMetaStorage(tmp_path / "m", ConceptsFormat(StreamNumpyFormat({"tokens": np.uint16})))
     with meta.writer(part=0) as w:
         w.append({"tokens": np.arange(10)}, spans=[(2, 4, ["x"])])
     meta.commit(num_parts=1)
-    assert meta.manifest.version == 2
+    assert meta.manifest.version == 3
     assert StreamWithMetaDataset(meta, 5)[0]["spans"] == [(2, 4, ["x"])]

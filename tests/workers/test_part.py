@@ -126,3 +126,35 @@ def test_a_part_whose_shard_was_altered_is_rewritten(write_jsonl, doc_rows, inge
     data.write_bytes(bytes(raw))
     assert write_part(config, part_spec(plan, 0), "d1")["reused"] is False
     assert write_part(config, part_spec(plan, 0), "d1")["reused"] is True
+
+
+def test_each_document_is_a_record_with_its_start(
+    write_jsonl, doc_rows, ingest_config, dataset_url, monkeypatch
+):
+    """Ingestion appends every document as its own record: the stream's record starts are the
+    documents' starts (across shards, on every backend), and the token bytes are the documents
+    joined, as before."""
+    import guideloom.workers.part as part_module
+
+    monkeypatch.setattr(part_module, "BATCH_DOCS", 3)  # several batches, several shards
+    url, options = dataset_url
+    rows = doc_rows(40)
+    config = ingest_config([write_jsonl("a.jsonl", rows)], url, storage_options=options, shard_size=300)
+    write_part(config, part_spec(_plan(config), 0), "d")
+    storage = open_storage(config, load_tokenizer("bytes"))
+    storage.commit(num_parts=1, run=run_name("d"))
+    table = storage.manifest.shard_table
+    assert len(table) > 2 and sum(table.records) == 40 and storage.manifest.version == 3
+    lengths = [len(r["text"].encode()) + 1 for r in rows]  # + the end-of-document token
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    expected = _expected_bytes_stream(rows)
+    ds = StreamDataset(storage, sequence_length=64)
+    assert ds.has_record_starts
+    positions, counts = ds.record_starts_batch(range(len(ds)))
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    for w in range(len(ds)):
+        inside = starts[(starts >= w * 64) & (starts < (w + 1) * 64)] - w * 64
+        assert positions[bounds[w] : bounds[w + 1]].tolist() == inside.tolist()
+        # every start but the first follows an end-of-document token
+        assert all(expected[w * 64 + p - 1] == 256 for p in inside.tolist() if w * 64 + p > 0)
+    assert StreamDataset(storage, len(expected))[0]["tokens"].tolist() == expected

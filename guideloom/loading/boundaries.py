@@ -1,0 +1,228 @@
+"""Document boundaries in stream batches: ``position_ids``, ``labels`` and ``cu_seqlens``.
+
+``StatefulDataLoader.from_storage(..., boundaries=...)`` wraps the stream view in a
+`BoundaryView`, whose ``read_batch`` adds two ``(rows, L)`` arrays to the windows it reads:
+
+- ``position_ids`` (int64): 0 at every document start inside a window and at the window's first
+  token (a document that began in an earlier window counts from 0 there, as a fresh segment),
+  then 1, 2, ...;
+- ``labels`` (int64, with ``labels=True``): token ``i + 1`` of the same document, ``-100`` at each
+  document's last token, at the window's last token, and where the target's ``loss_mask`` is 0
+  (when the stream has that field).
+
+Both are computed with array operations over the whole read (no Python per token or per row),
+so they survive every worker mode, groups read together (rows slice like the windows) and
+resume. ``cu_seqlens`` and ``max_seqlen`` depend on the batch as the loop gets it, so
+`with_cu_seqlens` adds them from ``position_ids`` after a batch is cut (`guideloom.loading.fetch`).
+
+Where documents start is one of:
+
+- ``"records"``: the stream's record starts (`StreamDataset.record_starts_batch`);
+- ``"eos"``: after every end-of-document token ``eos_id`` (given, or the ingestion tokenizer's
+  from the manifest's metadata);
+- a field name (e.g. ``"doc_index"``): where that field's value changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from guideloom.types import DatasetView, Layout
+
+__all__ = ["IGNORE_INDEX", "BoundaryView", "boundary_arrays", "cu_seqlens_of", "with_cu_seqlens"]
+
+IGNORE_INDEX = -100
+"""The label of a token no loss is taken on (what ``torch.nn.functional.cross_entropy`` ignores)."""
+
+_INGEST_KEY = "ingest"  # the manifest metadata key ingestion writes (guideloom.workers.results)
+
+
+def boundary_arrays(
+    tokens: np.ndarray, starts: np.ndarray, loss_mask: np.ndarray | None, labels: bool
+) -> dict[str, np.ndarray]:
+    """``position_ids`` (and ``labels``) of windows ``tokens`` ``(rows, L)`` whose documents
+    start at the flat positions ``starts`` (sorted, distinct, over the ``rows * L`` flattened
+    tokens; each row's first token is a start whether listed or not). ``loss_mask``:
+    ``(rows, L)``, 0 where no loss is taken. Sparse work only: one pass over the tokens per
+    output array."""
+    rows, length = tokens.shape
+    total = rows * length
+    heads = np.union1d(np.arange(0, total, length, dtype=np.int64), starts)  # sorted, distinct
+    sizes = np.diff(np.append(heads, total))
+    position_ids = np.arange(total, dtype=np.int64)
+    position_ids -= np.repeat(heads, sizes)
+    out = {"position_ids": position_ids.reshape(rows, length)}
+    if labels:
+        lab = np.empty((rows, length), np.int64)
+        lab[:, :-1] = tokens[:, 1:]
+        if loss_mask is not None:
+            np.copyto(lab[:, :-1], IGNORE_INDEX, where=loss_mask[:, 1:] == 0)
+        flat = lab.reshape(-1)
+        flat[heads[1:] - 1] = IGNORE_INDEX  # each document's last token (and each row's)
+        flat[-1] = IGNORE_INDEX
+        out["labels"] = lab
+    return out
+
+
+def cu_seqlens_of(position_ids: np.ndarray) -> tuple[np.ndarray, int]:
+    """``(cu_seqlens, max_seqlen)`` of a batch from its ``(B, L)`` ``position_ids`` (NumPy)."""
+    flat = position_ids.reshape(-1)
+    cu = np.append(np.flatnonzero(flat == 0), flat.size).astype(np.int32)
+    return cu, int(np.diff(cu).max()) if len(cu) > 1 else 0
+
+
+def with_cu_seqlens(batch: dict[str, Any]) -> dict[str, Any]:
+    """``batch`` plus ``cu_seqlens`` (int32, 1-D: 0, every document start and row start over the
+    batch flattened to ``B * L`` tokens, and ``B * L``) and ``max_seqlen`` (int), from its
+    ``position_ids`` tensor; unchanged without one."""
+    position_ids = batch.get("position_ids")
+    if not isinstance(position_ids, torch.Tensor):
+        return batch
+    flat = position_ids.reshape(-1)
+    starts = torch.nonzero(flat == 0, as_tuple=True)[0].to(torch.int32)
+    cu = torch.cat([starts, torch.tensor([flat.numel()], dtype=torch.int32)])
+    batch["cu_seqlens"] = cu
+    batch["max_seqlen"] = int((cu[1:] - cu[:-1]).max()) if len(cu) > 1 else 0
+    return batch
+
+
+class BoundaryView:
+    """A stream view whose batches also hold ``position_ids`` (and ``labels``); everything else
+    (order, length, fingerprint: resume states move between it and the plain view) is the
+    view's."""
+
+    def __init__(
+        self, view: Any, boundaries: str, *, labels: bool = False, eos_id: int | None = None
+    ) -> None:
+        """Check the settings against ``view``'s dataset; see `boundary_settings`."""
+        self.view = view
+        self.boundaries, self.labels, self.eos_id = boundary_settings(view, boundaries, labels, eos_id)
+        fields = getattr(getattr(view, "stream_format", None), "fields", {})
+        self._mask_field = "loss_mask" if "loss_mask" in fields else None
+
+    # -- guideloom.types.DatasetView ---------------------------------------------------------
+
+    @property
+    def layout(self) -> Layout:
+        return self.view.layout  # type: ignore[no-any-return]
+
+    @property
+    def url(self) -> str:
+        return self.view.url  # type: ignore[no-any-return]
+
+    @property
+    def fingerprint(self) -> str:
+        return self.view.fingerprint  # type: ignore[no-any-return]
+
+    @property
+    def sequence_length(self) -> int | None:
+        return self.view.sequence_length  # type: ignore[no-any-return]
+
+    @property
+    def sample_bytes(self) -> int:
+        return self.view.sample_bytes  # type: ignore[no-any-return]
+
+    def __len__(self) -> int:
+        return len(self.view)
+
+    def __getitem__(self, index: int) -> Any:
+        batch = self.read_batch([index])
+        return {name: values[0] for name, values in batch.items()}
+
+    def __getitems__(self, indexes: Sequence[int]) -> list[Any]:
+        batch = self.read_batch(indexes)
+        return [{name: values[row] for name, values in batch.items()} for row in range(len(indexes))]
+
+    def read_batch(self, indexes: Sequence[int]) -> dict[str, np.ndarray]:
+        """The windows ``indexes`` (`StreamDataset.read_windows`) plus ``position_ids`` and,
+        with ``labels``, ``labels``: all ``(len(indexes), L)``."""
+        windows: dict[str, np.ndarray] = self.view.read_batch(indexes)
+        tokens = windows["tokens"]
+        rows, length = tokens.shape
+        if self.boundaries == "records":
+            positions, counts = self.view.record_starts_batch(indexes)
+            starts = positions + np.repeat(np.arange(rows, dtype=np.int64) * length, counts)
+        else:
+            if self.boundaries == "eos":
+                after = np.flatnonzero(tokens[:, :-1] == self.eos_id)
+            else:
+                values = windows[self.boundaries]
+                after = np.flatnonzero(values[:, 1:] != values[:, :-1])
+            # (rows, L - 1) coordinates of the token before a start -> flat start positions
+            starts = after + after // (length - 1) + 1 if length > 1 else after
+        mask = windows.get(self._mask_field) if self._mask_field else None
+        windows.update(boundary_arrays(tokens, starts, mask, self.labels))
+        return windows
+
+
+def _vocabulary(view: Any) -> tuple[int, str]:
+    """The number of token ids and where it comes from: the ingestion tokenizer's vocabulary
+    when the manifest records it, else what the ``tokens`` dtype holds."""
+    meta = getattr(getattr(view, "manifest", None), "metadata", {}) or {}
+    tokenizer = (meta.get(_INGEST_KEY) or {}).get("tokenizer") if isinstance(meta, dict) else None
+    if isinstance(tokenizer, dict) and isinstance(tokenizer.get("vocab_size"), int):
+        return tokenizer["vocab_size"], f"the vocabulary of the ingestion tokenizer {tokenizer.get('spec')}"
+    dtype = np.dtype(view.stream_format.fields["tokens"])
+    if dtype.kind in "iu":
+        return int(np.iinfo(dtype).max) + 1, f"the ids a {dtype.name} tokens field holds"
+    return 2**63, "the tokens field"
+
+
+def boundary_settings(
+    view: Any, boundaries: str, labels: bool, eos_id: int | None
+) -> tuple[str, bool, int | None]:
+    """``(boundaries, labels, eos_id)`` checked against ``view``.
+
+    Raises:
+        ValueError: ``boundaries`` is not ``"records"``, ``"eos"`` or a field of the stream;
+            ``"records"`` on a dataset without record starts; ``"eos"`` without an id (none
+            given, none in the manifest) or with one outside the vocabulary; ``labels`` or
+            ``boundaries`` on documents or streams with metadata (no token windows to mark).
+    """
+    if not isinstance(view, DatasetView) or view.layout != "stream":
+        kind = getattr(view, "layout", type(view).__name__)
+        raise ValueError(
+            f"boundaries= and labels= mark documents inside stream windows, but {getattr(view, 'url', view)} "
+            f"is a {kind} dataset (documents are read whole, with no windows); load it without them, "
+            "or ingest it as a stream (--layout stream)"
+        )
+    fields = list(view.stream_format.fields)  # type: ignore[attr-defined]
+    if "tokens" not in fields:
+        raise ValueError(
+            f"{view.url}: boundaries= needs a 'tokens' field to shift labels from; this stream has {fields}"
+        )
+    alternatives = "boundaries='eos' with eos_id=<the end-of-document id>, or a field such as 'doc_index'"
+    if boundaries == "records":
+        if not view.has_record_starts:  # type: ignore[attr-defined]
+            raise ValueError(
+                f"boundaries='records': {view.url} has no record starts (written before GuideLoom "
+                f"stored them); use {alternatives}, or rewrite the dataset with this GuideLoom"
+            )
+        return boundaries, bool(labels), None
+    if boundaries == "eos":
+        if eos_id is None:
+            meta = getattr(view, "manifest", None)
+            tokenizer = ((getattr(meta, "metadata", {}) or {}).get(_INGEST_KEY) or {}).get("tokenizer") or {}
+            eos_id = tokenizer.get("eos_id") if isinstance(tokenizer, dict) else None
+            if eos_id is None:
+                raise ValueError(
+                    f"boundaries='eos': {view.url} records no end-of-document id (it was not "
+                    "ingested with one); pass eos_id=<id>, or use boundaries='records' or a field"
+                )
+        vocab, source = _vocabulary(view)
+        if isinstance(eos_id, bool) or not isinstance(eos_id, (int, np.integer)) or not 0 <= eos_id < vocab:
+            raise ValueError(
+                f"boundaries='eos': eos_id={eos_id!r} is outside {source} (0 .. {vocab - 1}) of "
+                f"{view.url}; pass the tokenizer's end-of-document id"
+            )
+        return boundaries, bool(labels), int(eos_id)
+    if isinstance(boundaries, str) and boundaries in fields and boundaries != "tokens":
+        return boundaries, bool(labels), None
+    raise ValueError(
+        f"boundaries={boundaries!r}: not 'records', 'eos' or a field of {view.url} (its fields: "
+        f"{[f for f in fields if f != 'tokens']}); use 'records', {alternatives}"
+    )
