@@ -529,7 +529,7 @@ class Location:
     def conditional_writes(self) -> bool:
         """Whether the store refuses a second create of one name (``If-None-Match: *``):
         detected once per endpoint and process, by creating a probe object twice."""
-        key = self.endpoint
+        key = self.endpoint or self.url.partition("://")[0]  # no endpoint: one answer per protocol
         known = _CONDITIONAL.get(key)
         if known is not None:
             return known
