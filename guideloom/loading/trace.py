@@ -102,6 +102,8 @@ class _Tracer:
         self.schedule = EpochSchedule(num_samples, saved.batch_size, saved.world_size, saved.drop_last)
         self.steps_per_epoch = self.schedule.num_steps
         self._orders: dict[int, Any] = {}
+        self._record_base: dict[int, np.ndarray] = {}
+        self._shard_starts: dict[tuple[int, int], np.ndarray] = {}
 
     def order(self, epoch: int) -> Any:
         order = self._orders.get(epoch)
@@ -186,14 +188,41 @@ class _Tracer:
                     ],
                 }
             )
-        record_starts = getattr(view, "window_records", None)
         return {
             "url": storage.url,
             "shard": pieces[0]["shard"],
             "byte_range": pieces[0]["byte_range"],
             "pieces": pieces,
-            "records": record_starts(sample) if callable(record_starts) else None,
+            "records": self._records(source, view, view.pieces(sample)),
         }
+
+    def _records(self, source: int, view: Any, pieces: list[Any]) -> list[int] | None:
+        """The dataset-wide indexes of the records a window's tokens belong to, from the
+        record-start files of the shards it touches (read whole, once each); None for a
+        stream written without record starts."""
+        if not getattr(view, "has_record_starts", False):
+            return None
+        table = view.storage.manifest.shard_table
+        if source not in self._record_base:
+            self._record_base[source] = np.concatenate([[0], np.cumsum(np.asarray(table.records, np.int64))])
+        base = self._record_base[source]
+        records: list[int] = []
+        for shard, start, stop, _ in pieces:
+            key = (source, shard)
+            starts = self._shard_starts.get(key)
+            if starts is None:
+                size = table.size(shard, "starts")
+                raw = view.reader.read([(shard, "starts", layout.HEADER_SIZE, size)])[0]
+                starts = self._shard_starts[key] = np.frombuffer(raw, layout.RECORD_START_DTYPE).astype(
+                    np.int64
+                )
+            # the record holding token t is the last one starting at or before t
+            first = int(np.searchsorted(starts, start, side="right")) - 1
+            last = int(np.searchsorted(starts, stop - 1, side="right")) - 1
+            lo = int(base[shard]) + max(first, 0)
+            hi = int(base[shard]) + max(last, 0)
+            records.extend(r for r in range(lo, hi + 1) if not records or r > records[-1])
+        return records
 
 
 def _steps(steps: Any, first_step: int) -> tuple[int, int]:

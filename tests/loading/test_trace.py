@@ -83,6 +83,8 @@ def test_trace_equals_what_the_loader_yielded(tmp_path: Any, world_size: int, sh
         assert np.concatenate(parts).tolist() == got.tolist()
         assert row["byte_range"] == row["pieces"][0]["byte_range"] and row["url"] == storage.url
         assert row["byte_range"][0] >= HEADER_SIZE
+        # records: the writer's appends (37 tokens each) the window's tokens belong to
+        assert row["records"] == sorted({t // 37 for t in got.tolist()})
     assert {(r["step"], r["rank"]) for r in rows} == {(s, k) for s in steps for k in range(world_size)}
     arrays = guideloom.trace_arrays(state, storage, steps)
     assert arrays.sample_index.tolist() == [r["sample_index"] for r in rows]
@@ -175,3 +177,14 @@ def test_guideloom_trace_on_the_command_line(tmp_path: Any) -> None:
     assert table.exit_code == 0 and table.output.count("\n") == 1 + 4, table.output
     bad = CliRunner().invoke(app, ["trace", str(state_file), storage.url, "--steps", "5-3"])
     assert bad.exit_code == 2 and "--steps" in bad.output
+
+
+def test_trace_records_through_a_remote_reader(tmp_path: Any) -> None:
+    """The record-start files are read through the view's reader: the same on a remote store."""
+    storage = _stream(f"memory://{tmp_path.name}/trace", 2000)
+    loader = StatefulDataLoader.from_storage(storage, sequence_length=16, batch_size=4, shuffle=True)
+    rows = list(guideloom.trace(loader.state_dict(), storage, steps=range(len(loader))))
+    assert len(rows) == 2000 // 16
+    for row in rows:
+        start = row["sample_index"] * 16
+        assert row["records"] == sorted({t // 37 for t in range(start, start + 16)})
