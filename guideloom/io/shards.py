@@ -61,6 +61,13 @@ def open_shard_reader(location: Location, table: FileTable) -> LocalShardReader 
     return RemoteShardReader(location, table)
 
 
+STALE_HINT = (
+    "If the dataset was overwritten after this storage read its manifest (a new commit removes "
+    "the old shards; `guideloom verify` then passes, against the new one), call "
+    "`storage.refresh()` and open the dataset (view, loader) again"
+)
+
+
 class _Reader:
     """What both readers share: the table, and the messages that name a damaged shard."""
 
@@ -204,7 +211,8 @@ class LocalShardReader(_Reader):
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             raise ShardNotFoundError(
-                f"{table.shard_name(shard)}: {path} is missing; restore it or rewrite the dataset"
+                f"{table.shard_name(shard)}: {path} is missing. {STALE_HINT}; otherwise restore "
+                "it or rewrite the dataset"
             ) from None
         size, expected = os.fstat(fd).st_size, table.size(shard, file)
         if size != expected:
@@ -272,12 +280,13 @@ class RemoteShardReader(_Reader):
         for (shard, _, _, _), rel in zip(requests, rels):
             if rel in text:
                 return (
-                    f"{self._table.shard_name(shard)}: {self.location.describe(rel)} is missing; "
-                    "run `guideloom verify` to list the damaged shards, then restore or rewrite them"
+                    f"{self._table.shard_name(shard)}: {self.location.describe(rel)} is missing. "
+                    f"{STALE_HINT}; otherwise run `guideloom verify` to list the damaged shards, "
+                    "then restore or rewrite them"
                 )
         return (
-            f"a shard file of {self.location.display_url} is missing ({err}); run "
-            "`guideloom verify` to list the damaged shards, then restore or rewrite them"
+            f"a shard file of {self.location.display_url} is missing ({err}). {STALE_HINT}; "
+            "otherwise run `guideloom verify` to list the damaged shards, then restore or rewrite them"
         )
 
 
