@@ -276,7 +276,7 @@ def mix(
     Reads only the manifests. The numbers are those a ``guideloom.Mixture`` of the same sources,
     weights and stopping strategy gives the loader (see docs/mixing.md).
     """
-    from guideloom.loading.mixture_plan import MixturePlan, document_tokens, sample_weights
+    from guideloom.loading.mixture_plan import MixturePlan, check_same_schema, document_tokens, sample_weights
 
     names: list[str] = []
     sizes: list[int] = []
@@ -287,7 +287,8 @@ def mix(
         if weight_by not in ("samples", "tokens"):
             raise ValueError(f"--weight-by must be samples or tokens, got {weight_by!r}")
         options = parse_options(option)
-        classes = set()
+        classes: dict[str, str] = {}  # storage class -> the first source of it
+        schemas: list[tuple[str, str, str, dict[str, Any]]] = []
         for arg in sources:
             url, sep, raw = arg.rpartition("=")
             if not sep or not url:
@@ -300,7 +301,8 @@ def mix(
                 raise ValueError(f"{url}: weight {raw!r} is not a positive, finite number")
             weights.append(weight)
             location, manifest = read_manifest(url, options)
-            classes.add(manifest.storage_class)
+            classes.setdefault(manifest.storage_class, location.display_url)
+            schemas.append((url, location.display_url, manifest.format.name, manifest.format.config))
             if manifest.storage_class == "DocumentStorage":
                 sizes.append(manifest.total_records)
                 if weight_by == "tokens":
@@ -318,7 +320,14 @@ def mix(
                 sizes.append(manifest.total_tokens // sequence_length)
             names.append(location.display_url)
         if len(classes) > 1:
-            raise ValueError(f"the sources mix storage classes {sorted(classes)}: a mixture reads one")
+            which = ", ".join(f"{src} is a {cls}" for cls, src in classes.items())
+            raise ValueError(
+                f"the sources mix storage classes ({which}): a mixture reads one layout; "
+                "preview (and mix) only sources of one class, e.g. only the "
+                f"{next(iter(classes))} sources"
+            )
+        layout = "documents" if "DocumentStorage" in classes else "stream"
+        check_same_schema(layout, schemas)  # the check Mixture makes: same fields and dtypes
         # the Mixture's own arithmetic (weight_by="tokens": shares of tokens -> of documents)
         sample, means = sample_weights(weights, documents, tokens)
         plan = MixturePlan(

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from guideloom import DocumentJsonFormat, DocumentStorage, Mixture, StreamNumpyFormat, StreamStorage
+from guideloom.errors import MixtureError
 from guideloom.cli import app
 
 
@@ -63,3 +64,33 @@ def test_mix_refuses_documents_without_token_counts(tmp_path: Any) -> None:
     result = CliRunner().invoke(app, ["mix", f"{known.url}=1", f"{unknown.url}=1", "--weight-by", "tokens"])
     assert result.exit_code == 2
     assert f"{unknown.url}: --weight-by tokens needs its number of tokens" in result.output
+
+
+def test_mix_refuses_what_mixture_refuses_fields_that_differ(tmp_path: Any) -> None:
+    """A tokens-only source with a tokens + doc_index source: the Mixture refuses it, and so does
+    the preview (exit 2, both sources and both schemas named), never a table."""
+    a = _stream(str(tmp_path / "a"), 800)
+    fmt = StreamNumpyFormat({"tokens": np.uint16, "doc_index": np.uint32})
+    b = StreamStorage(str(tmp_path / "b"), fmt)
+    with b.writer() as writer:
+        writer.append({"tokens": np.arange(300, dtype=np.uint16), "doc_index": np.zeros(300, np.uint32)})
+    with pytest.raises(MixtureError) as caught:
+        Mixture([(a, 1), (StreamStorage(b.url, fmt), 1)])
+    result = CliRunner().invoke(app, ["mix", f"{a.url}=1", f"{b.url}=1", "-L", "16"])
+    assert result.exit_code == 2, result.output
+    assert "need the same fields and dtypes" in result.output and "doc_index" in result.output
+    assert str(caught.value).split(" has the schema ")[1] in result.output.replace("\n", "")
+    assert "shares" not in result.output and "epoch" not in result.output  # no table
+
+
+def test_mix_of_two_storage_classes_names_each_and_the_fix(tmp_path: Any) -> None:
+    docs = _documents(str(tmp_path / "docs"), [3, 4], 7)
+    stream = _stream(str(tmp_path / "s"), 100)
+    result = CliRunner().invoke(app, ["mix", f"{docs.url}=1", f"{stream.url}=1", "-L", "16"])
+    assert result.exit_code == 2, result.output
+    text = result.output.replace("\n", "")
+    assert "is a DocumentStorage" in text and "is a StreamStorage" in text
+    assert "preview (and mix) only sources of one class" in text
+    # the fix as written: only the DocumentStorage sources
+    assert "only the DocumentStorage sources" in text
+    assert _mix(f"{docs.url}=1").strip()  # one class previews (exit 0, a table)
