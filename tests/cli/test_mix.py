@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from guideloom import DocumentJsonFormat, DocumentStorage, Mixture, StreamNumpyFormat, StreamStorage
-from guideloom.errors import MixtureError
 from guideloom.cli import app
+from guideloom.errors import MixtureError
 
 
 def _documents(url: str, lengths: list[int], tokens: int | None) -> Any:
