@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from guideloom.manifest import Manifest
+from guideloom.manifest import Manifest, PartRecord
 
-__all__ = ["opening_code"]
+__all__ = ["format_expression", "opening_code"]
 
 _VIEWS = {
     "DocumentStorage": "DocumentDataset(storage)",
@@ -32,7 +32,13 @@ def _stream_format(config: dict[str, Any]) -> str:
     return f"StreamNumpyFormat({{{fields}}})"
 
 
-def _format_expr(manifest: Manifest) -> tuple[str, list[str]]:
+def format_expression(recorded: Manifest | PartRecord) -> str:
+    """The Python expression that builds the format ``recorded`` (a manifest or part record)
+    names, as `opening_code` writes it (shipped formats by their real constructor)."""
+    return _format_expr(recorded)[0]
+
+
+def _format_expr(manifest: Manifest | PartRecord) -> tuple[str, list[str]]:
     """The expression that builds the recorded format, and the import lines it needs."""
     spec = manifest.format
     config = spec.config
