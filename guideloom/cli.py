@@ -88,7 +88,9 @@ WIDTH = 80  # inspect's text output fits this many columns
 _INGEST = "ingest"  # the metadata key guideloom ingest writes (guideloom.workers.ingest.METADATA_KEY)
 
 
-def summarize(display_url: str, manifest: Manifest, shards: int = 10) -> dict[str, Any]:
+def summarize(
+    display_url: str, manifest: Manifest, shards: int = 10, storage_options: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """What ``inspect`` shows, as JSON values: counts, format, metadata and the first shards.
 
     Reads the manifest's shard columns only: no per-shard objects are built, so the cost does
@@ -122,7 +124,7 @@ def summarize(display_url: str, manifest: Manifest, shards: int = 10) -> dict[st
         "guideloom_version": manifest.guideloom_version,
         "fingerprint": manifest.fingerprint,
         "metadata": manifest.metadata,
-        "opening_code": opening_code(display_url, manifest, storage_options="://" in display_url),
+        "opening_code": opening_code(display_url, manifest, storage_options=storage_options or {}),
         "shard_list": [
             {
                 "part": table.part[i],
@@ -218,14 +220,15 @@ def inspect(
     Exits 0, or 2 when the dataset cannot be opened.
     """
     try:
-        location, manifest = read_manifest(url, parse_options(option))
+        options = parse_options(option)
+        location, manifest = read_manifest(url, options)
     except GuideLoomError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     if manifest_json:
         typer.echo(manifest.model_dump_json(indent=2))
         return
-    summary = summarize(location.display_url, manifest, shards)
+    summary = summarize(location.display_url, manifest, shards, options)
     typer.echo(json.dumps(summary, indent=2) if as_json else render(summary))
 
 
