@@ -81,7 +81,7 @@ def _root(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
 ) -> None:
-    """Tokenized training data in object storage: inspect, verify and ingest datasets."""
+    """Tokenized training data in object storage (the commands below; COMMAND --help for each)."""
 
 
 WIDTH = 80  # inspect's text output fits this many columns
@@ -387,6 +387,16 @@ def _register_ingest() -> None:
 
 
 _register_ingest()
+
+
+def _summary_line() -> None:
+    """The root help names every registered command (added by any module, ingest included)."""
+    names = [c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands]
+    listed = ", ".join(n.replace("_", "-") for n in names if n)
+    app.info.help = f"Tokenized training data in object storage: {listed}."
+
+
+_summary_line()
 
 
 def main() -> None:

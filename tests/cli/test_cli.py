@@ -214,3 +214,26 @@ def test_opening_code_of_a_custom_format_is_a_note_not_a_false_constructor(tmp_p
     assert "stream=" not in code and "concepts=" not in code  # not its constructor's keywords
     assert "# ConceptFormat is your own format class: construct it as its __init__ takes" in code
     assert "from my_pkg.formats import ConceptFormat" in code
+
+
+def test_root_help_names_every_command():
+    from typer.testing import CliRunner
+
+    from guideloom.cli import app
+
+    text = CliRunner().invoke(app, ["--help"]).output
+    summary = text.split("Options")[0]
+    names = [c.name or c.callback.__name__ for c in app.registered_commands]  # type: ignore[union-attr]
+    assert {"inspect", "verify", "mix", "ingest"} <= set(names)
+    assert all(n.replace("_", "-") in summary for n in names), summary
+
+
+def test_pyproject_license_is_an_spdx_string():
+    """setuptools deprecates `project.license` as a table (removal in February 2027)."""
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert project["project"]["license"] == "Apache-2.0"
+    assert any(r.startswith("setuptools>=77") for r in project["build-system"]["requires"])
