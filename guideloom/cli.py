@@ -82,15 +82,16 @@ def _root(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
 ) -> None:
-    """Tokenized training data in object storage: ingest, inspect, verify and mix datasets, and
-    list, roll back and expire their snapshots."""
+    """Tokenized training data in object storage (the commands below; COMMAND --help for each)."""
 
 
 WIDTH = 80  # inspect's text output fits this many columns
 _INGEST = "ingest"  # the metadata key guideloom ingest writes (guideloom.workers.ingest.METADATA_KEY)
 
 
-def summarize(display_url: str, manifest: Manifest, shards: int = 10) -> dict[str, Any]:
+def summarize(
+    display_url: str, manifest: Manifest, shards: int = 10, storage_options: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """What ``inspect`` shows, as JSON values: counts, format, metadata and the first shards.
 
     Reads the manifest's shard columns only: no per-shard objects are built, so the cost does
@@ -124,7 +125,7 @@ def summarize(display_url: str, manifest: Manifest, shards: int = 10) -> dict[st
         "guideloom_version": manifest.guideloom_version,
         "fingerprint": manifest.fingerprint,
         "metadata": manifest.metadata,
-        "opening_code": opening_code(display_url, manifest, storage_options="://" in display_url),
+        "opening_code": opening_code(display_url, manifest, storage_options=storage_options or {}),
         "shard_list": [
             {
                 "part": table.part[i],
@@ -220,14 +221,15 @@ def inspect(
     Exits 0, or 2 when the dataset cannot be opened.
     """
     try:
-        location, manifest = read_manifest(url, parse_options(option))
+        options = parse_options(option)
+        location, manifest = read_manifest(url, options)
     except GuideLoomError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     if manifest_json:
         typer.echo(manifest.model_dump_json(indent=2))
         return
-    summary = summarize(location.display_url, manifest, shards)
+    summary = summarize(location.display_url, manifest, shards, options)
     typer.echo(json.dumps(summary, indent=2) if as_json else render(summary))
 
 
@@ -376,7 +378,7 @@ def mix(
     Reads only the manifests. The numbers are those a ``guideloom.Mixture`` of the same sources,
     weights and stopping strategy gives the loader (see docs/mixing.md).
     """
-    from guideloom.loading.mixture_plan import MixturePlan, document_tokens, sample_weights
+    from guideloom.loading.mixture_plan import MixturePlan, check_same_schema, document_tokens, sample_weights
 
     names: list[str] = []
     sizes: list[int] = []
@@ -387,8 +389,8 @@ def mix(
         if weight_by not in ("samples", "tokens"):
             raise ValueError(f"--weight-by must be samples or tokens, got {weight_by!r}")
         options = parse_options(option)
-        classes: dict[str, str] = {}  # source -> storage class
-        schemas: dict[str, tuple[str, Any]] = {}  # stream source -> (format name, config)
+        classes: dict[str, str] = {}  # storage class -> the first source of it
+        schemas: list[tuple[str, str, str, dict[str, Any]]] = []
         for arg in sources:
             url, sep, raw = arg.rpartition("=")
             if not sep or not url:
@@ -401,9 +403,8 @@ def mix(
                 raise ValueError(f"{url}: weight {raw!r} is not a positive, finite number")
             weights.append(weight)
             location, manifest = read_manifest(url, options)
-            classes[url] = manifest.storage_class
-            if manifest.storage_class != "DocumentStorage":
-                schemas[url] = (manifest.format.name, manifest.format.config)
+            classes.setdefault(manifest.storage_class, location.display_url)
+            schemas.append((url, location.display_url, manifest.format.name, manifest.format.config))
             if manifest.storage_class == "DocumentStorage":
                 sizes.append(manifest.total_records)
                 if weight_by == "tokens":
@@ -420,7 +421,15 @@ def mix(
             else:
                 sizes.append(manifest.total_tokens // sequence_length)
             names.append(location.display_url)
-        _check_one_schema(classes, schemas)
+        if len(classes) > 1:
+            which = ", ".join(f"{src} is a {cls}" for cls, src in classes.items())
+            raise ValueError(
+                f"the sources mix storage classes ({which}): a mixture reads one layout; "
+                "preview (and mix) only sources of one class, e.g. only the "
+                f"{next(iter(classes))} sources"
+            )
+        layout = "documents" if "DocumentStorage" in classes else "stream"
+        check_same_schema(layout, schemas)  # the check Mixture makes: same fields and dtypes
         # the Mixture's own arithmetic (weight_by="tokens": shares of tokens -> of documents)
         sample, means = sample_weights(weights, documents, tokens)
         plan = MixturePlan(
@@ -436,29 +445,6 @@ def mix(
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     typer.echo("\n".join(lines))
-
-
-def _check_one_schema(classes: dict[str, str], schemas: dict[str, tuple[str, Any]]) -> None:
-    """The checks `guideloom.Mixture` makes when it opens its sources, from the manifests alone:
-    one storage class, and for streams one format (the same fields and dtypes)."""
-    urls = list(classes)
-    first = urls[0]
-    for url in urls[1:]:
-        if classes[url] != classes[first]:
-            listed = ", ".join(f"{u} is a {c}" for u, c in classes.items())
-            raise ValueError(
-                f"the sources mix storage classes ({listed}): a mixture reads one layout. "
-                f"Preview the {classes[first]} sources on their own, or mix datasets written "
-                "with the same --layout"
-            )
-        if url in schemas and schemas[url] != schemas[first]:
-            (name, config), (first_name, first_config) = schemas[url], schemas[first]
-            raise ValueError(
-                f"source {url} has the schema {name} {config}, but source {first} has "
-                f"{first_name} {first_config}: batches of one mixture need the same fields and "
-                "dtypes (guideloom.Mixture refuses these sources). Mix sources written with the "
-                "same fields, or re-ingest one of them"
-            )
 
 
 def _open_shipped(url: str, options: dict[str, Any]) -> Any:
@@ -593,6 +579,16 @@ def _register_ingest() -> None:
 
 
 _register_ingest()
+
+
+def _summary_line() -> None:
+    """The root help names every registered command (added by any module, ingest included)."""
+    names = [c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands]
+    listed = ", ".join(n.replace("_", "-") for n in names if n)
+    app.info.help = f"Tokenized training data in object storage: {listed}."
+
+
+_summary_line()
 
 
 def main() -> None:

@@ -27,6 +27,9 @@ MiB = 2**20
 _IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
 
+SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
 class IngestConfig(BaseModel):
     """What to ingest, how to tokenize it and where to write it.
 
@@ -130,6 +133,17 @@ class IngestConfig(BaseModel):
     progress: Literal["auto", "rich", "plain", "none"] = "auto"
     storage_options: dict[str, Any] = Field(default_factory=dict, repr=False)
     input_storage_options: dict[str, Any] = Field(default_factory=dict, repr=False)
+
+    @field_validator("shard_size", "part_size", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> Any:
+        """A size as the flags take it (``"2MiB"``, ``"1GB"``, ``"4096"``) or a number of bytes."""
+        if not isinstance(value, str):
+            return value
+        m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", value)
+        if not m or m.group(2).lower() not in SIZE_UNITS:
+            raise ValueError(f"{value!r} is not a size: use e.g. 1048576, 64MiB or 1GB")
+        return int(m.group(1)) * SIZE_UNITS[m.group(2).lower()]
 
     @field_validator("tokenizer", mode="before")
     @classmethod

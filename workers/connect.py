@@ -3,7 +3,10 @@
 One rule: on the cluster named by ``ray_address`` (``--ray-address``) or ``RAY_ADDRESS`` (set by
 ``ray job submit``), else on a local Ray that the job starts itself (``address="local"``), never
 on some other cluster that happens to run on the machine. ``auto`` means the cluster that the
-last ``ray start`` on this machine recorded. It says which on stderr (through ``say``).
+last ``ray start`` on this machine recorded in Ray's default temp dir (``$RAY_TMPDIR/ray``, else
+``/tmp/ray``); a cluster started with ``--temp-dir DIR`` records its address in
+``DIR/ray_current_cluster`` instead, so ``auto`` does not find it (give its address). It says
+which cluster, and for ``auto`` the file it read, on stderr (through ``say``).
 """
 
 from __future__ import annotations
@@ -34,9 +37,16 @@ def _host_port(address: str) -> tuple[str, int] | None:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def _resolve_auto() -> str:
+_TEMP_DIR_HINT = (
+    "a cluster started with `ray start --temp-dir DIR` records its address in "
+    'DIR/ray_current_cluster, not here: give it as --ray-address "$(cat DIR/ray_current_cluster)"'
+)
+
+
+def _resolve_auto() -> tuple[str, Path]:
     """What ``auto`` means here: the address in the session file of the last ``ray start`` on
-    this machine (never "any Ray process found running", Ray's legacy fallback)."""
+    this machine without ``--temp-dir`` (never "any Ray process found running", Ray's legacy
+    fallback), and that file."""
     from ray._common.utils import get_default_ray_temp_dir
 
     path = Path(get_default_ray_temp_dir()) / "ray_current_cluster"
@@ -46,10 +56,11 @@ def _resolve_auto() -> str:
         address = ""
     if not address:
         raise IngestError(
-            f"--ray-address auto: no running cluster recorded in {path} (no `ray start` here): "
-            "give the cluster's address (host:6379), or drop --ray-address to run on a local Ray"
+            f"--ray-address auto: no running cluster recorded in {path} (no `ray start` with the "
+            f"default temp dir here); {_TEMP_DIR_HINT}; or give the cluster's address "
+            "(host:6379), or drop --ray-address to run on a local Ray"
         )
-    return address
+    return address, path
 
 
 def _check_reachable(address: str, source: str) -> None:
@@ -90,8 +101,14 @@ def connect(config: IngestConfig, say: Callable[[str], None]) -> bool:
         address, source = os.environ.get("RAY_ADDRESS", ""), "RAY_ADDRESS"
     if address:
         if address == "auto":
-            address, source = _resolve_auto(), f"{source} auto"
-        _check_reachable(address, source)
+            address, recorded = _resolve_auto()
+            source = f"{source} auto, recorded in {recorded}"
+            try:
+                _check_reachable(address, source)
+            except IngestError as err:
+                raise IngestError(f"{err}. The recorded cluster is gone; {_TEMP_DIR_HINT}") from None
+        else:
+            _check_reachable(address, source)
         try:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as err:

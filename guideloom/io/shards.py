@@ -61,6 +61,14 @@ def open_shard_reader(location: Location, table: FileTable) -> LocalShardReader 
     return RemoteShardReader(location, table)
 
 
+STALE_HINT = (
+    "If the dataset was overwritten or rolled back after this storage read its manifest, and its "
+    "old snapshots expired (`expire` deletes the files only they use; `guideloom verify` then "
+    "passes, against the current one), call `storage.refresh()` and open the dataset (view, "
+    "loader) again"
+)
+
+
 class _Reader:
     """What both readers share: the table, and the messages that name a damaged shard."""
 
@@ -203,7 +211,10 @@ class LocalShardReader(_Reader):
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
-            raise ShardNotFoundError(f"{table.shard_name(shard)}: {path} is missing; {MISSING_FIX}") from None
+            raise ShardNotFoundError(
+                f"{table.shard_name(shard)}: {path} is missing. {STALE_HINT}; otherwise restore "
+                "it or rewrite the dataset"
+            ) from None
         size, expected = os.fstat(fd).st_size, table.size(shard, file)
         if size != expected:
             os.close(fd)
@@ -269,17 +280,15 @@ class RemoteShardReader(_Reader):
         text = str(err)
         for (shard, _, _, _), rel in zip(requests, rels):
             if rel in text:
-                return f"{self._table.shard_name(shard)}: {self.location.describe(rel)} is missing; {MISSING_FIX}"
-        return f"a shard file of {self.location.display_url} is missing ({err}); {MISSING_FIX}"
-
-
-# A missing shard file is most often a dataset that changed under an open reader (overwritten, or
-# rolled back, and the old snapshots expired): the reader's shard table is the old one.
-MISSING_FIX = (
-    "if the dataset was overwritten or its old snapshots expired since it was opened, "
-    "storage.refresh() reads the current one (a loader: open it again); otherwise run "
-    "`guideloom verify URL` to list the damaged shards, then restore or rewrite them"
-)
+                return (
+                    f"{self._table.shard_name(shard)}: {self.location.describe(rel)} is missing. "
+                    f"{STALE_HINT}; otherwise run `guideloom verify` to list the damaged shards, "
+                    "then restore or rewrite them"
+                )
+        return (
+            f"a shard file of {self.location.display_url} is missing ({err}). {STALE_HINT}; "
+            "otherwise run `guideloom verify` to list the damaged shards, then restore or rewrite them"
+        )
 
 
 def _preadv_all(fd: int, buffers: Sequence[memoryview], offset: int) -> int:

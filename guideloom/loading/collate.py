@@ -8,9 +8,12 @@
 - documents stay a list of decoded records (pass ``collate_fn`` to pad them, for example).
 
 Dtypes: an ``nn.Embedding`` takes int32 or int64 ids, and torch has no uint16/uint32 arithmetic,
-so ``uint16`` becomes ``int32`` and ``uint32``/``uint64`` become ``int64`` (``uint64`` values
-above ``2**63 - 1`` would wrap; no tokenizer has that many ids). ``uint8``, ``bool``, signed
-integers and floats keep their dtype (cast a ``uint8`` id field with ``.long()``).
+so ``uint16`` and, in the ``tokens`` field (token ids of a tokenizer with fewer than 256 ids),
+``uint8`` become ``int32``, and
+``uint32``/``uint64`` become ``int64`` (``uint64`` values above ``2**63 - 1`` would wrap; no
+tokenizer has that many ids): every stored width of token ids reaches ``nn.Embedding`` as a type
+it accepts (``torch.uint8`` would fail with "Expected ... Long, Int; but got torch.ByteTensor").
+Other ``uint8`` fields (a ``loss_mask``), ``bool``, signed integers and floats keep their dtype.
 """
 
 from __future__ import annotations
@@ -34,9 +37,15 @@ _WIDEN: dict[np.dtype[Any], np.dtype[Any]] = {
 }
 
 
-def to_tensor(array: np.ndarray) -> torch.Tensor:
-    """A tensor over ``array`` (no copy when the dtype needs no widening and it is writable)."""
+TOKEN_FIELD = "tokens"  # the ids field: uint8 ids are widened there too
+
+
+def to_tensor(array: np.ndarray, name: str | None = None) -> torch.Tensor:
+    """A tensor over ``array`` (no copy when the dtype needs no widening and it is writable);
+    ``name`` is the field's (the ``tokens`` field's ``uint8`` ids become ``int32``)."""
     target = _WIDEN.get(array.dtype)
+    if target is None and name == TOKEN_FIELD and array.dtype == np.uint8:
+        target = np.dtype(np.int32)
     if target is not None:
         array = array.astype(target)
     elif not array.flags.writeable or not array.flags.c_contiguous:
@@ -47,7 +56,7 @@ def to_tensor(array: np.ndarray) -> torch.Tensor:
 def collate_windows(windows: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
     """Stream batch: field -> tensor of shape (batch, sequence_length); with ``position_ids``
     (``boundaries=``) also ``cu_seqlens`` and ``max_seqlen`` (`boundaries.with_cu_seqlens`)."""
-    batch: dict[str, Any] = {name: to_tensor(np.asarray(values)) for name, values in windows.items()}
+    batch: dict[str, Any] = {name: to_tensor(np.asarray(values), name) for name, values in windows.items()}
     position_ids = windows.get("position_ids")
     if position_ids is not None:
         cu, longest = cu_seqlens_of(np.asarray(position_ids))
@@ -61,13 +70,13 @@ def collate_documents(records: Sequence[Any]) -> list[Any]:
     return list(records)
 
 
-def _collate_field(values: list[Any]) -> Any:
+def _collate_field(values: list[Any], name: str | None = None) -> Any:
     first = values[0]
     if isinstance(first, np.ndarray) and first.dtype.kind in "biuf":
         if all(
             isinstance(v, np.ndarray) and v.shape == first.shape and v.dtype == first.dtype for v in values
         ):
-            return to_tensor(np.stack(values))
+            return to_tensor(np.stack(values), name)
     elif isinstance(first, torch.Tensor):
         if all(isinstance(v, torch.Tensor) and v.shape == first.shape for v in values):
             return torch.stack(values)
@@ -83,12 +92,12 @@ def collate_aligned(samples: Sequence[Any]) -> Any:
         isinstance(samples, AlignedBatch) and len(samples) == len(samples.spans)
     ):
         # The default align: the batch's arrays are the stacked rows already.
-        fields: dict[str, Any] = {n: to_tensor(v) for n, v in samples.windows.items() if n != "spans"}
+        fields: dict[str, Any] = {n: to_tensor(v, n) for n, v in samples.windows.items() if n != "spans"}
         fields["spans"] = list(samples.spans)
         return fields
     samples = list(samples)
     if samples and all(isinstance(s, Mapping) for s in samples):
         keys = list(samples[0].keys())
         if all(list(s.keys()) == keys for s in samples):
-            return {key: _collate_field([s[key] for s in samples]) for key in keys}
+            return {key: _collate_field([s[key] for s in samples], key) for key in keys}
     return _collate_field(samples) if samples else []

@@ -53,6 +53,7 @@ from guideloom.loading.mixture_plan import (
     Schedule,
     StoppingStrategy,
     WeightBy,
+    check_same_schema,
     document_token_totals,
     document_tokens,
     sample_weights,
@@ -73,6 +74,12 @@ __all__ = [
     "document_tokens",
     "document_token_totals",
 ]
+
+
+def _schema_name(fmt: Any) -> str:
+    """A format's name for the schema check: a ``StreamNumpyFormat`` (subclasses included) is
+    compared by its fields, whatever its class is called."""
+    return "StreamNumpyFormat" if isinstance(fmt, StreamNumpyFormat) else str(fmt.spec()["name"])
 
 
 class Mixture:
@@ -220,19 +227,16 @@ class Mixture:
 
     def _check_schema(self, name: str, storage: Storage) -> None:
         first = self.storages[0]
-        if self.layout == "documents":
-            return  # documents are decoded whole by each source's own format
-        mine: Any
-        theirs: Any
-        if isinstance(storage.format, StreamNumpyFormat) and isinstance(first.format, StreamNumpyFormat):
-            mine, theirs = storage.format.dtype, first.format.dtype
-        else:
-            mine, theirs = storage.format.spec(), first.format.spec()
-        if mine != theirs:
-            raise MixtureError(
-                f"source {name!r} ({storage.url}) has the schema {mine}, but source "
-                f"{self.names[0]!r} has {theirs}: batches of one mixture need the same fields and dtypes"
+        try:
+            check_same_schema(
+                self.layout,
+                [
+                    (self.names[0], first.url, _schema_name(first.format), first.format.config()),
+                    (name, storage.url, _schema_name(storage.format), storage.format.config()),
+                ],
             )
+        except ValueError as err:
+            raise MixtureError(str(err)) from None
 
     def dataset(self, sequence_length: int | None = None) -> MixtureDataset:
         """The mixture as one view (``sequence_length`` tokens per window, for streams).

@@ -24,6 +24,7 @@ from guideloom.loading.interleave import Interleave, check_schedule, decimal_fra
 __all__ = [
     "MixturePlan",
     "Schedule",
+    "check_same_schema",
     "StoppingStrategy",
     "WeightBy",
     "document_token_totals",
@@ -149,6 +150,42 @@ class MixturePlan:
 
 def _letter(k: int) -> str:
     return chr(ord("A") + k) if k < 26 else f"[{k}]"
+
+
+def source_schema(format_name: str, config: Mapping[str, Any]) -> Any:
+    """What must agree between two sources of one stream mixture, from the manifest's format
+    record: the fields and their dtypes for ``StreamNumpyFormat``, else the format's name and
+    config (the comparison `Mixture` and ``guideloom mix`` both make)."""
+    if format_name == "StreamNumpyFormat":
+        return [list(f) for f in config.get("fields", [])]
+    return {"name": format_name, "config": dict(config)}
+
+
+def check_same_schema(layout: str, sources: Sequence[tuple[str, str, str, Mapping[str, Any]]]) -> None:
+    """Raise when the sources of a stream mixture differ in fields or dtypes.
+
+    Args:
+        layout: The sources' layout; documents are decoded whole by each source's own format,
+            so they need not agree.
+        sources: ``(name, url, format name, format config)`` per source, the first one the
+            reference.
+
+    Raises:
+        ValueError: A source whose schema differs from the first one's (both named, and both
+            schemas).
+    """
+    if layout == "documents" or not sources:
+        return
+    first_name, _, first_format, first_config = sources[0]
+    theirs = source_schema(first_format, first_config)
+    for name, url, fmt, config in sources[1:]:
+        mine = source_schema(fmt, config)
+        if mine != theirs:
+            raise ValueError(
+                f"source {name!r} ({url}) has the schema {mine}, but source {first_name!r} has "
+                f"{theirs}: batches of one mixture need the same fields and dtypes; mix sources "
+                "written with the same format (rewrite one, or drop it from the mixture)"
+            )
 
 
 def sample_weights(

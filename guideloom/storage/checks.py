@@ -29,6 +29,7 @@ from guideloom.formats import Format, same_spec
 from guideloom.io import Location
 from guideloom.manifest import Manifest, PartRecord, ShardInfo, parse_manifest
 from guideloom.manifest.snapshots import is_snapshot_record
+from guideloom.storage.opening import format_expression
 
 __all__ = [
     "DEFAULT_VERIFY_CONCURRENCY",
@@ -82,15 +83,31 @@ def check_schema(storage_class: str, format: Format, recorded: Manifest | PartRe
     if recorded.storage_class != storage_class:
         raise SchemaMismatchError(
             f"{where} records a {recorded.storage_class}, but it was opened as "
-            f"{storage_class}; reopen it with {recorded.storage_class} and its format "
-            f"{recorded.format.name}({recorded.format.config})"
+            f"{storage_class}; reopen it with the class and format it records: "
+            f"{recorded.storage_class}(url, {format_expression(recorded)})"
         )
     if not same_spec(recorded.format.model_dump(), format.spec()):
         raise SchemaMismatchError(
             f"{where} was written with format {recorded.format.name} "
             f"config={recorded.format.config}, but opened with {type(format).__qualname__} "
-            f"config={format.config()}; reopen it with the format it was written with"
+            f"config={format.config()}{_field_difference(recorded.format.config, format.config())}; "
+            f"reopen it with the format it was written with: {format_expression(recorded)}"
         )
+
+
+def _field_difference(recorded: dict[str, Any], opened: dict[str, Any]) -> str:
+    """`` (field 'tokens': written <u2, opened <u4)``: the stream fields that differ, if any."""
+    if "stream" in recorded and "stream" in opened:
+        recorded, opened = recorded["stream"], opened["stream"]
+    if not isinstance(recorded.get("fields"), list) or not isinstance(opened.get("fields"), list):
+        return ""
+    mine, theirs = dict(map(tuple, recorded["fields"])), dict(map(tuple, opened["fields"]))
+    diffs = [
+        f"field {name!r}: written {mine.get(name, 'absent')}, opened {theirs.get(name, 'absent')}"
+        for name in [*mine, *(n for n in theirs if n not in mine)]
+        if mine.get(name) != theirs.get(name)
+    ]
+    return f" ({'; '.join(diffs)})" if diffs else ""
 
 
 def check_shard(

@@ -168,3 +168,72 @@ def test_options_reach_fsspec(s3_options, s3_bucket):
 
 
 test_options_reach_fsspec = pytest.mark.s3(test_options_reach_fsspec)
+
+
+def test_inspect_code_of_a_remote_dataset_pastes_without_a_placeholder():
+    """A remote URL opened without -o: the printed lines carry no `storage_options={...}` (which
+    is not Python that runs) and open the dataset as printed; -o options are printed, secrets as
+    `...` to fill in, named on a note line."""
+    from typer.testing import CliRunner
+
+    from guideloom.cli import app
+
+    url = "memory://inspect-paste/ds"
+    fmt = StreamNumpyFormat({"tokens": np.uint16})
+    with StreamStorage(url, fmt).writer() as w:
+        w.append({"tokens": np.arange(64, dtype=np.uint16)})
+    out = CliRunner().invoke(app, ["inspect", "--json", url])
+    assert out.exit_code == 0, out.output
+    code = json.loads(out.output)["opening_code"]
+    assert "storage_options" not in code
+    namespace: dict[str, object] = {}
+    exec(code, namespace)
+    assert namespace["storage"].manifest.total_tokens == 64  # type: ignore[attr-defined]
+    out = CliRunner().invoke(app, ["inspect", "--json", url, "-o", "anon=false", "-o", "secret=s3cr3t"])
+    code = json.loads(out.output)["opening_code"]
+    assert "s3cr3t" not in code and "'secret': ..." in code and "'anon': False" in code
+    assert "# fill in secret (not printed) for the ... below" in code
+
+
+def test_opening_code_of_a_custom_format_is_a_note_not_a_false_constructor(tmp_path):
+    from guideloom.manifest import FormatSpecModel
+    from guideloom.storage.opening import opening_code
+
+    url = str(tmp_path / "c")
+    with StreamStorage(url, StreamNumpyFormat({"tokens": np.uint16})).writer() as w:
+        w.append({"tokens": np.arange(4, dtype=np.uint16)})
+    manifest = StreamStorage(url, StreamNumpyFormat({"tokens": np.uint16})).manifest
+    custom = manifest.model_copy(
+        update={
+            "format": FormatSpecModel(
+                name="ConceptFormat", module="my_pkg.formats", config={"stream": {}, "concepts": 3}
+            )
+        }
+    )
+    code = opening_code(url, custom)
+    assert "stream=" not in code and "concepts=" not in code  # not its constructor's keywords
+    assert "# ConceptFormat is your own format class: construct it as its __init__ takes" in code
+    assert "from my_pkg.formats import ConceptFormat" in code
+
+
+def test_root_help_names_every_command():
+    from typer.testing import CliRunner
+
+    from guideloom.cli import app
+
+    text = CliRunner().invoke(app, ["--help"]).output
+    summary = text.split("Options")[0]
+    names = [c.name or c.callback.__name__ for c in app.registered_commands]  # type: ignore[union-attr]
+    assert {"inspect", "verify", "mix", "ingest"} <= set(names)
+    assert all(n.replace("_", "-") in summary for n in names), summary
+
+
+def test_pyproject_license_is_an_spdx_string():
+    """setuptools deprecates `project.license` as a table (removal in February 2027)."""
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert project["project"]["license"] == "Apache-2.0"
+    assert any(r.startswith("setuptools>=77") for r in project["build-system"]["requires"])

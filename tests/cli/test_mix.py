@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from guideloom import DocumentJsonFormat, DocumentStorage, Mixture, StreamNumpyFormat, StreamStorage
 from guideloom.cli import app
+from guideloom.errors import MixtureError
 
 
 def _documents(url: str, lengths: list[int], tokens: int | None) -> Any:
@@ -65,32 +66,31 @@ def test_mix_refuses_documents_without_token_counts(tmp_path: Any) -> None:
     assert f"{unknown.url}: --weight-by tokens needs its number of tokens" in result.output
 
 
-def test_mix_refuses_the_sources_a_mixture_refuses(tmp_path: Any) -> None:
-    """The preview runs the Mixture's own schema check: a tokens-only stream and a tokens +
-    doc_index stream are refused by both, with the fields named, before any table is printed."""
-    from guideloom.errors import MixtureError
-
-    plain = _stream(str(tmp_path / "plain"), 200)
-    fmt = StreamNumpyFormat({"tokens": np.uint16, "doc_index": np.uint64})
-    indexed = StreamStorage(str(tmp_path / "indexed"), fmt)
-    with indexed.writer() as writer:
-        writer.append({"tokens": np.arange(200, dtype=np.uint16), "doc_index": np.zeros(200, np.uint64)})
-    with pytest.raises(MixtureError, match="same fields and dtypes"):
-        Mixture([(plain, 1), (StreamStorage(indexed.url, fmt), 1)]).dataset(16)
-    result = CliRunner().invoke(app, ["mix", f"{plain.url}=1", f"{indexed.url}=1", "-L", "16"])
+def test_mix_refuses_what_mixture_refuses_fields_that_differ(tmp_path: Any) -> None:
+    """A tokens-only source with a tokens + doc_index source: the Mixture refuses it, and so does
+    the preview (exit 2, both sources and both schemas named), never a table."""
+    a = _stream(str(tmp_path / "a"), 800)
+    fmt = StreamNumpyFormat({"tokens": np.uint16, "doc_index": np.uint32})
+    b = StreamStorage(str(tmp_path / "b"), fmt)
+    with b.writer() as writer:
+        writer.append({"tokens": np.arange(300, dtype=np.uint16), "doc_index": np.zeros(300, np.uint32)})
+    with pytest.raises(MixtureError) as caught:
+        Mixture([(a, 1), (StreamStorage(b.url, fmt), 1)])
+    result = CliRunner().invoke(app, ["mix", f"{a.url}=1", f"{b.url}=1", "-L", "16"])
     assert result.exit_code == 2, result.output
-    assert "same fields and dtypes" in result.output and "doc_index" in result.output
-    assert "share" not in result.output  # no plan printed
-    # the fix it names works: sources with the same fields preview fine
-    same = _stream(str(tmp_path / "same"), 100)
-    assert "share" in _mix(f"{plain.url}=1", f"{same.url}=1", "-L", "16")
+    assert "need the same fields and dtypes" in result.output and "doc_index" in result.output
+    assert str(caught.value).split(" has the schema ")[1] in result.output.replace("\n", "")
+    assert "shares" not in result.output and "epoch" not in result.output  # no table
 
 
-def test_mix_of_storage_classes_names_each_source_and_the_fix(tmp_path: Any) -> None:
+def test_mix_of_two_storage_classes_names_each_and_the_fix(tmp_path: Any) -> None:
     docs = _documents(str(tmp_path / "docs"), [3, 4], 7)
-    stream = _stream(str(tmp_path / "stream"), 200)
-    result = CliRunner().invoke(app, ["mix", f"{stream.url}=1", f"{docs.url}=1", "-L", "16"])
+    stream = _stream(str(tmp_path / "s"), 100)
+    result = CliRunner().invoke(app, ["mix", f"{docs.url}=1", f"{stream.url}=1", "-L", "16"])
     assert result.exit_code == 2, result.output
-    flat = " ".join(result.output.split())
-    assert f"{stream.url} is a StreamStorage" in flat and f"{docs.url} is a DocumentStorage" in flat
-    assert "same --layout" in flat
+    text = result.output.replace("\n", "")
+    assert "is a DocumentStorage" in text and "is a StreamStorage" in text
+    assert "preview (and mix) only sources of one class" in text
+    # the fix as written: only the DocumentStorage sources
+    assert "only the DocumentStorage sources" in text
+    assert _mix(f"{docs.url}=1").strip()  # one class previews (exit 0, a table)

@@ -49,6 +49,20 @@ def test_uint32_tokens_become_int64(tmp_path: Any) -> None:
     assert [b.tolist() for b in batches] == [[[70_000, 3_000_000_000]], [[1, 2]]]
 
 
+def test_uint8_tokens_reach_an_embedding_as_int32_and_a_uint8_mask_stays(tmp_path: Any) -> None:
+    """A tokenizer with fewer than 256 ids writes uint8 tokens: torch.uint8 ids make
+    nn.Embedding raise, so the tokens field arrives as int32; another uint8 field keeps its type."""
+    fmt = StreamNumpyFormat({"tokens": np.uint8, "loss_mask": np.uint8})
+    storage = StreamStorage(str(tmp_path / "u8"), fmt)
+    with storage.writer() as w:
+        w.append({"tokens": np.arange(8, dtype=np.uint8) + 250, "loss_mask": np.ones(8, np.uint8)})
+    loader = StatefulDataLoader.from_storage(StreamStorage(storage.url, fmt), sequence_length=4, batch_size=2)
+    batch = next(iter(loader))
+    assert batch["tokens"].dtype == torch.int32 and batch["loss_mask"].dtype == torch.uint8
+    assert sorted(batch["tokens"].flatten().tolist()) == [0, 1, 250, 251, 252, 253, 254, 255]  # values kept
+    torch.nn.Embedding(256, 4)(batch["tokens"])  # raises for torch.uint8 ids
+
+
 def test_meta_batches_stack_what_stacks_and_list_the_rest(
     tmp_path: Any, write_dataset: Callable[..., Any]
 ) -> None:

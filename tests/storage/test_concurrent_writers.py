@@ -339,3 +339,29 @@ def test_old_parts_are_removed_by_expire_after_an_overwrite(where):
     for prefix in old_prefixes:
         assert not fs.exists(f"{root}/{prefix}/part-00000/shard-00000.tokens")
     assert _one_whole(storage, {2}, 3 * TOKENS // WINDOW) == 2
+
+
+def test_a_reader_after_an_overwrite_is_told_to_refresh_and_refresh_works(where):
+    """A view opened before an overwrite reads shards the new commit removed: the error says
+    why (the overwrite, which `guideloom verify` does not see) and the fix, storage.refresh()."""
+    storage = _storage(where)
+    with storage.writer(part=0) as w:
+        _fill(w, 1)
+    storage.commit(num_parts=1)
+    stale = StreamDataset(storage, WINDOW)
+    other = _storage(where)
+    with other.writer(part=0, overwrite=True, run="job-2") as w:
+        _fill(w, 2)
+    other.commit(num_parts=1, run="job-2")
+    import datetime as dt
+
+    other.expire(keep_last=1, grace=dt.timedelta(0))  # an overwrite keeps the old files until they expire
+    with pytest.raises(ShardNotFoundError) as caught:
+        stale.read_windows([0])
+    text = str(caught.value)
+    assert "overwritten or rolled back after this storage read its manifest" in text
+    assert "old snapshots expired" in text
+    assert "call `storage.refresh()` and open the dataset (view, loader) again" in text
+    storage.refresh()  # the fix, as the message names it
+    tokens = StreamDataset(storage, WINDOW).read_windows([0])["tokens"]
+    assert set(np.unique(tokens).tolist()) == {2}

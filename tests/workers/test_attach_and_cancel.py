@@ -72,6 +72,7 @@ def test_a_stale_session_file_with_auto_fails_fast(tmp_path):
     args = ["ingest", str(data), "--output", str(tmp_path / "o"), "--ray-address", "auto"]
     run = _cli(*args, env=_env(RAY_TMPDIR=str(tmp_path)), timeout=60)
     assert run.returncode == 1 and "--ray-address auto: no running cluster recorded in" in run.stderr
+    assert "a cluster started with `ray start --temp-dir DIR` records its address in" in run.stderr
     (tmp_path / "ray").mkdir()
     dead = f"127.0.0.1:{_dead_port()}"
     (tmp_path / "ray" / "ray_current_cluster").write_text(dead)
@@ -88,7 +89,15 @@ def test_a_stale_session_file_with_auto_fails_fast(tmp_path):
         timeout=60,
     )
     assert run.returncode == 1, run.stderr
-    assert f"no Ray cluster answers at {dead} (--ray-address auto {dead})" in run.stderr
+    recorded = tmp_path / "ray" / "ray_current_cluster"
+    assert (
+        f"no Ray cluster answers at {dead} (--ray-address auto, recorded in {recorded} {dead})" in run.stderr
+    )
+    # the cause a --temp-dir cluster gives, and the address to pass instead
+    assert (
+        'DIR/ray_current_cluster, not here: give it as --ray-address "$(cat DIR/ray_current_cluster)"'
+        in run.stderr
+    )
 
 
 def test_a_dashboard_address_is_explained(tmp_path):

@@ -225,3 +225,34 @@ def test_worker_node_killed_mid_job_still_commits_the_same_dataset(
     manifest = read_manifest(output, s3_options)[1]
     assert _shards(manifest) == _shards(local_reference[1])
     print(f"\n[lost node] first submission: {status}")
+
+
+def test_auto_does_not_find_a_temp_dir_cluster_and_the_named_fix_joins_it(cluster, tmp_path):
+    """The cluster was started with --temp-dir: `--ray-address auto` reads only Ray's default temp
+    dir (empty here), says so, and the address it suggests (`$(cat DIR/ray_current_cluster)`)
+    joins this cluster."""
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps({"text": f"doc {i}"}) + "\n" for i in range(5)))
+    env = {**cluster.env, "RAY_TMPDIR": str(tmp_path / "default")}
+    base = f"{shlex.quote(sys.executable)} -m guideloom.cli ingest {data} --quiet --output "
+    run = subprocess.run(
+        ["bash", "-c", base + f"{tmp_path / 'a'} --ray-address auto"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 1
+    assert "--ray-address auto: no running cluster recorded in" in run.stderr
+    fix = re.search(r'--ray-address "\$\(cat DIR/ray_current_cluster\)"', run.stderr)
+    assert fix is not None
+    joined = fix.group(0).replace("DIR", str(cluster.temp_dir))
+    run = subprocess.run(
+        ["bash", "-c", base + f"{tmp_path / 'b'} {joined}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f":{cluster.gcs_port} (--ray-address; 2 CPUs)" in run.stderr  # this cluster, joined
