@@ -21,8 +21,10 @@ from guideloom.formats import (
     StreamWithMetaMsgpackFormat,
     StreamWithMetaStorageFormat,
 )
+from guideloom.loading.interleave import Interleave
 from guideloom.loading.mixture import Mixture
-from guideloom.manifest import Manifest
+from guideloom.loading.mixture_plan import MixturePlan
+from guideloom.manifest import Manifest, ShardInfo
 from guideloom.storage import (
     DocumentDataset,
     DocumentStorage,
@@ -43,8 +45,11 @@ __all__ = [
     "DocumentStorage",
     "DocumentStorageFormat",
     "GuideLoomError",
+    "Interleave",
     "Manifest",
     "Mixture",
+    "MixturePlan",
+    "ShardInfo",
     "StatefulDataLoader",
     "StreamDataset",
     "StreamNumpyFormat",

@@ -303,7 +303,18 @@ def read_job_file(path: str | Path) -> dict[str, Any]:
 
 
 def load_job_file(path: str | Path, overrides: dict[str, Any] | None = None) -> IngestConfig:
-    """Read a YAML job file, apply ``overrides`` (flags given on the command line) and validate."""
+    """Read a YAML job file, apply ``overrides`` (flags given on the command line) and validate.
+
+    Args:
+        path: The job file (YAML; the keys are `IngestConfig`'s fields).
+        overrides: Keys that replace the file's (what flags given beside ``--config`` set).
+
+    Returns:
+        The validated `IngestConfig`.
+
+    Raises:
+        IngestError: The file cannot be read, or a key or value is invalid (each named).
+    """
     data = read_job_file(path)
     data.update(overrides or {})
     return validate_config(data, source=f"job file {path}")
@@ -318,6 +329,16 @@ def validate_config(data: dict[str, Any], *, source: str = "options") -> IngestC
     """Build an `IngestConfig`, turning pydantic's errors into one readable IngestError.
 
     An unknown key names the closest known one (``text_feild`` -> did you mean ``text_field``).
+
+    Args:
+        data: The options, as `ingest_dataset` keyword arguments or a job file's keys.
+        source: What the options came from, for the message (``"job file jobs/books.yaml"``).
+
+    Returns:
+        The validated `IngestConfig`.
+
+    Raises:
+        IngestError: Every invalid key or value, one line each.
     """
     try:
         return IngestConfig.model_validate(data)

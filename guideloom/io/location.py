@@ -120,7 +120,15 @@ class Location:
     """A directory-like root (``s3://bucket/prefix``, ``/data/x``, ``memory://x``) on fsspec.
 
     Paths given to methods are relative to the root and use ``/``. Byte ranges are half-open
-    ``[start, end)`` and counted from the start of the file.
+    ``[start, end)`` and counted from the start of the file. Every request runs under a total
+    I/O deadline, retries transient failures and raises GuideLoom's errors, naming the URL and
+    the endpoint.
+
+    Args:
+        url: The root: a local path or an fsspec URL.
+        storage_options: fsspec options of the filesystem (endpoint, credentials, ...).
+        deadline_s: Seconds each operation may take in all, retries included (default: the
+            ``GUIDELOOM_IO_DEADLINE_S`` environment variable, else the built-in default).
     """
 
     def __init__(

@@ -259,8 +259,13 @@ class Interleave:
     ``schedule`` is ``"auto"``, ``"tree"`` or ``"quota"`` (see the module docstring);
     `schedule` (the attribute) is the one in use.
 
-    Raises ``ValueError`` for weights that are not positive integers, an unknown schedule, or
-    ``"quota"`` for weights summing to more than `QUOTA_MAX_PERIOD`.
+    Args:
+        weights: Each source's weight, a positive integer.
+        schedule: ``"auto"``, ``"tree"`` or ``"quota"``.
+
+    Raises:
+        ValueError: Weights that are not positive integers, an unknown schedule, or
+            ``"quota"`` for weights summing to more than `QUOTA_MAX_PERIOD`.
     """
 
     def __init__(self, weights: Sequence[int], schedule: str = "auto") -> None:
@@ -296,7 +301,14 @@ class Interleave:
         return tuple(w / total for w in self.weights)
 
     def counts(self, p: int) -> list[int]:
-        """Draws of each source among positions ``[0, p)`` (exact, O(S) Python integers)."""
+        """Draws of each source among positions ``[0, p)`` (exact, O(S) Python integers).
+
+        Args:
+            p: A position (>= 0).
+
+        Returns:
+            One count per source.
+        """
         if self._quota is not None:
             return self._quota.counts(p)
         out = [0] * self.num_sources
@@ -318,6 +330,16 @@ class Interleave:
 
         The draw index ``k`` of position ``p`` from source ``i`` is ``counts(p)[i]``: position
         ``p`` is source ``i``'s ``k``-th draw (from 0).
+
+        Args:
+            start: The first position.
+            stop: The position after the last (``start <= stop``).
+
+        Returns:
+            ``(sources, draws)``, int64 arrays of ``stop - start`` entries.
+
+        Raises:
+            ValueError: The range is not valid.
         """
         start, stop = int(start), int(stop)
         if not 0 <= start <= stop:
@@ -358,6 +380,13 @@ class Interleave:
     def first_reaching(self, targets: Sequence[int], *, every: bool) -> int:
         """The smallest ``p`` at which every (``every=True``) or some source ``i`` has had
         ``targets[i]`` draws: the length of a mixture epoch under each stopping strategy.
+
+        Args:
+            targets: Draws wanted of each source.
+            every: True: every source reaches its target; False: the first one does.
+
+        Returns:
+            The position.
         """
         targets = [int(t) for t in targets]
 

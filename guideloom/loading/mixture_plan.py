@@ -42,12 +42,22 @@ STRATEGIES = ("all_exhausted", "first_exhausted")
 class MixturePlan:
     """The arithmetic of a mixture, from counts alone: what ``guideloom mix`` prints.
 
-    ``sizes``: samples (windows or documents) per source; ``weights``: positive integers (see
-    `guideloom.loading.interleave.integer_weights`); ``starts``: draws of each source
-    before this mixture began (a curriculum switch), 0 otherwise; ``mean_tokens``: each
-    source's mean tokens per sample, when the weights were given as shares of tokens (the
-    table then shows each source's share of tokens too); ``schedule``: the interleave's
-    schedule (``"auto"``, ``"tree"`` or ``"quota"``, see `guideloom.loading.interleave`).
+    `Mixture.plan()` returns it; build one yourself to plan a mixture from counts.
+
+    Args:
+        names: The sources' names.
+        sizes: Samples (windows or documents) per source.
+        weights: Positive integers (see `guideloom.loading.interleave.integer_weights`).
+        stopping_strategy: ``"all_exhausted"`` or ``"first_exhausted"``.
+        starts: Draws of each source before this mixture began (a curriculum switch); 0s
+            when empty.
+        mean_tokens: Each source's mean tokens per sample, when the weights were given as
+            shares of tokens (the table then shows each source's share of tokens too).
+        schedule: The interleave's schedule: ``"auto"``, ``"tree"`` or ``"quota"`` (see
+            `guideloom.loading.interleave`).
+
+    Raises:
+        MixtureError: An unknown strategy or schedule, or a source with no samples.
     """
 
     names: tuple[str, ...]
@@ -107,7 +117,15 @@ class MixturePlan:
         return tuple(d / n for d, n in zip(self.draws, self.sizes))
 
     def drawn_after(self, epoch: int, position: int) -> list[int]:
-        """Running draw number of each source once ``position`` of ``epoch`` is reached."""
+        """Running draw number of each source once ``position`` of ``epoch`` is reached.
+
+        Args:
+            epoch: The epoch.
+            position: The position in that epoch.
+
+        Returns:
+            One draw count per source, counted from the start of training.
+        """
         counts = self.interleave.counts(position)
         return [s + epoch * d + c for s, d, c in zip(self.starts, self.draws, counts)]
 
@@ -115,7 +133,11 @@ class MixturePlan:
         """What a loader state records about the mixture (plain ints and strings).
 
         ``schedule`` is recorded only when it is not ``"tree"``, the one schedule of states saved
-        before there was a choice, so those states still match their mixtures."""
+        before there was a choice, so those states still match their mixtures.
+
+        Returns:
+            ``{"stopping_strategy", "sources": [[size, weight, start], ...]}`` (and ``schedule``).
+        """
         out: dict[str, Any] = {
             "stopping_strategy": self.stopping_strategy,
             "sources": [list(x) for x in zip(self.sizes, self.weights, self.starts)],
@@ -125,7 +147,14 @@ class MixturePlan:
         return out
 
     def lines(self, preview: int = 64) -> list[str]:
-        """A human-readable table of the plan, plus the first ``preview`` positions' sources."""
+        """A human-readable table of the plan, plus the first ``preview`` positions' sources.
+
+        Args:
+            preview: How many first positions to show as source letters.
+
+        Returns:
+            The table's lines (what ``guideloom mix`` prints).
+        """
         width = max(6, *(len(n) for n in self.names))
         out = [
             f"mixture epoch  {self.epoch_length:,} samples ({self.stopping_strategy})",

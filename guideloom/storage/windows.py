@@ -149,6 +149,12 @@ class Windows(View):
         ``0 .. sequence_length - 1`` (``int64``), relative to the window's first token. A record
         that began in an earlier window is not listed (its tokens continue from position 0).
 
+        Args:
+            window: A window number in `0 .. len(self) - 1`.
+
+        Returns:
+            The positions, sorted.
+
         Raises:
             IndexError: ``window`` is out of range.
             ValueError: The dataset has no record starts (see `has_record_starts`).
@@ -159,6 +165,12 @@ class Windows(View):
     def record_starts_batch(self, indexes: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`record_starts` of many windows in one round of reads: ``(positions, counts)``, the
         positions of window ``indexes[j]`` being ``positions[sum(counts[:j]) : sum(counts[:j + 1])]``.
+
+        Args:
+            indexes: Window numbers.
+
+        Returns:
+            ``(positions, counts)``, both ``int64``.
 
         Raises:
             IndexError: An index is out of range.
