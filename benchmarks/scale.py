@@ -72,9 +72,23 @@ def _fill(path: Path, header: bytes, body: np.ndarray | None, body_bytes: int) -
             f.truncate(len(header) + body_bytes)
 
 
+def _plain_doc(root: Path) -> dict[str, Any]:
+    """The dataset's current manifest as a whole JSON document, made its plain manifest.json
+    (its snapshot history dropped), for the synthetic datasets below to edit."""
+    import shutil
+
+    from guideloom.io import Location
+    from guideloom.storage.checks import load_manifest
+
+    manifest = load_manifest(Location(str(root)))
+    shutil.rmtree(root / "snapshots", ignore_errors=True)
+    doc: dict[str, Any] = json.loads(manifest.to_json())
+    return doc
+
+
 def _patch_manifest(root: Path, records: int, tokens: int, spans: int, sizes: dict[str, int]) -> None:
     path = root / "manifest.json"
-    doc = json.loads(path.read_text())
+    doc = _plain_doc(root)
     table = doc["shard_table"]
     table["records"], table["tokens"], table["spans"] = [records], [tokens], [spans]
     for name, size in sizes.items():
@@ -83,7 +97,7 @@ def _patch_manifest(root: Path, records: int, tokens: int, spans: int, sizes: di
         total_records=records,
         total_tokens=tokens,
         total_spans=spans,
-        total_bytes=sum(sizes.values()),
+        total_bytes=sum(sum(column["size"]) for column in table["files"].values()),  # record starts too
     )
     path.write_text(json.dumps(doc))
 
@@ -376,8 +390,12 @@ def _synthetic_manifest(root: Path, n: int) -> str:
         with storage.writer(part=k, overwrite=True) as w:
             w.append({"tokens": np.arange(10, dtype=np.uint16)})
     storage.commit(num_parts=2)
-    doc = json.loads((root / "manifest.json").read_text())
+    from guideloom.manifest.models import version_for
+
+    doc = _plain_doc(root)
     table = doc["shard_table"]
+    table["files"].pop("starts", None)  # only the data files are made up (n copies of one)
+    doc["version"] = version_for(table["files"])
     data = table["files"]["data"]
     table.update(
         part=list(range(n)),

@@ -172,6 +172,9 @@ class FileColumn(_Frozen):
     checksum: list[Annotated[str, StringConstraints(pattern=layout.CHECKSUM_PATTERN)]]
 
 
+_OPTIONAL_FILES = ("starts",)  # file kinds a joined table may lack in some pieces (see concat)
+
+
 class ShardTable(_Frozen):
     """Every shard of a dataset, one column per attribute (row ``i`` is shard ``i``).
 
@@ -289,7 +292,11 @@ class ShardTable(_Frozen):
         if len(tables) == 1:
             return tables[0]
         first = tables[0]
-        kinds = {name: c.kind for name, c in first.files.items()}
+        # A file kind every piece must have, except record starts: a stream written before
+        # GuideLoom stored them and appended to since has them in its newer pieces only; the
+        # joined table then records none (readers fall back as for any stream without them).
+        common = set(first.files).intersection(*(t.files for t in tables))
+        kinds = {name: c.kind for name, c in first.files.items() if name in common}
         cols: dict[str, list[int]] = {key: [] for key in ("part", "index", "records", "tokens", "spans")}
         sizes: dict[str, list[int]] = {name: [] for name in kinds}
         checksums: dict[str, list[str]] = {name: [] for name in kinds}
@@ -298,7 +305,9 @@ class ShardTable(_Frozen):
         prefix_id: list[int] = []
         last_part = -1
         for table in tables:
-            if {n: c.kind for n, c in table.files.items()} != kinds:
+            own = {n: c.kind for n, c in table.files.items()}
+            extra = set(own) - set(kinds) - set(_OPTIONAL_FILES)
+            if extra or any(own.get(n) != k for n, k in kinds.items()):
                 raise ValueError(f"a table piece has files {list(table.files)}, others have {list(kinds)}")
             if table.part[0] <= last_part:
                 raise ValueError(f"table pieces overlap: part {table.part[0]} follows part {last_part}")
@@ -316,6 +325,8 @@ class ShardTable(_Frozen):
             for key, values in cols.items():
                 values.extend(getattr(table, key))
             for name, file_column in table.files.items():
+                if name not in kinds:
+                    continue
                 sizes[name].extend(file_column.size)
                 checksums[name].extend(file_column.checksum)
         return cls.model_construct(
