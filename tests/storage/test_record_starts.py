@@ -216,9 +216,8 @@ def test_verify_checks_the_starts_content_as_well_as_the_checksum(tmp_path) -> N
         header = layout.ShardHeader("starts", 8, 2).pack()
         data = header + np.array(starts, "<u8").tobytes()
         path.write_bytes(data)
-        import xxhash
-
         import fsspec
+        import xxhash
         from storage_helpers import plain_manifest
 
         doc = plain_manifest(fsspec.filesystem("file"), str(tmp_path / "s"))
