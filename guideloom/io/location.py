@@ -426,9 +426,9 @@ class Location:
                 return []
         return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries)
 
-    def sizes_under(self, rel: str) -> dict[str, int]:
-        """Every file below ``rel`` (recursively), as relative path -> size in bytes; empty if
-        there is none. One listing (paginated by the backend), not one request per file."""
+    def _files_under(self, rel: str) -> dict[str, dict[str, Any]]:
+        """Every file below ``rel`` (recursively) as relative path -> the backend's details, from
+        one listing (paginated by the backend); empty if there is none."""
         with self._translated("listing", rel):
             path = self.path(rel)
             self.fs.invalidate_cache(path)
@@ -437,31 +437,26 @@ class Location:
             except FileNotFoundError:
                 return {}
         base = len(self._root) + 1 if self._root else 0
-        out = {}
-        for full, info in found.items():
-            if info.get("type", "file") == "file":
-                out[full.rstrip("/")[base:]] = int(info.get("size") or 0)
-        return out
+        return {
+            full.rstrip("/")[base:]: info
+            for full, info in found.items()
+            if info.get("type", "file") == "file"
+        }
+
+    def sizes_under(self, rel: str) -> dict[str, int]:
+        """Every file below ``rel`` (recursively), as relative path -> size in bytes; empty if
+        there is none. One listing (paginated by the backend), not one request per file."""
+        return {name: int(info.get("size") or 0) for name, info in self._files_under(rel).items()}
 
     def modified_under(self, rel: str) -> dict[str, float]:
         """Every file below ``rel`` as relative path -> last-modified time (seconds since the
         epoch; 0.0 where the store does not say). One listing, like `sizes_under`."""
-        with self._translated("listing", rel):
-            path = self.path(rel)
-            self.fs.invalidate_cache(path)
-            try:
-                found = self._call("find", path, detail=True)
-            except FileNotFoundError:
-                return {}
-        base = len(self._root) + 1 if self._root else 0
         out: dict[str, float] = {}
-        for full, info in found.items():
-            if info.get("type", "file") != "file":
-                continue
-            when = info.get("mtime", info.get("LastModified", info.get("last_modified")))
+        for name, info in self._files_under(rel).items():
+            when: Any = info.get("mtime", info.get("LastModified", info.get("last_modified")))
             if hasattr(when, "timestamp"):
                 when = when.timestamp()
-            out[full.rstrip("/")[base:]] = float(when or 0.0)
+            out[name] = float(when or 0.0)
         return out
 
     def local_path(self, rel: str) -> str:
