@@ -94,6 +94,7 @@ __all__ = [
     "part_record_path",
     "shard_file_extension",
     "shard_file_path",
+    "snapshot_claims_path",
     "snapshot_log_path",
     "snapshot_log_sequence",
     "table_piece_path",
@@ -253,7 +254,7 @@ def span_candidates(
 MANIFEST = "manifest.json"
 PARTS_DIR = "parts"
 SHARDS_DIR = "shards"
-SNAPSHOTS_DIR = "snapshots"  # snapshots/log/<sequence>.json, snapshots/tables/<hash>.json
+SNAPSHOTS_DIR = "snapshots"  # log/<sequence>.json, tables/<hash>.json, claims/<sequence>/
 DEFAULT_RUN = "default"
 _RUN_FOLDER = "r-"  # parts/r-<run>, shards/r-<run>
 _ATTEMPT_FOLDER = "a-"  # shards/r-<run>/a-<attempt>
@@ -274,6 +275,12 @@ def snapshot_log_sequence(name: str) -> int | None:
     """The sequence number of a file name of ``snapshots/log`` (None for another name)."""
     stem, _, ext = name.partition(".")
     return int(stem) if ext == "json" and stem.isdigit() else None
+
+
+def snapshot_claims_path(sequence: int) -> str:
+    """The folder of claims on snapshot number ``sequence``, on stores without conditional
+    writes (`guideloom.io.Location.create`); empty once the number is taken."""
+    return f"{SNAPSHOTS_DIR}/claims/{sequence:08d}"
 
 
 def table_piece_path(name: str) -> str:

@@ -174,12 +174,16 @@ def translated(action: str, where: str, endpoint: Callable[[], str | None]) -> I
                 f"{action} {where}: {_CREDENTIAL_PROBLEMS[name]} ({name}: {_safe(err)}), so no "
                 f"request was sent to {_at(endpoint())}. {_CREDENTIAL_FIXES[name]}"
             ) from err
-        if is_checksum_mismatch(err):  # it persisted through the retries: the object is damaged
+        if is_checksum_mismatch(err) or isinstance(err, ShortBodyError):
+            # It persisted through the retries: the object is damaged, or its way is.
             error = ManifestError if where.endswith(".json") else ShardCorruptError
+            what = (
+                "ended before the end its own Content-Range announces"
+                if isinstance(err, ShortBodyError)
+                else "had bytes that do not match the checksum the store recorded for the object"
+            )
             raise error(
-                f"{action} {where}: every answer from {_at(endpoint())} had bytes "
-                f"that do not match the checksum the store recorded for the object "
-                f"({name}: {_safe(err)}), on each retry: the object is damaged on "
+                f"{action} {where}: every answer from {_at(endpoint())} {what} ({name}: {_safe(err)}), on each retry: the object is damaged on "
                 "the server, or something between (a proxy, a cache) damages it. Check the "
                 "dataset with `guideloom verify` (its URL, without the file's name); if that fails "
                 "too, restore the file or rewrite the dataset"
@@ -233,8 +237,8 @@ _CREDENTIAL_FIXES = {
 # S3's error codes for refused credentials, each with what to check.
 _CODE_HINTS = {
     "SignatureDoesNotMatch": (
-        "The secret does not match the access key: check the secret (storage_options secret or "
-        "AWS_SECRET_ACCESS_KEY) that goes with this key"
+        "The credentials were refused: the secret does not match the access key. Check the "
+        "secret (storage_options secret or AWS_SECRET_ACCESS_KEY) that goes with this key"
     ),
     "InvalidAccessKeyId": (
         "The endpoint knows no such access key: check the key (storage_options key or "

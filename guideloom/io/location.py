@@ -21,10 +21,12 @@ On async filesystems (s3fs, HTTP, GCS) the deadline cancels the request in fligh
 from __future__ import annotations
 
 import asyncio
+import builtins
 import os
+import random
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -32,7 +34,7 @@ import fsspec
 import fsspec.asyn
 from fsspec.implementations.local import LocalFileSystem
 
-from guideloom.errors import UnknownProtocolError
+from guideloom.errors import CommitConflictError, UnknownProtocolError
 from guideloom.io import s3
 from guideloom.io.failures import (
     DEADLINE_ENV,
@@ -51,6 +53,7 @@ __all__ = ["DEADLINE_ENV", "DEADLINE_OPTION", "DEFAULT_DEADLINE_S", "Location", 
 DEFAULT_DEADLINE_S = 120.0  # seconds one storage operation may take, retries included
 _RETRIES = 3
 _CONDITIONAL: dict[str, bool] = {}  # endpoint -> whether it honours If-None-Match: * (probed once)
+CLAIM_LEASE_S = 30.0  # a claim on a name older than this is a crashed writer's (`create`)
 
 
 _GCS_PROTOCOLS = ("gs://", "gcs://")
@@ -225,6 +228,26 @@ class Location:
         deadline (passed to async filesystems as fsspec's ``timeout``, which cancels the request).
         ``deadline`` is a ``time.monotonic()`` instant; default: ``deadline_s`` from now."""
         fs = self.fs
+
+        def once(remaining: float) -> Any:
+            coroutine = getattr(fs, f"_{method}", None) if getattr(fs, "async_impl", False) else None
+            if coroutine is not None and asyncio.iscoroutinefunction(coroutine):
+                # The async implementation, under fsspec's timeout: some backends (adlfs)
+                # define sync methods of their own that take no ``timeout``.
+                return fsspec.asyn.sync(fs.loop, coroutine, *args, timeout=remaining, **kwargs)
+            return getattr(fs, method)(*args, **kwargs)
+
+        return self._retrying(once, deadline)
+
+    def _call_async(self, function: Callable[..., Any], *args: Any) -> Any:
+        """``await function(fs, *args)`` on the filesystem's loop, retried like `_call`."""
+        fs = self.fs
+        return self._retrying(
+            lambda remaining: fsspec.asyn.sync(fs.loop, function, fs, *args, timeout=remaining), None
+        )
+
+    def _retrying(self, once: Callable[[float], Any], deadline: float | None) -> Any:
+        """``once(seconds left)`` until it returns, retrying transient errors within the deadline."""
         if deadline is None:
             deadline = time.monotonic() + self.deadline_s
         last: BaseException | None = None
@@ -233,12 +256,7 @@ class Location:
             if remaining <= 0:
                 raise DeadlineExceeded(self.deadline_s, attempt - 1, last)
             try:
-                coroutine = getattr(fs, f"_{method}", None) if getattr(fs, "async_impl", False) else None
-                if coroutine is not None and asyncio.iscoroutinefunction(coroutine):
-                    # The async implementation, under fsspec's timeout: some backends (adlfs)
-                    # define sync methods of their own that take no ``timeout``.
-                    return fsspec.asyn.sync(fs.loop, coroutine, *args, timeout=remaining, **kwargs)
-                return getattr(fs, method)(*args, **kwargs)
+                return once(remaining)
             except Exception as err:
                 if is_deadline(err) or (isinstance(err, TimeoutError) and time.monotonic() >= deadline):
                     raise DeadlineExceeded(self.deadline_s, attempt, last) from None
@@ -253,6 +271,8 @@ class Location:
     def read(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         """Bytes ``[start, end)`` of a file (the whole file when both are None)."""
         with self._translated("reading", rel):
+            if end is None and s3.is_s3(self.fs):  # checked against the answer's Content-Range
+                return bytes(self._call_async(s3.read_from, self.path(rel), start or 0))
             # Keyword arguments: s3fs's second positional argument is a version id.
             data = self._call("cat_file", self.path(rel), start=start, end=end)
         return bytes(data)
@@ -493,14 +513,15 @@ class Location:
                 data = parts[0] if len(parts) == 1 else b"".join(parts)
                 self._call("pipe_file", path, bytes(data))
 
-    def create(self, rel: str, data: bytes) -> bool:
+    def create(self, rel: str, data: bytes, claims: str | None = None) -> bool:
         """Write a new file only if none is at ``rel``: True if this call created it, False if
         a file was already there (then nothing is written).
 
         Local disk: a temporary file, then ``os.link`` to the name (atomic; fails if the name
         exists). Object stores: a conditional PUT (``If-None-Match: *``) where the endpoint
-        honours it (`conditional_writes`); elsewhere a check then a PUT, which two writers
-        racing within one request's time can both pass (see docs/datasets-that-grow.md).
+        honours it (`conditional_writes`). Elsewhere, with ``claims`` (a folder for this one
+        name), writers claim the name first (`_create_by_claim`); without it, a check then a
+        PUT, which two writers racing within one request's time can both pass.
         """
         with self._translated("creating", rel):
             path = self.path(rel)
@@ -523,11 +544,72 @@ class Location:
                 except FileExistsError:
                     return False
                 return True
-            self.fs.invalidate_cache(path)
-            if self._call("exists", path):
+        if claims is not None:
+            return self._create_by_claim(rel, data, claims)
+        with self._translated("creating", rel):
+            if self._exists_now(path):
                 return False
             self._call("pipe_file", path, bytes(data))
             return True
+
+    def _exists_now(self, path: str) -> bool:
+        self.fs.invalidate_cache(path)
+        return bool(self._call("exists", path))
+
+    def _create_by_claim(self, rel: str, data: bytes, claims: str) -> bool:
+        """`create` on a store that ignores ``If-None-Match``, safe for any number of writers
+        on a store whose listings show every finished write (S3, GCS and Azure are strongly
+        consistent; so is Ceph RGW within one zone).
+
+        A writer PUTs a claim of its own (a new, unique name) into ``claims``, then lists the
+        folder, and creates ``rel`` only if its claim is the only live one there. Of two claims,
+        the one written second is listed beside the first, so two writers never both see
+        themselves alone; when each sees the other, both withdraw and try again after a random
+        pause. A claim older than `CLAIM_LEASE_S` (by the store's clock, against this writer's
+        own claim) is a crashed writer's and does not count. What is left unsafe: a writer that
+        pauses for longer than the lease between its listing and its PUT of ``rel``.
+        """
+        path = self.path(rel)
+        mine = f"{claims}/{time.time_ns():020d}-{uuid.uuid4().hex}"
+        give_up = time.monotonic() + 2 * CLAIM_LEASE_S  # a crashed writer's claim goes stale first
+        round_ = 0
+        while True:
+            with self._translated("creating", rel):
+                if self._exists_now(path):
+                    return False
+            self.write(mine, b"")
+            try:
+                live = self._live_claims(claims, mine)
+                if live == [mine]:
+                    with self._translated("creating", rel):
+                        if self._exists_now(path):  # taken while this writer claimed
+                            return False
+                        self._call("pipe_file", path, bytes(data))
+                    return True
+            finally:
+                self.delete(mine)
+            if time.monotonic() >= give_up:
+                break
+            time.sleep(random.uniform(0.02, 0.1) * 2 ** min(round_, 4))
+            round_ += 1
+        raise CommitConflictError(
+            f"creating {self.describe(rel)}: other writers kept claiming the same name for "
+            f"{2 * CLAIM_LEASE_S:g} s; this store ignores conditional writes (If-None-Match), so "
+            "writers take turns by claims. Try again, or commit from fewer writers at once"
+        )
+
+    def _live_claims(self, claims: str, mine: str) -> builtins.list[str]:
+        """The claims under ``claims`` that are not stale (`CLAIM_LEASE_S`), as relative paths;
+        stale ones are removed on the way."""
+        listed = self.modified_under(claims)
+        own = listed.get(mine)
+        live = []
+        for name, when in listed.items():
+            if own and when and when < own - CLAIM_LEASE_S:
+                self.delete(name)  # a crashed writer's claim
+                continue
+            live.append(name)
+        return sorted(live)
 
     def conditional_writes(self) -> bool:
         """Whether the store refuses a second create of one name (``If-None-Match: *``):

@@ -7,6 +7,7 @@ URL is ``s3://`` (or ``s3a://``) or its filesystem is s3fs's.
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import Any
 
@@ -21,6 +22,7 @@ __all__ = [
     "content_range_total",
     "is_s3",
     "ranged_get",
+    "read_from",
     "s3_options",
 ]
 
@@ -87,6 +89,29 @@ async def ranged_get(fs: Any, path: str, start: int, end: int) -> tuple[bytes, i
     header = resp.get("ContentRange")
     check_body_length(data, header, path)
     return data, content_range_total(header)
+
+
+async def read_from(fs: Any, path: str, start: int) -> bytes:
+    """Bytes ``start`` to the end of an S3 object, from one open-ended ranged GET
+    (``bytes=start-``). The answer's own ``Content-Range`` then says how many bytes it should
+    carry, so a body cut short on its way, with a length header that agrees, is a
+    `ShortBodyError` (retried) and never a truncated file; a plain GET has nothing to check it
+    against where the store sends no checksum (Ceph RGW). An empty object has no byte to range
+    over (416): it is read with a plain GET."""
+    bucket, key, version = fs.split_path(path)
+    extra = {"VersionId": version} if version else {}
+    try:
+        resp = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-", **extra)
+    except OSError as err:
+        if err.errno != errno.EINVAL or start != 0:  # s3fs maps InvalidRange (416) to EINVAL
+            raise
+        return bytes(await fs._cat_file(path))
+    try:
+        data = await resp["Body"].read()
+    finally:
+        resp["Body"].close()
+    check_body_length(data, resp.get("ContentRange"), path)
+    return bytes(data)
 
 
 def check_body_length(data: bytes, header: str | None, path: str, total: int | None = None) -> None:

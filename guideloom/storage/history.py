@@ -202,7 +202,7 @@ class History:
         manifest = self.manifest(snap)
         piece = self.write_piece(manifest.shard_table, manifest.num_parts)
         full = snap.model_copy(update={"pieces": (piece,)})
-        self.location.create(layout.snapshot_log_path(0), full.to_json())
+        self.location.create(layout.snapshot_log_path(0), full.to_json(), layout.snapshot_claims_path(0))
         return self.by_sequence(0)
 
     def create(self, snap: Snapshot) -> bool:
@@ -210,7 +210,7 @@ class History:
         then copy it to manifest.json. False if another commit took the number."""
         rel = layout.snapshot_log_path(snap.sequence)
         data = snap.to_json()
-        if not self.location.create(rel, data):
+        if not self.location.create(rel, data, layout.snapshot_claims_path(snap.sequence)):
             # A retried request may have created it already: then the bytes are this commit's.
             try:
                 if self.location.read(rel, start=0) != data:

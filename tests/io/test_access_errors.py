@@ -159,5 +159,5 @@ def test_a_refused_request_keeps_the_stores_code(s3_bucket, s3_options, fault_s3
     text = str(info.value)
     assert f"reading {url}/manifest.json" in text and fault_s3.url in text
     assert f"({code}" in text and "None" not in text
-    fix = {"SignatureDoesNotMatch": "check the secret", "InvalidAccessKeyId": "check the key"}
+    fix = {"SignatureDoesNotMatch": "Check the secret", "InvalidAccessKeyId": "check the key"}
     assert fix.get(code, "policy") in text

@@ -202,31 +202,6 @@ def test_ray_job_stop_cancels_and_a_resubmit_finishes_the_rest(
     assert _shards(manifest) == _shards(local_reference[1])
 
 
-def test_worker_node_killed_mid_job_still_commits_the_same_dataset(
-    compose, cluster, local_reference, s3_bucket, s3_options
-):
-    """Runs last: it leaves the cluster with its head only."""
-    import s3fs
-    from ray.job_submission import JobSubmissionClient
-
-    fs = s3fs.S3FileSystem(**s3_options, skip_instance_cache=True)
-    client = JobSubmissionClient(cluster.dashboard_url)
-    output = f"s3://{s3_bucket}/lost-node"
-    job = client.submit_job(
-        entrypoint=_slow_job(compose, cluster, output),
-        runtime_env={"env_vars": hooks_env(part_delay_s=2)},
-    )
-    _wait_for_part(fs, output)
-    cluster.kill_worker(0)  # its raylet and the task running there die at once
-    status = _wait_for_job(client, job)
-    if status != "SUCCEEDED":  # the documented fallback: a re-submit redoes only missing parts
-        again = client.submit_job(entrypoint=_slow_job(compose, cluster, output))
-        assert _wait_for_job(client, again) == "SUCCEEDED", client.get_job_logs(again)[-3000:]
-    manifest = read_manifest(output, s3_options)[1]
-    assert _shards(manifest) == _shards(local_reference[1])
-    print(f"\n[lost node] first submission: {status}")
-
-
 def test_auto_does_not_find_a_temp_dir_cluster_and_the_named_fix_joins_it(cluster, tmp_path):
     """The cluster was started with --temp-dir: `--ray-address auto` reads only Ray's default temp
     dir (empty here), says so, and the address it suggests (`$(cat DIR/ray_current_cluster)`)
@@ -256,3 +231,28 @@ def test_auto_does_not_find_a_temp_dir_cluster_and_the_named_fix_joins_it(cluste
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert f":{cluster.gcs_port} (--ray-address; 2 CPUs)" in run.stderr  # this cluster, joined
+
+
+def test_worker_node_killed_mid_job_still_commits_the_same_dataset(
+    compose, cluster, local_reference, s3_bucket, s3_options
+):
+    """Runs last: it leaves the cluster with its head only."""
+    import s3fs
+    from ray.job_submission import JobSubmissionClient
+
+    fs = s3fs.S3FileSystem(**s3_options, skip_instance_cache=True)
+    client = JobSubmissionClient(cluster.dashboard_url)
+    output = f"s3://{s3_bucket}/lost-node"
+    job = client.submit_job(
+        entrypoint=_slow_job(compose, cluster, output),
+        runtime_env={"env_vars": hooks_env(part_delay_s=2)},
+    )
+    _wait_for_part(fs, output)
+    cluster.kill_worker(0)  # its raylet and the task running there die at once
+    status = _wait_for_job(client, job)
+    if status != "SUCCEEDED":  # the documented fallback: a re-submit redoes only missing parts
+        again = client.submit_job(entrypoint=_slow_job(compose, cluster, output))
+        assert _wait_for_job(client, again) == "SUCCEEDED", client.get_job_logs(again)[-3000:]
+    manifest = read_manifest(output, s3_options)[1]
+    assert _shards(manifest) == _shards(local_reference[1])
+    print(f"\n[lost node] first submission: {status}")
