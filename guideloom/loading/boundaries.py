@@ -51,10 +51,17 @@ def boundary_arrays(
     output array."""
     rows, length = tokens.shape
     total = rows * length
-    heads = np.union1d(np.arange(0, total, length, dtype=np.int64), starts)  # sorted, distinct
-    sizes = np.diff(np.append(heads, total))
-    position_ids = np.arange(total, dtype=np.int64)
-    position_ids -= np.repeat(heads, sizes)
+    # Every start and every row start, sorted and distinct (starts at a row start dropped).
+    inner = starts[starts % length != 0]
+    heads = np.sort(np.concatenate((np.arange(0, total, length, dtype=np.int64), inner)))
+    sizes = np.empty(len(heads), np.int64)
+    np.subtract(heads[1:], heads[:-1], out=sizes[:-1])
+    sizes[-1] = total - heads[-1]
+    if total <= _COUNTING_MAX:
+        position_ids = np.subtract(_counting(total), np.repeat(heads, sizes))
+    else:  # a whole group: one array less of that size
+        position_ids = np.arange(total, dtype=np.int64)
+        position_ids -= np.repeat(heads, sizes)
     out = {"position_ids": position_ids.reshape(rows, length)}
     if labels:
         lab = np.empty((rows, length), np.int64)
@@ -66,6 +73,21 @@ def boundary_arrays(
         flat[-1] = IGNORE_INDEX
         out["labels"] = lab
     return out
+
+
+_COUNTING: list[np.ndarray] = [np.arange(0, dtype=np.int64)]
+_COUNTING_MAX = 1 << 20  # longest 0, 1, 2, ... kept (8 MiB); longer windows count in place
+
+
+def _counting(n: int) -> np.ndarray:
+    """0 .. n - 1 as int64 (n <= `_COUNTING_MAX`), read-only and kept between calls: reading
+    it is cheaper than making it, and a batch's worth stays in the CPU caches."""
+    held = _COUNTING[0]
+    if n > len(held):
+        held = np.arange(n, dtype=np.int64)
+        held.flags.writeable = False
+        _COUNTING[0] = held
+    return held[:n]
 
 
 def cu_seqlens_of(position_ids: np.ndarray) -> tuple[np.ndarray, int]:
@@ -140,6 +162,25 @@ class BoundaryView:
     def read_batch(self, indexes: Sequence[int]) -> dict[str, np.ndarray]:
         """The windows ``indexes`` (`StreamDataset.read_windows`) plus ``position_ids`` and,
         with ``labels``, ``labels``: all ``(len(indexes), L)``."""
+        return self._marked(*self._read_with_starts(indexes))
+
+    def read_batches(self, batches: Sequence[Sequence[int]]) -> list[dict[str, np.ndarray]]:
+        """`read_batch` of several batches with one read, marked batch by batch: arrays of one
+        batch's size stay in the CPU caches, where one group's worth (hundreds of rows of
+        int64) would not (measured: about 6x less time for the marking)."""
+        flat = [i for batch in batches for i in batch]
+        windows, starts = self._read_with_starts(flat)
+        length = windows["tokens"].shape[1]
+        bounds = np.cumsum([0, *(len(b) for b in batches)])
+        cuts = np.searchsorted(starts, bounds * length).tolist()
+        out = []
+        for k, (lo, hi) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
+            part = {name: values[lo:hi] for name, values in windows.items()}
+            out.append(self._marked(part, starts[cuts[k] : cuts[k + 1]] - lo * length))
+        return out
+
+    def _read_with_starts(self, indexes: Sequence[int]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The windows and the flat positions (over ``rows * L``) where documents start."""
         windows: dict[str, np.ndarray] = self.view.read_batch(indexes)
         tokens = windows["tokens"]
         rows, length = tokens.shape
@@ -154,8 +195,11 @@ class BoundaryView:
                 after = np.flatnonzero(values[:, 1:] != values[:, :-1])
             # (rows, L - 1) coordinates of the token before a start -> flat start positions
             starts = after + after // (length - 1) + 1 if length > 1 else after
+        return windows, starts
+
+    def _marked(self, windows: dict[str, np.ndarray], starts: np.ndarray) -> dict[str, np.ndarray]:
         mask = windows.get(self._mask_field) if self._mask_field else None
-        windows.update(boundary_arrays(tokens, starts, mask, self.labels))
+        windows.update(boundary_arrays(windows["tokens"], starts, mask, self.labels))
         return windows
 
 

@@ -53,12 +53,13 @@ def to_tensor(array: np.ndarray, name: str | None = None) -> torch.Tensor:
     return torch.from_numpy(array)
 
 
-def collate_windows(windows: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+def collate_windows(windows: Mapping[str, np.ndarray], whole_batch: bool = True) -> dict[str, torch.Tensor]:
     """Stream batch: field -> tensor of shape (batch, sequence_length); with ``position_ids``
-    (``boundaries=``) also ``cu_seqlens`` and ``max_seqlen`` (`boundaries.with_cu_seqlens`)."""
+    (``boundaries=``) also ``cu_seqlens`` and ``max_seqlen`` (`boundaries.with_cu_seqlens`),
+    unless ``whole_batch`` is False (a group of batches, cut into batches later)."""
     batch: dict[str, Any] = {name: to_tensor(np.asarray(values), name) for name, values in windows.items()}
     position_ids = windows.get("position_ids")
-    if position_ids is not None:
+    if position_ids is not None and whole_batch:
         cu, longest = cu_seqlens_of(np.asarray(position_ids))
         batch["cu_seqlens"] = torch.from_numpy(cu)
         batch["max_seqlen"] = longest

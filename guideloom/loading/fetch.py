@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from torch.utils.data import Dataset
 
-from guideloom.loading.boundaries import with_cu_seqlens
+from guideloom.loading.boundaries import BoundaryView, with_cu_seqlens
 from guideloom.loading.collate import collate_aligned, collate_documents, collate_windows
 from guideloom.loading.placement import pin
 from guideloom.types import DatasetView, Layout
@@ -50,6 +50,8 @@ class GroupCollate:
 
     def __call__(self, parts: Any) -> Any:
         if isinstance(parts, Whole):
+            if self.collate is collate_windows:  # per-batch keys are made after the cut
+                return Whole(collate_windows(parts.data, whole_batch=False), parts.sizes)
             return Whole(self.collate(parts.data), parts.sizes)
         return [self.collate(p) for p in parts]
 
@@ -99,6 +101,8 @@ class BatchSource(Dataset):  # type: ignore[type-arg]
         """Several batches fetched with one read; one uncollated result per batch, in order."""
         if len(batches) == 1:
             return [self._read(list(batches[0]))]
+        if self.columns and isinstance(self.view, BoundaryView):
+            return self.view.read_batches(batches)  # type: ignore[return-value]
         data = self._read([i for b in batches for i in b])
         bounds = np.cumsum([0, *(len(b) for b in batches)]).tolist()
         return [

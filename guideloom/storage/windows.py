@@ -37,6 +37,7 @@ __all__ = ["StreamDataset", "WindowReader", "Windows", "window_pieces"]
 Piece = tuple[int, int, int, int]  # (shard, start, stop, offset in the window), in tokens
 # Windows of several views: up to this many are planned in Python ints.
 _SMALL_MIXED = 128
+_FEW_PIECES = 24  # record-start lookups of at most this many shard pieces go piece by piece
 
 
 def window_pieces(starts: Sequence[int], tokens: Sequence[int], window: int, length: int) -> list[Piece]:
@@ -233,19 +234,57 @@ class Windows(View):
     ) -> tuple[np.ndarray, np.ndarray]:
         """On local disk: each shard's record starts memory-mapped (the OS page cache holds
         them; nothing is copied into the process), searched with ``np.searchsorted``."""
-        maps = self._start_maps
-        shard_l = shard.tolist()
-        lo = np.empty(len(shard_l), np.int64)
-        hi = np.empty(len(shard_l), np.int64)
+        n = len(shard)
+        if n <= _FEW_PIECES:
+            lo, hi, values = self._few_starts(shard, a, b)
+        else:
+            lo, hi, values = self._many_starts(shard, a, b)
+        return self._window_positions(values, hi - lo, hi > lo, shard, window_of, g0, len(idx))
+
+    def _starts_of(self, shard: int) -> np.ndarray:
+        starts = self._start_maps.get(shard)
+        if starts is None:
+            starts = self._start_maps[shard] = self._map_starts(shard)
+        return starts
+
+    def _few_starts(self, shard: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Record starts in ``[a[j], b[j])`` of shard ``shard[j]``, piece by piece (a few pieces:
+        fewer NumPy calls than `_many_starts`)."""
+        lo = np.empty(len(shard), np.int64)
+        hi = np.empty(len(shard), np.int64)
         chunks = []
-        for k, s in enumerate(shard_l):
-            starts = maps.get(s)
-            if starts is None:
-                starts = maps[s] = self._map_starts(s)
-            lo[k], hi[k] = starts.searchsorted([a[k], b[k]], side="left")
+        for k, s in enumerate(shard.tolist()):
+            starts = self._starts_of(s)
+            lo[k], hi[k] = starts.searchsorted((a[k], b[k]), side="left")
             chunks.append(starts[lo[k] : hi[k]])
         values = np.concatenate(chunks).astype(np.int64) if chunks else np.empty(0, np.int64)
-        return self._window_positions(values, hi - lo, hi > lo, shard, window_of, g0, len(idx))
+        return lo, hi, values
+
+    def _many_starts(self, shard: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, ...]:
+        """`_few_starts` for many pieces (a read-ahead group): one search and one gather per
+        shard touched, not per piece."""
+        present = np.unique(shard).tolist()
+        n = len(shard)
+        lo = np.empty(n, np.int64)
+        hi = np.empty(n, np.int64)
+        for s in present:
+            sel = slice(None) if len(present) == 1 else shard == s
+            found = self._starts_of(s).searchsorted(np.concatenate((a[sel], b[sel])), side="left")
+            k = len(found) // 2
+            lo[sel], hi[sel] = found[:k], found[k:]
+        counts = hi - lo
+        piece = np.repeat(np.arange(n), counts)
+        # Piece j's starts are its shard's [lo[j], hi[j]): their places in that shard's array.
+        source = np.arange(len(piece), dtype=np.int64) + np.repeat(lo - (np.cumsum(counts) - counts), counts)
+        values = np.empty(len(piece), np.int64)
+        if len(present) == 1:
+            values[:] = self._starts_of(present[0])[source]
+        else:
+            shard_of = shard[piece]
+            for s in present:
+                mine = shard_of == s
+                values[mine] = self._starts_of(s)[source[mine]]
+        return lo, hi, values
 
     def _map_starts(self, shard: int) -> np.ndarray:
         import mmap
