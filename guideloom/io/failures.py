@@ -142,9 +142,12 @@ def translated(action: str, where: str, endpoint: Callable[[], str | None]) -> I
             ) from err
         code, text = _service_code(err)
         if code:
+            hint = _CODE_HINTS.get(code, _generic_hint(where))
+            if action == "checking" and code in ("403", "Forbidden") and _store(where) == "s3":
+                hint = _HEAD_FORBIDDEN_HINT
             raise StorageAccessError(
                 f"{action} {where}: access denied by the storage endpoint {at} ({code}"
-                f"{': ' + text if text else ''}). {_CODE_HINTS.get(code, _generic_hint(where))}"
+                f"{': ' + text if text else ''}). {hint}"
             ) from err
         raise StorageAccessError(
             f"{action} {where}: access denied by the storage endpoint {at} "
@@ -286,6 +289,15 @@ def _endpoint_options(where: str) -> str:
         "gcs": "storage_options endpoint_url, STORAGE_EMULATOR_HOST",
         "azure": "storage_options account_name or connection_string, AZURE_STORAGE_CONNECTION_STRING",
     }[_store(where)]
+
+
+# S3 answers a HEAD of a missing object with 403 (no body, so no code) when the caller may not
+# list the bucket: otherwise it would tell which names exist.
+_HEAD_FORBIDDEN_HINT = (
+    "S3 answers 403 for an object that does not exist when the credentials may not list the "
+    "bucket: allow s3:ListBucket on the bucket (readers need s3:GetObject and s3:ListBucket; "
+    "see the policies in docs/remote-buckets.md), or check the credentials"
+)
 
 
 def _generic_hint(where: str) -> str:

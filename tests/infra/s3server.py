@@ -52,6 +52,36 @@ class S3Endpoint:
     description: str
     start_seconds: float = 0.0
     _stop: Callable[[], None] | None = field(default=None, repr=False)
+    cluster_dir: Path | None = None  # RGW: the cluster's folder (its ceph.conf), for radosgw-admin
+
+    def add_user(self, uid: str, key: str, secret: str) -> None:
+        """RGW only: create another S3 user with these keys (radosgw-admin, as start-rgw.sh
+        creates the first); bucket policies can then grant it less than the owner has."""
+        if self.cluster_dir is None:
+            raise RuntimeError(f"{self.backend}: only an RGW started here can add users")
+        conf = self.cluster_dir / "ceph.conf"
+        socket = self.cluster_dir / "run" / f"admin-{uid}.asok"
+        subprocess.run(
+            [
+                "radosgw-admin",
+                "-c",
+                str(conf),
+                "-n",
+                "client.rgw.test",
+                "--admin-socket",
+                str(socket),
+                "user",
+                "create",
+                f"--uid={uid}",
+                f"--display-name={uid}",
+                f"--access-key={key}",
+                f"--secret={secret}",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     def storage_options(self, endpoint_url: str | None = None) -> dict[str, Any]:
         """s3fs storage options for this endpoint (or for a proxy in front of it)."""
@@ -160,6 +190,7 @@ def start_rgw(workdir: Path) -> S3Endpoint:
         f"Ceph RGW (radosgw) at {url}, started in {seconds:.1f} s; logs in {workdir}/log",
         start_seconds=seconds,
         _stop=stop,
+        cluster_dir=workdir,
     )
 
 
