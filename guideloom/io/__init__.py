@@ -4,11 +4,13 @@
 deadline, error translation), the shard readers every view reads through (`open_shard_reader`:
 positioned reads on local disk, merged concurrent range requests elsewhere), and the one rule
 for showing URLs (`redact_url`). Range planning lives in `guideloom.io.ranges`, the S3 client
-pieces in `guideloom.io.s3`, what backend errors mean in `guideloom.io.failures`.
+pieces in `guideloom.io.s3`, what backend errors mean in `guideloom.io.failures`, the
+requests and bytes sent to each store in `guideloom.io.stats` (`io_stats`).
 """
 
 from guideloom.io.location import Location
 from guideloom.io.shards import open_shard_reader
+from guideloom.io.stats import io_stats
 from guideloom.io.urls import redact_text, redact_url
 
-__all__ = ["Location", "open_shard_reader", "redact_text", "redact_url"]
+__all__ = ["Location", "io_stats", "open_shard_reader", "redact_text", "redact_url"]

@@ -35,7 +35,7 @@ import fsspec.asyn
 from fsspec.implementations.local import LocalFileSystem
 
 from guideloom.errors import CommitConflictError, UnknownProtocolError
-from guideloom.io import s3
+from guideloom.io import s3, stats
 from guideloom.io.failures import (
     DEADLINE_ENV,
     DEADLINE_OPTION,
@@ -52,6 +52,18 @@ __all__ = ["DEADLINE_ENV", "DEADLINE_OPTION", "DEFAULT_DEADLINE_S", "Location", 
 
 DEFAULT_DEADLINE_S = 120.0  # seconds one storage operation may take, retries included
 _RETRIES = 3
+# What `_call`'s methods send, for `guideloom.io.stats` (others count as their own name).
+_REQUEST_KINDS = {
+    "cat_file": "GET",
+    "cat_ranges": "GET",
+    "pipe_file": "PUT",
+    "exists": "HEAD",
+    "size": "HEAD",
+    "info": "HEAD",
+    "find": "LIST",
+    "ls": "LIST",
+    "rm": "DELETE",
+}
 _CONDITIONAL: dict[str, bool] = {}  # endpoint -> whether it honours If-None-Match: * (probed once)
 CLAIM_LEASE_S = 30.0  # a claim on a name older than this is a crashed writer's (`create`)
 
@@ -160,6 +172,9 @@ class Location:
         self._pid = -1
         self._root = ""
         _ = self.fs  # resolve the protocol now, so an unknown one fails at construction
+        # Where `guideloom.io.stats` counts this location's requests (None: local disk, uncounted).
+        protocol = self.url.partition("://")[0] if "://" in self.url else "file"
+        self._store: str | None = None if self.is_local else " ".join(filter(None, (protocol, self.endpoint)))
 
     # -- the filesystem, per process ---------------------------------------------------------
 
@@ -228,23 +243,54 @@ class Location:
         deadline (passed to async filesystems as fsspec's ``timeout``, which cancels the request).
         ``deadline`` is a ``time.monotonic()`` instant; default: ``deadline_s`` from now."""
         fs = self.fs
+        attempts = [0]
 
         def once(remaining: float) -> Any:
-            coroutine = getattr(fs, f"_{method}", None) if getattr(fs, "async_impl", False) else None
-            if coroutine is not None and asyncio.iscoroutinefunction(coroutine):
-                # The async implementation, under fsspec's timeout: some backends (adlfs)
-                # define sync methods of their own that take no ``timeout``.
-                return fsspec.asyn.sync(fs.loop, coroutine, *args, timeout=remaining, **kwargs)
-            return getattr(fs, method)(*args, **kwargs)
+            attempts[0] += 1
+            result: Any = None
+            try:
+                coroutine = getattr(fs, f"_{method}", None) if getattr(fs, "async_impl", False) else None
+                if coroutine is not None and asyncio.iscoroutinefunction(coroutine):
+                    # The async implementation, under fsspec's timeout: some backends (adlfs)
+                    # define sync methods of their own that take no ``timeout``.
+                    result = fsspec.asyn.sync(fs.loop, coroutine, *args, timeout=remaining, **kwargs)
+                else:
+                    result = getattr(fs, method)(*args, **kwargs)
+                return result
+            finally:
+                if self._store is not None:
+                    self._count(method, args, result, attempts[0] > 1)
 
         return self._retrying(once, deadline)
 
+    def _count(self, method: str, args: tuple[Any, ...], result: Any, retry: bool) -> None:
+        """Count one attempt of `_call` in `guideloom.io.stats` (requests by kind, bytes)."""
+        kind = _REQUEST_KINDS.get(method, method.upper())
+        if method == "cat_ranges":
+            for _ in args[0] if args else ():
+                stats.record(self._store or "", kind, retry=retry)
+            return
+        read = len(result) if kind == "GET" and isinstance(result, (bytes, bytearray, memoryview)) else 0
+        written = len(args[1]) if method == "pipe_file" and len(args) > 1 else 0
+        stats.record(self._store or "", kind, read=read, written=written, retry=retry)
+
     def _call_async(self, function: Callable[..., Any], *args: Any) -> Any:
-        """``await function(fs, *args)`` on the filesystem's loop, retried like `_call`."""
+        """``await function(fs, *args)`` on the filesystem's loop, retried like `_call` (one
+        ``GET`` in `guideloom.io.stats` per attempt)."""
         fs = self.fs
-        return self._retrying(
-            lambda remaining: fsspec.asyn.sync(fs.loop, function, fs, *args, timeout=remaining), None
-        )
+        attempts = [0]
+
+        def once(remaining: float) -> Any:
+            attempts[0] += 1
+            data = b""
+            try:
+                data = fsspec.asyn.sync(fs.loop, function, fs, *args, timeout=remaining)
+                return data
+            finally:
+                if self._store is not None:
+                    stats.record(self._store, "GET", read=len(data), retry=attempts[0] > 1)
+
+        return self._retrying(once, None)
 
     def _retrying(self, once: Callable[[float], Any], deadline: float | None) -> Any:
         """``once(seconds left)`` until it returns, retrying transient errors within the deadline."""
@@ -350,6 +396,10 @@ class Location:
                     deadline,
                     totals,
                 )
+            if self._store is not None and getattr(self.fs, "async_impl", False):
+                sent = [b for b in got if not (isinstance(b, DeadlineExceeded) and b.attempts == 0)]
+                read = sum(len(b) for b in sent if isinstance(b, (bytes, bytearray, memoryview)))
+                stats.record(self._store, "GET", read=read, retry=attempt > 1, n=len(sent))
             failed = []
             for i, blob in zip(todo, got):
                 if isinstance(blob, DeadlineExceeded):

@@ -17,18 +17,20 @@ thousand batches).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 from torch.utils.data import Dataset
 
+from guideloom.io.stats import io_stats
 from guideloom.loading.boundaries import BoundaryView, with_cu_seqlens
 from guideloom.loading.collate import collate_aligned, collate_documents, collate_windows
 from guideloom.loading.placement import pin
 from guideloom.types import DatasetView, Layout
 
-__all__ = ["BatchSource", "Finish", "GroupCollate", "Whole", "batch_path", "unrolled"]
+__all__ = ["BatchSource", "Finish", "GroupCollate", "Reported", "Whole", "batch_path", "unrolled"]
 
 Collate = Callable[[Any], Any]
 _PER_BATCH = ("cu_seqlens", "max_seqlen")  # of a whole batch, not of rows: made after the cut
@@ -41,24 +43,42 @@ class Whole(NamedTuple):
     sizes: list[int]
 
 
+class Reported(NamedTuple):
+    """A worker process's collated group, with its requests so far (`guideloom.io.stats`)."""
+
+    group: Any
+    io: Any
+    pid: int
+
+
 class GroupCollate:
     """Worker processes: collate each batch of a group; the main process unrolls the list
-    (`unrolled`). A `Whole` group is collated whole."""
+    (`unrolled`). A `Whole` group is collated whole. Each group carries the worker's request
+    counts (`Reported`)."""
 
     def __init__(self, collate: Collate) -> None:
         self.collate = collate
 
-    def __call__(self, parts: Any) -> Any:
+    def __call__(self, parts: Any) -> Reported:
+        group: Any
         if isinstance(parts, Whole):
             if self.collate is collate_windows:  # per-batch keys are made after the cut
-                return Whole(collate_windows(parts.data, whole_batch=False), parts.sizes)
-            return Whole(self.collate(parts.data), parts.sizes)
-        return [self.collate(p) for p in parts]
+                group = Whole(collate_windows(parts.data, whole_batch=False), parts.sizes)
+            else:
+                group = Whole(self.collate(parts.data), parts.sizes)
+        else:
+            group = [self.collate(p) for p in parts]
+        return Reported(group, io_stats(), os.getpid())
 
 
-def unrolled(groups: Iterator[Any]) -> Iterator[Any]:
-    """The batches of collated groups, in order (a `Whole` group split into row slices)."""
+def unrolled(groups: Iterator[Any], report: Callable[[int, Any], None] | None = None) -> Iterator[Any]:
+    """The batches of collated groups, in order (a `Whole` group split into row slices); a
+    worker's request counts go to ``report(pid, counts)``."""
     for group in groups:
+        if isinstance(group, Reported):
+            if report is not None:
+                report(group.pid, group.io)
+            group = group.group
         if isinstance(group, Whole):
             bounds = np.cumsum([0, *group.sizes]).tolist()
             data = {k: v for k, v in group.data.items() if k not in _PER_BATCH}

@@ -79,6 +79,7 @@ import torch
 import torch.distributed as dist
 from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 
+from guideloom.io.stats import IOStats, io_stats, merge_stats, subtract_stats
 from guideloom.loading.fetch import BatchSource, Finish, GroupCollate, batch_path, unrolled
 from guideloom.loading.mixture import Mixture, MixtureDataset
 from guideloom.loading.order import (
@@ -288,6 +289,8 @@ class StatefulDataLoader(_TorchdataLoader):
                 **kwargs,
             )  # fmt: skip
             return
+        self._io_base = io_stats()  # this process's requests before this loader
+        self._worker_io: dict[int, Any] = {}  # worker process id -> its requests (reported)
         torch_options = {
             "timeout": timeout,
             "worker_init_fn": worker_init_fn,
@@ -619,7 +622,7 @@ class StatefulDataLoader(_TorchdataLoader):
         else:
             torch_batches = super().__iter__()
             closers.append(torch_batches)  # it yields one list of collated batches per group
-            batches = unrolled(torch_batches)
+            batches = unrolled(torch_batches, self._worker_io.__setitem__)
         if not closers:
             closers.append(batches)
         if self._device is not None:
@@ -660,6 +663,22 @@ class StatefulDataLoader(_TorchdataLoader):
         return ThreadBatches(self._groups(), work, threads=threads, depth=threads * prefetch, timeout=timeout)
 
     # -- state -----------------------------------------------------------------------------
+    def io_stats(self) -> IOStats:
+        """Requests and bytes this loader has sent to object stores so far, per store:
+        ``{store: {"requests": {"GET": n, "HEAD": n, ...}, "bytes_read": n, "bytes_written": n,
+        "retries": n}}`` (`guideloom.io.stats`; a store is its protocol and endpoint).
+
+        Counted: this process's requests since the loader was made (thread workers and
+        ``num_workers=0`` read here; so does anything else this process reads meanwhile), plus
+        what each worker process reports with its batches. Local disk sends no requests and is
+        not counted. Not part of the state: a resumed loader counts from zero."""
+        if not self._guideloom:
+            raise TypeError(
+                "io_stats() counts the reads of a GuideLoom dataset view; this loader reads another dataset"
+            )
+        here = subtract_stats(io_stats(), self._io_base)
+        return merge_stats([here, *self._worker_io.values()])
+
     def state_dict(self) -> dict[str, Any]:
         """Where the caller is: epoch and global position after the last *received* batch.
 

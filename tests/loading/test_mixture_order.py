@@ -36,9 +36,12 @@ def test_every_prefix_is_within_the_bound_of_its_weight(
     counts = _prefix_counts(il, start, start + length)
     # the closed form at the end agrees with stepping through the range
     assert counts[-1].tolist() == il.counts(start + length)
-    ideal = np.outer(np.arange(start, start + length + 1, dtype=np.float64), il.shares)
-    deviation = np.abs(counts - ideal).max()
-    assert deviation <= il.max_deviation + 1e-6
+    # |count - p * w / W| in exact integers (p reaches 10**12: float64 would lose the digits)
+    total = sum(il.weights)
+    prefixes = np.arange(start, start + length + 1, dtype=np.int64).astype(object)
+    scaled = np.abs(counts.astype(object) * total - np.outer(prefixes, np.array(il.weights, dtype=object)))
+    deviation = max(scaled.ravel().tolist()) / total
+    assert deviation <= il.max_deviation + 1e-9
     if len(weights) <= 4 or sum(il.weights) <= QUOTA_MAX_PERIOD:
         # every prefix within one sample of weight * p: the tree's proof for up to 4 sources,
         # else (for a tree bound of 1 or more) the quota period

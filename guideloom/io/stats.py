@@ -1,0 +1,80 @@
+"""Requests and bytes sent to object stores, counted in each process.
+
+Every request `guideloom.io.Location` sends to a remote store is counted here by kind (``GET``,
+``HEAD``, ``LIST``, ``PUT``, ``DELETE``; a retried request counts once per attempt, as the store
+bills it) with the bytes read and written, per store (its endpoint, or its protocol where the
+client's default endpoint is used). Local disk is not counted: it sends no requests.
+
+`io_stats` returns this process's counts. A forked process (a DataLoader worker) starts from
+zero; `StatefulDataLoader.io_stats` adds what its worker processes report with their batches.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["IOStats", "io_stats", "merge_stats", "record", "subtract_stats"]
+
+IOStats = dict[str, dict[str, Any]]
+"""``{store: {"requests": {kind: n}, "bytes_read": n, "bytes_written": n, "retries": n}}``."""
+
+_LOCK = threading.Lock()
+_COUNTS: IOStats = {}
+_PID = os.getpid()
+
+
+def _mine() -> IOStats:
+    global _COUNTS, _PID
+    if os.getpid() != _PID:  # a forked child: the parent's counts are not its own
+        _COUNTS, _PID = {}, os.getpid()
+    return _COUNTS
+
+
+def record(store: str, kind: str, read: int = 0, written: int = 0, retry: bool = False, n: int = 1) -> None:
+    """Count ``n`` requests of ``kind`` to ``store`` (retries of earlier ones if ``retry``),
+    with their bytes."""
+    with _LOCK:
+        entry = _mine().get(store)
+        if entry is None:
+            entry = _mine()[store] = {"requests": {}, "bytes_read": 0, "bytes_written": 0, "retries": 0}
+        requests = entry["requests"]
+        requests[kind] = requests.get(kind, 0) + n
+        entry["bytes_read"] += read
+        entry["bytes_written"] += written
+        entry["retries"] += n if retry else 0
+
+
+def io_stats() -> IOStats:
+    """This process's counts so far (a copy)."""
+    with _LOCK:
+        return {store: {**e, "requests": dict(e["requests"])} for store, e in _mine().items()}
+
+
+def merge_stats(parts: Iterable[Mapping[str, Mapping[str, Any]]]) -> IOStats:
+    """The sum of several `io_stats` results."""
+    out: IOStats = {}
+    for part in parts:
+        for store, entry in part.items():
+            into = out.setdefault(store, {"requests": {}, "bytes_read": 0, "bytes_written": 0, "retries": 0})
+            for kind, n in entry.get("requests", {}).items():
+                into["requests"][kind] = into["requests"].get(kind, 0) + n
+            for key in ("bytes_read", "bytes_written", "retries"):
+                into[key] += entry.get(key, 0)
+    return out
+
+
+def subtract_stats(now: Mapping[str, Mapping[str, Any]], before: Mapping[str, Mapping[str, Any]]) -> IOStats:
+    """``now`` minus ``before`` (counts since ``before`` was taken); stores with nothing left
+    are left out."""
+    out: IOStats = {}
+    for store, entry in now.items():
+        old = before.get(store, {})
+        requests = {k: n - old.get("requests", {}).get(k, 0) for k, n in entry["requests"].items()}
+        requests = {k: n for k, n in requests.items() if n}
+        delta = {key: entry[key] - old.get(key, 0) for key in ("bytes_read", "bytes_written", "retries")}
+        if requests or any(delta.values()):
+            out[store] = {"requests": requests, **delta}
+    return out

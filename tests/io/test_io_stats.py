@@ -1,0 +1,70 @@
+"""`loader.io_stats()` and `guideloom.io.io_stats()` count what a store bills: requests by kind
+and bytes (issue 23 item 3). Checked against a counting proxy between the reader and a real S3
+endpoint: the counts are the proxy's own, with 0 workers, thread workers and worker processes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from guideloom import StatefulDataLoader, StreamNumpyFormat, StreamStorage
+from guideloom.io import io_stats
+
+pytestmark = pytest.mark.s3
+
+FMT = StreamNumpyFormat({"tokens": np.uint16})
+
+
+@pytest.fixture
+def stored(s3_bucket, s3_options):
+    url = f"s3://{s3_bucket}/ds"
+    storage = StreamStorage(url, FMT, storage_options=s3_options)
+    rng = np.random.default_rng(0)
+    with storage.writer(shard_size=20_000) as w:
+        for n in rng.integers(100, 900, 120):
+            w.append({"tokens": rng.integers(0, 60000, n).astype(np.uint16)})
+    return url
+
+
+@pytest.mark.parametrize("workers", [0, "thread", 2])
+def test_the_loaders_counts_are_the_stores(stored, counting_s3, workers):
+    storage = StreamStorage(stored, FMT, storage_options=counting_s3.storage_options)
+    options = (
+        {"parallel_method": "thread", "num_workers": 2} if workers == "thread" else {"num_workers": workers}
+    )
+    loader = StatefulDataLoader.from_storage(
+        storage, sequence_length=128, batch_size=8, shuffle=True, seed=1, **options
+    )
+    counting_s3.reset()
+    batches = sum(1 for _ in loader)
+    stats = loader.io_stats()
+    assert batches > 10 and list(stats) == [f"s3 {counting_s3.url}"], stats
+    entry = stats[f"s3 {counting_s3.url}"]
+    gets = counting_s3.requests["GET"]
+    assert gets > 0 and entry["requests"].get("GET") == gets
+    assert entry["bytes_read"] == counting_s3.bytes_out  # every body byte the store sent
+    assert entry["bytes_written"] == 0 and entry["retries"] == 0
+
+
+def test_the_process_counts_writes_and_metadata(s3_bucket, counting_s3):
+    before = io_stats()
+    storage = StreamStorage(f"s3://{s3_bucket}/w", FMT, storage_options=counting_s3.storage_options)
+    counting_s3.reset()
+    with storage.writer(shard_size=4_000) as w:
+        for k in range(10):
+            w.append({"tokens": np.full(700, k, dtype=np.uint16)})
+    store = f"s3 {counting_s3.url}"
+    after = io_stats()[store]
+    old = before.get(store, {"requests": {}, "bytes_written": 0})
+    puts = after["requests"].get("PUT", 0) - old["requests"].get("PUT", 0)
+    assert puts == counting_s3.requests["PUT"] > 0
+    shard_bytes = sum(storage.manifest.shard_table.files["data"].size)
+    assert after["bytes_written"] - old["bytes_written"] > shard_bytes  # shards and metadata
+
+
+def test_local_disk_is_not_counted(tmp_path):
+    storage = StreamStorage(tmp_path / "ds", FMT)
+    with storage.writer() as w:
+        w.append({"tokens": np.arange(1000, dtype=np.uint16)})
+    loader = StatefulDataLoader.from_storage(storage, sequence_length=100, batch_size=2)
+    assert sum(1 for _ in loader) == 5 and loader.io_stats() == {}
