@@ -519,6 +519,8 @@ class StatefulDataLoader(_TorchdataLoader):
             device: Copy every batch's tensors to this device (e.g. `"cuda"`), one batch ahead;
                 None leaves them on the CPU.
             pin_memory: Put batches in pinned host memory (skipped without an accelerator).
+            sources: Mixtures: add `source` and `source_index` (int64, one per row) to every
+                batch (see above); off by default.
             **kwargs: `shuffle_block_size` (samples per block, default 64),
                 `shuffle_buffer_blocks` (blocks per buffer, default 4), `shuffle_run_size`
                 (samples; default `gcd(8, shuffle_block_size)`), `read_ahead` (batches; a
@@ -541,7 +543,8 @@ class StatefulDataLoader(_TorchdataLoader):
                 `batch_sampler=` or `generator=` is passed (the order comes from `seed` and
                 `shuffle`).
             ValueError: `sequence_length` missing for a stream, given for documents, not
-                positive or longer than the stream; `in_order=False`; or another setting out
+                positive or longer than the stream; `in_order=False`; `sources=True` for one
+                storage (not a `Mixture`); or another setting out
                 of range (see the class).
         """
         for name in _ORDER_ARGUMENTS:
@@ -555,7 +558,7 @@ class StatefulDataLoader(_TorchdataLoader):
         view: DatasetView
         if sources and not isinstance(storage, Mixture):
             raise ValueError(
-                f"sources=True adds each row's source to the batches of a Mixture, but {storage.url} "
+                f"sources=True adds each row's source to the batches of a Mixture, but {getattr(storage, 'url', storage)} "
                 "is one dataset (every row's source is 0, its sample index the row's index); leave "
                 "sources out (loader.source_counts() works without it)"
             )

@@ -60,7 +60,9 @@ before it existed load, see `LoaderState.delivered_before`)::
                       "positions": 64},          # positions of `epoch` actually handed out
 
 ``positions`` equals ``position`` except at an epoch's end, where ``position`` is the epoch's
-length and the remainder the ranks and ``drop_last`` left out was not handed out.
+length and the remainder the ranks and ``drop_last`` left out was not handed out (a state whose
+``position`` was edited away from the end counts its ``position``). ``samples`` describes the
+state as saved: edit it with ``epoch``, or delete the key.
 
 For a mixture, ``fingerprint`` and ``num_samples`` are the mixture's (a hash of this key, and the
 mixture epoch's length). It must match too; a mismatch names the source that differs
@@ -309,7 +311,9 @@ class LoaderState:
         )
         if "delivered" in inner:
             sources = len(identity.mixture["sources"]) if identity.mixture is not None else 1
-            samples, positions = _delivered_section(inner["delivered"], sources, result.position)
+            samples, positions = _delivered_section(
+                inner["delivered"], sources, result.position, identity.num_samples
+            )
             result = dataclasses.replace(result, samples_before=samples, handed_out=positions)
         if result.epoch < 0 or not 0 <= result.position <= identity.num_samples:
             raise ResumeStateError(
@@ -319,7 +323,9 @@ class LoaderState:
         return result
 
 
-def _delivered_section(section: Any, sources: int, position: int) -> tuple[tuple[int, ...], int]:
+def _delivered_section(
+    section: Any, sources: int, position: int, num_samples: int
+) -> tuple[tuple[int, ...], int]:
     """Validate the optional ``delivered`` key (see the module docstring)."""
     ok = (
         isinstance(section, dict)
@@ -327,16 +333,19 @@ def _delivered_section(section: Any, sources: int, position: int) -> tuple[tuple
         and len(section["samples"]) == sources
         and all(type(x) is int and x >= 0 for x in section["samples"])
         and type(section.get("positions")) is int
-        and 0 <= section["positions"] <= position
+        and section["positions"] >= 0
     )
     if not ok:
         raise ResumeStateError(
             f"corrupt loader state: 'delivered' should hold samples (a list of {sources} "
-            f"non-negative ints, one per source) and positions (an int in [0, position={position}]); "
-            "delete the 'delivered' key to load the state (source_counts() then assumes every "
-            "earlier epoch was read with the saving loader's batch size and world size)"
+            "non-negative ints, one per source) and positions (a non-negative int); delete the "
+            "'delivered' key to load the state (source_counts() then assumes every earlier epoch "
+            "was read with the saving loader's batch size and world size)"
         )
-    return tuple(section["samples"]), section["positions"]
+    # ``positions`` only says something at an epoch's end; a state whose position was edited
+    # (moved back, say) has handed out exactly its position
+    positions = section["positions"] if section["positions"] <= position == num_samples else position
+    return tuple(section["samples"]), positions
 
 
 def _mixture_section(section: Any) -> dict[str, Any] | None:

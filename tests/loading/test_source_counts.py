@@ -237,7 +237,7 @@ def test_a_corrupt_delivered_key_is_named(streams: Mixture) -> None:
     with pytest.raises(ResumeStateError) as err:
         StatefulDataLoader.from_storage(streams, sequence_length=L, batch_size=4).load_state_dict(state)
     message = str(err.value)
-    assert "'delivered' should hold samples (a list of 3 non-negative ints" in message
+    assert "'delivered' should hold samples (a list of 3 non-negative ints, one per source)" in message
     assert "delete the 'delivered' key to load the state" in message
     del state[STATE_KEY]["delivered"]  # the fix, as written
     StatefulDataLoader.from_storage(streams, sequence_length=L, batch_size=4).load_state_dict(state)
@@ -298,3 +298,17 @@ def test_a_collate_fn_gets_the_keys_added_or_is_named(streams: Mixture) -> None:
     with pytest.raises(TypeError) as err:
         next(iter(bad))
     assert "collate_fn returned a int" in str(err.value) and "return a dict from collate_fn" in str(err.value)
+
+
+def test_a_state_moved_back_counts_its_position(streams: Mixture) -> None:
+    """A state at an epoch's end whose position is edited back (to replay the last batches)
+    counts what its position says was handed out, not the end it was saved at."""
+    loader = StatefulDataLoader.from_storage(streams, sequence_length=L, batch_size=4, sources=True)
+    counts: list[dict[str, Any]] = []
+    for _batch in loader:
+        counts.append(loader.source_counts())
+    state = loader.state_dict()
+    state[STATE_KEY].update(position=20, finished=False)
+    again = StatefulDataLoader.from_storage(streams, sequence_length=L, batch_size=4, sources=True)
+    again.load_state_dict(state)
+    assert again.source_counts() == counts[4]  # after 5 batches of 4
