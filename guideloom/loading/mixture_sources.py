@@ -66,8 +66,8 @@ class SourcedMixtureDataset(MixtureDataset):
     """
 
     def read_windows(self, indexes: Sequence[int]) -> dict[str, np.ndarray]:
-        out = super().read_windows(indexes)
-        src, local = self._split(indexes)
+        src, local = self._split(indexes)  # once, for the read and the keys
+        out = self._read_split(src, local)
         out[SOURCE_KEY] = src
         out[SOURCE_INDEX_KEY] = local
         return out

@@ -312,3 +312,26 @@ def test_a_state_moved_back_counts_its_position(streams: Mixture) -> None:
     again = StatefulDataLoader.from_storage(streams, sequence_length=L, batch_size=4, sources=True)
     again.load_state_dict(state)
     assert again.source_counts() == counts[4]  # after 5 batches of 4
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_streams_with_metadata_carry_the_keys(tmp_path: Any, write_dataset: Any, num_workers: int) -> None:
+    from tests.loading.conftest import SEQUENCE_LENGTH
+
+    first = write_dataset("stream_with_meta", str(tmp_path / "a"), {}, size=30)
+    second = write_dataset("stream_with_meta", str(tmp_path / "b"), {}, size=12)
+    mix = Mixture({"a": (first, 2), "b": (second, 1)})
+    loader = StatefulDataLoader.from_storage(
+        mix, sequence_length=SEQUENCE_LENGTH, batch_size=4, num_workers=num_workers, sources=True
+    )
+    plain = StatefulDataLoader.from_storage(mix, sequence_length=SEQUENCE_LENGTH, batch_size=4)
+    views = mix.dataset(SEQUENCE_LENGTH).views
+    counts: Counter[int] = Counter()
+    for batch, same in zip(loader, plain):
+        assert torch.equal(batch["tokens"], same["tokens"])
+        for row, (k, j) in enumerate(zip(batch["source"].tolist(), batch["source_index"].tolist())):
+            assert batch["tokens"][row].tolist() == views[k][j]["tokens"].tolist()
+            counts[k] += 1
+    assert loader.source_counts() == {
+        n: {"samples": counts[k], "tokens": counts[k] * SEQUENCE_LENGTH} for k, n in enumerate(mix.names)
+    }
