@@ -81,7 +81,13 @@ from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 
 from guideloom.loading.fetch import BatchSource, Finish, GroupCollate, batch_path, unrolled
 from guideloom.loading.mixture import Mixture, MixtureDataset
-from guideloom.loading.mixture_sources import SourcedCollate, SourcedMixtureDataset, delivered, source_names
+from guideloom.loading.mixture_sources import (
+    RankCounts,
+    SourcedCollate,
+    SourcedMixtureDataset,
+    delivered,
+    source_names,
+)
 from guideloom.loading.order import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_BUFFER_BLOCKS,
@@ -426,6 +432,7 @@ class StatefulDataLoader(_TorchdataLoader):
         self._copies: SourceCopies | None = None  # thread workers' private views, made lazily
         # per source: samples delivered in the epochs before this one (source_counts)
         self._samples_before = [0] * len(source_names(view))
+        self._rank_counts = RankCounts(view, rank)  # source_counts(scope="rank")
         self._prepare(epoch=0, position=0)
 
     @classmethod
@@ -616,6 +623,8 @@ class StatefulDataLoader(_TorchdataLoader):
         else:
             order = EpochOrder(ident.num_samples, shuffle=self._shuffle, seed=ident.seed, epoch=epoch)
         self._sampler.configure(order, schedule)
+        self._rank_counts.update(self._live.received if self._live is not None else 0)
+        self._rank_counts.start(schedule)
         self._epoch = epoch
         self._schedule = schedule
         self._start_handed = position  # positions of the epoch handed out when the pass starts
@@ -779,7 +788,7 @@ class StatefulDataLoader(_TorchdataLoader):
         return schedule.start + received * schedule.step_size
 
     def source_counts(self, scope: str = "global") -> dict[str, dict[str, int | None]]:
-        """Samples and tokens delivered per source since training began, over all ranks.
+        """Samples and tokens delivered per source: since training began over all ranks, or this rank's.
 
         Exact, and computed from the global position (the order is closed-form), not counted
         batch by batch: the figures are the same on every rank, need no ``sources=True``, and
@@ -790,8 +799,10 @@ class StatefulDataLoader(_TorchdataLoader):
         where its own run began.
 
         Args:
-            scope: ``"global"`` (the only scope: a rank's own share changes meaning with the
-                world size, so it is not kept).
+            scope: ``"global"`` (default: all ranks, since training began, as above) or
+                ``"rank"``: the rows this rank's loader has received since it was built (closed
+                form from its schedule too, but kept in memory only, not in the state: after a
+                resume, and so after a change of world size, it counts from 0).
 
         Returns:
             ``{name: {"samples": n, "tokens": t}}``, one entry per source in the mixture's order
@@ -801,7 +812,7 @@ class StatefulDataLoader(_TorchdataLoader):
             per document).
 
         Raises:
-            ValueError: ``scope`` is not ``"global"``.
+            ValueError: ``scope`` is not ``"global"`` or ``"rank"``.
             AttributeError: The loader is torchdata's (over a plain torch dataset).
         """
         if not self._guideloom:
@@ -809,17 +820,19 @@ class StatefulDataLoader(_TorchdataLoader):
                 "source_counts is GuideLoom's: a loader over a plain torch dataset has no sources; "
                 "build it with StatefulDataLoader.from_storage"
             )
-        if scope != "global":
+        if scope not in ("global", "rank"):
             raise ValueError(
-                f"source_counts(scope={scope!r}): only scope='global' is kept (every rank reports the "
-                "samples of all ranks); for this rank's own rows, build the loader with "
-                "sources=True and count each batch's 'source' key"
+                f"source_counts(scope={scope!r}): scope is 'global' (the samples of all ranks, "
+                "since training began) or 'rank' (this rank's, since this loader was built)"
             )
-        now = delivered(self.view, self._handed_out())
+        if scope == "rank":
+            totals = self._rank_counts.update(self._live.received if self._live is not None else 0)
+        else:
+            now = delivered(self.view, self._handed_out())
+            totals = [before + current for before, current in zip(self._samples_before, now)]
         length = self.view.sequence_length
         out: dict[str, dict[str, int | None]] = {}
-        for name, before, current in zip(source_names(self.view), self._samples_before, now):
-            samples = before + current
+        for name, samples in zip(source_names(self.view), totals):
             out[name] = {"samples": samples, "tokens": samples * length if length else None}
         return out
 

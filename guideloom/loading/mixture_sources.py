@@ -15,7 +15,7 @@ Two things, both from the closed-form order (no per-row bookkeeping in the train
   ``source_counts()`` is the completed epochs' counts (kept in its state) plus those of the
   positions handed out in the current epoch. Positions do not depend on the world size or the
   workers, so the counts after an elastic resume are those of an uninterrupted run at the same
-  global position.
+  global position. `RankCounts` counts one rank's rows the same way, from its schedule.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ import numpy as np
 import torch
 
 from guideloom.loading.mixture_dataset import MixtureDataset
+from guideloom.loading.schedule import EpochSchedule
 
-__all__ = ["Sourced", "SourcedCollate", "SourcedMixtureDataset", "delivered", "source_names"]
+__all__ = ["RankCounts", "Sourced", "SourcedCollate", "SourcedMixtureDataset", "delivered", "source_names"]
 
 SOURCE_KEY = "source"
 SOURCE_INDEX_KEY = "source_index"
@@ -111,6 +112,39 @@ def delivered(view: Any, positions: int) -> list[int]:
     if isinstance(view, MixtureDataset):
         return [int(c) for c in view.plan.interleave.counts(int(positions))]
     return [int(positions)]
+
+
+class RankCounts:
+    """Samples of each source that one rank's loader has received since it was built (in memory,
+    not in the state: after a change of world size a rank's own history has no meaning).
+
+    Counted from the schedule in closed form (two `delivered` calls per new step), only when asked:
+    `start` at every pass, `update` with the batches the loop has received of it.
+    """
+
+    def __init__(self, view: Any, rank: int) -> None:
+        self.view = view
+        self.rank = rank
+        self.totals = [0] * len(source_names(view))
+        self._schedule: EpochSchedule | None = None
+        self._counted = 0  # steps of the current pass already in the totals
+
+    def start(self, schedule: EpochSchedule) -> None:
+        """A new pass (or a new start) with ``schedule``; count the old one first (`update`)."""
+        self._schedule, self._counted = schedule, 0
+
+    def update(self, received: int) -> list[int]:
+        """Add the steps ``[counted, received)`` of the current pass; returns the totals."""
+        schedule = self._schedule
+        if schedule is None:
+            return self.totals
+        stop = min(received, schedule.num_steps)
+        for step in range(self._counted, stop):
+            lo, hi = schedule.batch_range(step, self.rank)
+            before, after = delivered(self.view, lo), delivered(self.view, hi)
+            self.totals = [t + b - a for t, a, b in zip(self.totals, before, after)]
+        self._counted = max(self._counted, stop)
+        return self.totals
 
 
 def source_names(view: Any) -> tuple[str, ...]:

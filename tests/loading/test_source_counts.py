@@ -276,9 +276,10 @@ def test_single_dataset_counts_and_refusals(tmp_path: Any, streams: Mixture) -> 
     with pytest.raises(ValueError) as err:
         StatefulDataLoader.from_storage(storage, sequence_length=L, sources=True)
     assert "is one dataset" in str(err.value) and "leave sources out" in str(err.value)
+    assert loader.source_counts(scope="rank") == loader.source_counts()  # one rank: the same
     with pytest.raises(ValueError) as err:
-        loader.source_counts(scope="rank")
-    assert "only scope='global'" in str(err.value) and "sources=True" in str(err.value)
+        loader.source_counts(scope="node")
+    assert "scope is 'global'" in str(err.value) and "or 'rank'" in str(err.value)
 
 
 def test_a_collate_fn_gets_the_keys_added_or_is_named(streams: Mixture) -> None:
@@ -335,3 +336,41 @@ def test_streams_with_metadata_carry_the_keys(tmp_path: Any, write_dataset: Any,
     assert loader.source_counts() == {
         n: {"samples": counts[k], "tokens": counts[k] * SEQUENCE_LENGTH} for k, n in enumerate(mix.names)
     }
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_rank_scope_counts_this_ranks_rows(streams: Mixture, num_workers: int) -> None:
+    names = streams.names
+
+    def ranks(world: int, batch_size: int) -> list[Any]:
+        return [
+            StatefulDataLoader.from_storage(
+                streams, sequence_length=L, batch_size=batch_size, shuffle=True, seed=2, rank=r,
+                world_size=world, num_workers=num_workers, sources=True,
+            )
+            for r in range(world)
+        ]  # fmt: skip
+
+    loaders = ranks(3, 2)
+    own: list[Counter[int]] = [Counter() for _ in loaders]
+    for _epoch in range(2):  # each epoch leaves out a remainder of epoch_length % 3 (drop_last=False)
+        its = [iter(ld) for ld in loaders]
+        while True:
+            try:
+                batches = [next(it) for it in its]
+            except StopIteration:
+                break
+            for r, batch in enumerate(batches):
+                own[r].update(s for s, _ in _rows(batch, names))
+                assert loaders[r].source_counts(scope="rank") == _expected(own[r], names, True)
+    total = sum(own, Counter())
+    assert loaders[0].source_counts() == _expected(total, names, True)  # global: all ranks
+    assert all(sum(c.values()) < sum(total.values()) for c in own)
+    # after a resume into 2 ranks: the rank scope counts from 0, the global one goes on
+    state = loaders[0].state_dict()
+    resumed = ranks(2, 4)
+    for ld in resumed:
+        ld.load_state_dict(state)
+        assert ld.source_counts(scope="rank") == _expected(Counter(), names, True)
+    batch = next(iter(resumed[1]))
+    assert resumed[1].source_counts(scope="rank") == _expected(Counter(batch["source"].tolist()), names, True)
