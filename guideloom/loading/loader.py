@@ -82,6 +82,13 @@ from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 from guideloom.io.stats import IOStats, io_stats, merge_stats, subtract_stats
 from guideloom.loading.fetch import BatchSource, Finish, GroupCollate, batch_path, unrolled
 from guideloom.loading.mixture import Mixture, MixtureDataset
+from guideloom.loading.mixture_sources import (
+    RankCounts,
+    SourcedCollate,
+    SourcedMixtureDataset,
+    delivered,
+    source_names,
+)
 from guideloom.loading.order import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_BUFFER_BLOCKS,
@@ -370,6 +377,8 @@ class StatefulDataLoader(_TorchdataLoader):
             )
 
         source, collate = batch_path(view, collate_fn)
+        if isinstance(view, SourcedMixtureDataset):  # sources=True: the source keys (mixture_sources)
+            collate = SourcedCollate(collate)
         kwargs = dict(torch_options)
         kwargs.setdefault("snapshot_every_n_steps", None)  # our state needs no torchdata snapshots
         grouping = Grouping.from_options(read_ahead, read_ahead_bytes, view, batch_size)
@@ -424,6 +433,9 @@ class StatefulDataLoader(_TorchdataLoader):
         self._live: Progress | None = None  # what the current pass has delivered
         self._pass: weakref.ref[Pass] | None = None  # the current pass, not kept alive by us
         self._copies: SourceCopies | None = None  # thread workers' private views, made lazily
+        # per source: samples delivered in the epochs before this one (source_counts)
+        self._samples_before = [0] * len(source_names(view))
+        self._rank_counts = RankCounts(view, rank)  # source_counts(scope="rank")
         self._prepare(epoch=0, position=0)
 
     @classmethod
@@ -446,6 +458,7 @@ class StatefulDataLoader(_TorchdataLoader):
         boundaries: str | None = None,
         labels: bool = False,
         eos_id: int | None = None,
+        sources: bool = False,
         **kwargs: Any,
     ) -> StatefulDataLoader:
         """A loader over ``storage`` wrapped in its matching view.
@@ -459,6 +472,13 @@ class StatefulDataLoader(_TorchdataLoader):
         the next token of the same document, ``-100`` at each document's last token, the
         window's last token and where the target's ``loss_mask`` is 0 (alone it implies
         ``boundaries="records"``). See `guideloom.loading.boundaries` and docs/training.md.
+
+        ``sources=True`` (mixtures): batches also hold ``source`` (int64 ``(B,)``: each row's
+        source, its index in the mixture) and ``source_index`` (int64 ``(B,)``: the row's sample in
+        that source's view, what `guideloom.trace` calls ``sample_index``); a document batch is
+        then ``{"documents": [records], "source": ..., "source_index": ...}``. Off by default, so
+        batches keep their keys. `source_counts` works either way. See
+        `guideloom.loading.mixture_sources` and docs/mixing.md.
 
         ``sequence_length`` (tokens per window) is required for streams and refused for
         documents. ``shuffle``: ``False`` (sequential), ``True`` / ``"full"`` (a full random
@@ -509,6 +529,8 @@ class StatefulDataLoader(_TorchdataLoader):
             device: Copy every batch's tensors to this device (e.g. `"cuda"`), one batch ahead;
                 None leaves them on the CPU.
             pin_memory: Put batches in pinned host memory (skipped without an accelerator).
+            sources: Mixtures: add `source` and `source_index` (int64, one per row) to every
+                batch (see above); off by default.
             **kwargs: `shuffle_block_size` (samples per block, default 64),
                 `shuffle_buffer_blocks` (blocks per buffer, default 4), `shuffle_run_size`
                 (samples; default `gcd(8, shuffle_block_size)`), `read_ahead` (batches; a
@@ -531,7 +553,8 @@ class StatefulDataLoader(_TorchdataLoader):
                 `batch_sampler=` or `generator=` is passed (the order comes from `seed` and
                 `shuffle`).
             ValueError: `sequence_length` missing for a stream, given for documents, not
-                positive or longer than the stream; `in_order=False`; or another setting out
+                positive or longer than the stream; `in_order=False`; `sources=True` for one
+                storage (not a `Mixture`); or another setting out
                 of range (see the class).
         """
         for name in _ORDER_ARGUMENTS:
@@ -543,8 +566,14 @@ class StatefulDataLoader(_TorchdataLoader):
         if kwargs.get("in_order", True) is not True:
             raise ValueError("in_order=False is not supported: it breaks exact resume")
         view: DatasetView
+        if sources and not isinstance(storage, Mixture):
+            raise ValueError(
+                f"sources=True adds each row's source to the batches of a Mixture, but {getattr(storage, 'url', storage)} "
+                "is one dataset (every row's source is 0, its sample index the row's index); leave "
+                "sources out (loader.source_counts() works without it)"
+            )
         if isinstance(storage, Mixture):  # several storages, weighted: see docs/mixing.md
-            view = storage.dataset(sequence_length)
+            view = storage.dataset(sequence_length, sources=bool(sources))
         elif isinstance(storage, Storage):
             view = open_view(storage, sequence_length)
         else:
@@ -597,8 +626,11 @@ class StatefulDataLoader(_TorchdataLoader):
         else:
             order = EpochOrder(ident.num_samples, shuffle=self._shuffle, seed=ident.seed, epoch=epoch)
         self._sampler.configure(order, schedule)
+        self._rank_counts.update(self._live.received if self._live is not None else 0)
+        self._rank_counts.start(schedule)
         self._epoch = epoch
         self._schedule = schedule
+        self._start_handed = position  # positions of the epoch handed out when the pass starts
         self._fresh = True  # the next __iter__ starts here instead of moving to the next epoch
         self._live = None
 
@@ -606,6 +638,8 @@ class StatefulDataLoader(_TorchdataLoader):
         if not self._guideloom:
             return _TorchdataLoader.__iter__(self)
         if not self._fresh:
+            done = delivered(self.view, self._handed_out())  # the epoch ends here: count it
+            self._samples_before = [a + b for a, b in zip(self._samples_before, done)]
             self._prepare(self._epoch + 1, 0)
         self._fresh = False
         previous = self._pass() if self._pass is not None else None
@@ -707,6 +741,8 @@ class StatefulDataLoader(_TorchdataLoader):
             world_size=self.world_size,
             drop_last=self.drop_last,
             finished=finished,
+            samples_before=tuple(self._samples_before),
+            handed_out=self._handed_out(),
         )
         return state.to_dict()
 
@@ -740,8 +776,84 @@ class StatefulDataLoader(_TorchdataLoader):
                 num_samples, self.batch_size, self.world_size, self.drop_last, position
             ).num_steps
 
-        self._prepare(*saved.next_pass(batches_left))
+        epoch, position = saved.next_pass(batches_left)
+        before, handed = saved.delivered_before(
+            lambda start: (
+                EpochSchedule(
+                    num_samples, saved.batch_size, saved.world_size, saved.drop_last, start
+                ).consumed
+            )
+        )
+        if before is None:  # saved before GuideLoom recorded it: whole epochs of the saver's settings
+            full = EpochSchedule(num_samples, saved.batch_size, saved.world_size, saved.drop_last).consumed
+            before = [saved.epoch * n for n in delivered(self.view, full)]
+        if epoch != saved.epoch:  # the saved epoch is over: count it with the earlier ones
+            before = [a + b for a, b in zip(before, delivered(self.view, handed))]
+            handed = 0
+        self._prepare(epoch, position)
+        self._samples_before = before
+        self._start_handed = handed
         self.next_iter_state = None  # torchdata must never fast-forward: its own state stays empty
+
+    def _handed_out(self) -> int:
+        """Positions of the current epoch handed out up to the last batch the loop received (the
+        state's ``position``, except at the epoch's end: not the remainder left out)."""
+        live, schedule = self._live, self._schedule
+        received = live.received if live is not None else 0
+        if received == 0:
+            return self._start_handed
+        if received >= schedule.num_steps:
+            return schedule.start + schedule.consumed
+        return schedule.start + received * schedule.step_size
+
+    def source_counts(self, scope: str = "global") -> dict[str, dict[str, int | None]]:
+        """Samples and tokens delivered per source: since training began over all ranks, or this rank's.
+
+        Exact, and computed from the global position (the order is closed-form), not counted
+        batch by batch: the figures are the same on every rank, need no ``sources=True``, and
+        after ``load_state_dict`` into another world size, batch size or worker count they are
+        those of an uninterrupted run at the same global position. They count what the loop
+        has *received* (as ``state_dict`` does), on all ranks together: every rank reports the
+        global figures, so log them from rank 0. A mixture built with ``after=`` counts from
+        where its own run began.
+
+        Args:
+            scope: ``"global"`` (default: all ranks, since training began, as above) or
+                ``"rank"``: the rows this rank's loader has received since it was built (closed
+                form from its schedule too, but kept in memory only, not in the state: after a
+                resume, and so after a change of world size, it counts from 0).
+
+        Returns:
+            ``{name: {"samples": n, "tokens": t}}``, one entry per source in the mixture's order
+            (named as the mixture names them); a loader over one dataset has one entry, named by
+            its URL. ``tokens`` is ``samples * sequence_length`` for streams (every window holds
+            ``sequence_length`` tokens) and None for documents (their token counts are not stored
+            per document).
+
+        Raises:
+            ValueError: ``scope`` is not ``"global"`` or ``"rank"``.
+            AttributeError: The loader is torchdata's (over a plain torch dataset).
+        """
+        if not self._guideloom:
+            raise AttributeError(
+                "source_counts is GuideLoom's: a loader over a plain torch dataset has no sources; "
+                "build it with StatefulDataLoader.from_storage"
+            )
+        if scope not in ("global", "rank"):
+            raise ValueError(
+                f"source_counts(scope={scope!r}): scope is 'global' (the samples of all ranks, "
+                "since training began) or 'rank' (this rank's, since this loader was built)"
+            )
+        if scope == "rank":
+            totals = self._rank_counts.update(self._live.received if self._live is not None else 0)
+        else:
+            now = delivered(self.view, self._handed_out())
+            totals = [before + current for before, current in zip(self._samples_before, now)]
+        length = self.view.sequence_length
+        out: dict[str, dict[str, int | None]] = {}
+        for name, samples in zip(source_names(self.view), totals):
+            out[name] = {"samples": samples, "tokens": samples * length if length else None}
+        return out
 
     def __len__(self) -> int:
         """Batches in the current (or next) pass: a whole epoch, or its rest after a resume.

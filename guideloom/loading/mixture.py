@@ -238,7 +238,7 @@ class Mixture:
         except ValueError as err:
             raise MixtureError(str(err)) from None
 
-    def dataset(self, sequence_length: int | None = None) -> MixtureDataset:
+    def dataset(self, sequence_length: int | None = None, *, sources: bool = False) -> MixtureDataset:
         """The mixture as one view (``sequence_length`` tokens per window, for streams).
 
         `StatefulDataLoader.from_storage(mixture, ...)` calls it; call it yourself to index the
@@ -247,6 +247,9 @@ class Mixture:
         Args:
             sequence_length: Tokens per window: required for stream sources given as storages,
                 refused for documents; a source given as a view keeps its own, which must agree.
+            sources: Read through a `guideloom.loading.mixture_sources.SourcedMixtureDataset`,
+                whose batches also hold ``source`` and ``source_index`` (what
+                ``from_storage(mixture, sources=True)`` does); the order and the state are the same.
 
         Returns:
             A `MixtureDataset`: index `offset_i + j` is sample `j` (window or document) of
@@ -308,6 +311,10 @@ class Mixture:
         plan = MixturePlan(
             self.names, sizes, self.weights, self.stopping_strategy, starts, self.mean_tokens, self.schedule
         )
+        if sources:
+            from guideloom.loading.mixture_sources import SourcedMixtureDataset
+
+            return SourcedMixtureDataset(self, views, plan)
         return MixtureDataset(self, views, plan)
 
     def _starts(self, sizes: tuple[int, ...], sequence_length: int | None) -> tuple[int, ...]:

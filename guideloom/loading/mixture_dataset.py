@@ -90,6 +90,10 @@ class MixtureDataset:
     def read_windows(self, indexes: Sequence[int]) -> dict[str, np.ndarray]:
         """Stream windows ``indexes`` as ``{field: (len(indexes), sequence_length) array}``."""
         src, local = self._split(indexes)
+        return self._read_split(src, local)
+
+    def _read_split(self, src: np.ndarray, local: np.ndarray) -> dict[str, np.ndarray]:
+        """Windows ``local`` of sources ``src`` (what `_split` gives), in that order."""
         if self._windows is not None:
             return self._windows.views[0].stream_format.split_fields(self._windows.read(local, src))
         out: dict[str, np.ndarray] = {}

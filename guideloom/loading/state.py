@@ -53,7 +53,18 @@ A loader over a `guideloom.loading.mixture.Mixture` adds one key (absent otherwi
                     "fingerprints": ["…", ...],           # per source: manifest fingerprint
                     "schedule": "quota"},                 # only when it is not "tree"
 
-and then ``fingerprint`` and ``num_samples`` are the mixture's (a hash of this key, and the
+A loader also records what it has delivered, for ``source_counts()`` (optional: states saved
+before it existed load, see `LoaderState.delivered_before`)::
+
+        "delivered": {"samples": [61, 27, 9],   # per source: samples of the epochs before `epoch`
+                      "positions": 64},          # positions of `epoch` actually handed out
+
+``positions`` equals ``position`` except at an epoch's end, where ``position`` is the epoch's
+length and the remainder the ranks and ``drop_last`` left out was not handed out (a state whose
+``position`` was edited away from the end counts its ``position``). ``samples`` describes the
+state as saved: edit it with ``epoch``, or delete the key.
+
+For a mixture, ``fingerprint`` and ``num_samples`` are the mixture's (a hash of this key, and the
 mixture epoch's length). It must match too; a mismatch names the source that differs
 (`mixture_difference`).
 """
@@ -61,6 +72,7 @@ mixture epoch's length). It must match too; a mismatch names the source that dif
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -181,6 +193,23 @@ class LoaderState:
     world_size: int
     drop_last: bool
     finished: bool | None = False
+    # per source: samples delivered in the epochs before `epoch`; positions of `epoch` handed
+    # out (None: a state saved before they were recorded)
+    samples_before: tuple[int, ...] | None = None
+    handed_out: int | None = None
+
+    def delivered_before(self, consumed: Callable[[int], int]) -> tuple[list[int] | None, int]:
+        """``(samples per source before this epoch, or None, positions of this epoch handed out)``.
+
+        For a state saved before GuideLoom recorded them, ``consumed(start)`` (the positions a
+        pass from ``start`` hands out under the saving loader's batch size, world size and
+        ``drop_last``) gives this epoch's; the caller counts the earlier epochs the same way.
+        """
+        if self.handed_out is not None:
+            return (list(self.samples_before) if self.samples_before is not None else None), self.handed_out
+        if self.position == self.identity.num_samples:
+            return None, consumed(0)
+        return None, self.position
 
     def to_dict(self) -> dict[str, Any]:
         fields: dict[str, Any] = {
@@ -195,6 +224,8 @@ class LoaderState:
         }
         if self.identity.mixture is not None:
             fields["mixture"] = copy.deepcopy(self.identity.mixture)
+        if self.samples_before is not None and self.handed_out is not None:
+            fields["delivered"] = {"samples": list(self.samples_before), "positions": self.handed_out}
         if self.identity.snapshot is not None:
             fields["snapshot"] = self.identity.snapshot
             fields["url"] = self.identity.url
@@ -278,12 +309,43 @@ class LoaderState:
             drop_last=inner["drop_last"],
             finished=inner["finished"] if version >= 3 else None,
         )
+        if "delivered" in inner:
+            sources = len(identity.mixture["sources"]) if identity.mixture is not None else 1
+            samples, positions = _delivered_section(
+                inner["delivered"], sources, result.position, identity.num_samples
+            )
+            result = dataclasses.replace(result, samples_before=samples, handed_out=positions)
         if result.epoch < 0 or not 0 <= result.position <= identity.num_samples:
             raise ResumeStateError(
                 f"corrupt loader state: epoch={result.epoch}, position={result.position} "
                 f"(positions lie in [0, {identity.num_samples}])"
             )
         return result
+
+
+def _delivered_section(
+    section: Any, sources: int, position: int, num_samples: int
+) -> tuple[tuple[int, ...], int]:
+    """Validate the optional ``delivered`` key (see the module docstring)."""
+    ok = (
+        isinstance(section, dict)
+        and isinstance(section.get("samples"), list)
+        and len(section["samples"]) == sources
+        and all(type(x) is int and x >= 0 for x in section["samples"])
+        and type(section.get("positions")) is int
+        and section["positions"] >= 0
+    )
+    if not ok:
+        raise ResumeStateError(
+            f"corrupt loader state: 'delivered' should hold samples (a list of {sources} "
+            "non-negative ints, one per source) and positions (a non-negative int); delete the "
+            "'delivered' key to load the state (source_counts() then assumes every earlier epoch "
+            "was read with the saving loader's batch size and world size)"
+        )
+    # ``positions`` only says something at an epoch's end; a state whose position was edited
+    # (moved back, say) has handed out exactly its position
+    positions = section["positions"] if section["positions"] <= position == num_samples else position
+    return tuple(section["samples"]), positions
 
 
 def _mixture_section(section: Any) -> dict[str, Any] | None:
