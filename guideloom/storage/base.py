@@ -181,6 +181,17 @@ class Storage:
         assert self._snapshot is not None
         return self._snapshot
 
+    def at_snapshot(self, snapshot: str | int) -> Storage:
+        """The same dataset opened at ``snapshot`` (read-only, pinned; same format and options).
+
+        Raises:
+            DatasetNotFoundError: `snapshot` is not kept (the message names the oldest kept
+                snapshot when it has expired, or lists the nearest ids).
+        """
+        return type(self)(
+            self.location.url, self.format, storage_options=self.location.storage_options, snapshot=snapshot
+        )
+
     def snapshots(self) -> list[Snapshot]:
         """Every kept snapshot of the dataset, oldest first (``id``, ``parent``, ``operation``,
         ``time``, ``summary`` ...). A dataset written before snapshots existed has one.

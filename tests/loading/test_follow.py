@@ -1,0 +1,116 @@
+"""Training on snapshots: resuming a pinned snapshot after the dataset grew, ``follow=True``
+moving to the current snapshot at epoch boundaries only, and a state whose snapshot expired."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from guideloom import StatefulDataLoader, StreamNumpyFormat, StreamStorage
+from guideloom.errors import ResumeStateError
+
+FMT = StreamNumpyFormat({"tokens": np.uint32})
+L = 10  # tokens per window: every window's first token identifies it
+
+
+def _grow(storage: StreamStorage, start: int, records: int) -> None:
+    """Append ``records`` records of 50 tokens, numbered on from ``start``."""
+    with storage.writer(append=True) as writer:
+        for k in range(records):
+            writer.append({"tokens": np.arange(start + 50 * k, start + 50 * (k + 1), dtype=np.uint32)})
+
+
+def _firsts(batches: list) -> list[int]:
+    return [int(t) for b in batches for t in b["tokens"][:, 0]]
+
+
+@pytest.fixture
+def grown(tmp_path: Path) -> StreamStorage:
+    storage = StreamStorage(str(tmp_path / "ds"), FMT)
+    _grow(storage, 0, 4)  # 200 tokens: 20 windows
+    return storage
+
+
+def _loader(storage: StreamStorage, **kw) -> StatefulDataLoader:
+    return StatefulDataLoader.from_storage(
+        storage, sequence_length=L, batch_size=4, shuffle=True, seed=3, **kw
+    )
+
+
+@pytest.mark.parametrize("workers", [(0, "process"), (2, "thread"), (1, "process")])
+def test_follow_reads_new_records_from_the_next_epoch_never_inside_one(
+    grown: StreamStorage, workers: tuple[int, str]
+) -> None:
+    url = grown.url
+    num_workers, method = workers
+    loader = _loader(StreamStorage(url, FMT), follow=True, num_workers=num_workers, parallel_method=method)
+    first_snapshot = loader.state_dict()["guideloom_loader"]["snapshot"]
+    it = iter(loader)
+    seen = _firsts([next(it), next(it)])
+    _grow(StreamStorage(url, FMT), 200, 2)  # grows by 10 windows in the middle of epoch 0
+    seen += _firsts(list(it))
+    assert sorted(seen) == list(range(0, 200, L))  # epoch 0: exactly the old snapshot's windows
+    epoch1 = _firsts(list(loader))
+    assert sorted(epoch1) == list(range(0, 300, L))  # epoch 1: the grown dataset, each once
+    state = loader.state_dict()["guideloom_loader"]
+    assert state["snapshot"] != first_snapshot
+    assert state["snapshot"] == StreamStorage(url, FMT).current_snapshot.id
+    # without follow the loader stays on the snapshot it started on
+    still = _loader(StreamStorage(url, FMT, snapshot=first_snapshot))
+    list(still)
+    assert sorted(_firsts(list(still))) == list(range(0, 200, L))
+
+
+def test_resume_mid_epoch_after_growth_is_exact(grown: StreamStorage) -> None:
+    url = grown.url
+    reference = _firsts(list(_loader(StreamStorage(url, FMT))))
+    loader = _loader(StreamStorage(url, FMT), follow=True)
+    it = iter(loader)
+    head = _firsts([next(it), next(it)])
+    saved = loader.state_dict()
+    _grow(StreamStorage(url, FMT), 200, 2)
+    for follow in (True, False):
+        resumed = _loader(StreamStorage(url, FMT), follow=follow)  # built on the grown dataset
+        resumed.load_state_dict(saved)
+        assert head + _firsts(list(resumed)) == reference  # same order, same samples
+        nxt = _firsts(list(resumed))
+        assert sorted(nxt) == list(range(0, 300 if follow else 200, L))
+
+
+def test_state_saved_after_an_epoch_ended_follows_into_the_next(grown: StreamStorage) -> None:
+    url = grown.url
+    loader = _loader(StreamStorage(url, FMT), follow=True)
+    list(loader)
+    saved = loader.state_dict()
+    _grow(StreamStorage(url, FMT), 200, 2)
+    resumed = _loader(StreamStorage(url, FMT), follow=True)
+    resumed.load_state_dict(saved)
+    assert sorted(_firsts(list(resumed))) == list(range(0, 300, L))
+
+
+def test_expired_snapshot_names_it_and_the_oldest_kept(grown: StreamStorage) -> None:
+    url = grown.url
+    loader = _loader(StreamStorage(url, FMT))
+    next(iter(loader))
+    saved = loader.state_dict()
+    pinned = saved["guideloom_loader"]["snapshot"]
+    writable = StreamStorage(url, FMT)
+    _grow(writable, 200, 1)
+    _grow(writable, 250, 1)
+    writable.expire(keep_last=1, grace=datetime.timedelta(0))
+    oldest = StreamStorage(url, FMT).snapshots()[0].id
+    fresh = _loader(StreamStorage(url, FMT))
+    with pytest.raises(ResumeStateError) as info:
+        fresh.load_state_dict(saved)
+    message = str(info.value)
+    assert pinned in message and "no longer kept" in message
+    assert f"the oldest snapshot kept is {oldest}" in message
+    assert "without loading the state" in message and "keep_last" in message
+
+
+def test_follow_refused_on_mixture_and_persistent_workers(grown: StreamStorage) -> None:
+    with pytest.raises(ValueError, match="persistent_workers"):
+        _loader(StreamStorage(grown.url, FMT), follow=True, num_workers=1, persistent_workers=True)
