@@ -632,13 +632,16 @@ class StatefulDataLoader(_TorchdataLoader):
         if _snapshot_of(view) != self._identity.snapshot or view.fingerprint != self._identity.fingerprint:
             self._switch(view)
 
-    def _pin_saved(self, snapshot: str | None) -> None:
-        """Reopen the view at the snapshot a state was saved on, when it is another one."""
+    def _pin_saved(self, snapshot: str | None, url: str | None) -> None:
+        """Reopen the view at the snapshot a state was saved on, when it is another one of this
+        dataset (a state of another dataset is left to the identity check, which names it)."""
         if snapshot is None or self._reopen is None or snapshot == self._identity.snapshot:
             return
         try:
             view = self._reopen(snapshot)
         except DatasetNotFoundError as err:
+            if url != self.view.url or "has expired" not in str(err):
+                return  # not a snapshot of this dataset: check_continues says what differs
             raise ResumeStateError(
                 f"the loader state was saved on snapshot {snapshot} of {self.view.url}, which is "
                 f"no longer kept: {err}. The saved order cannot be resumed exactly. Start the "
@@ -789,7 +792,9 @@ class StatefulDataLoader(_TorchdataLoader):
         if not self._guideloom:
             return super().load_state_dict(state_dict)
         saved = LoaderState.from_dict(state_dict)
-        self._pin_saved(saved.identity.snapshot)  # a dataset that grew: back to the saved snapshot
+        self._pin_saved(
+            saved.identity.snapshot, saved.identity.url
+        )  # a dataset that grew: back to the saved snapshot
         saved.identity.check_continues(self._identity, self._source_names)
         num_samples = self._identity.num_samples
 

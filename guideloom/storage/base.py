@@ -484,6 +484,7 @@ class Storage:
         run: str | None = None,
         cleanup: bool = True,
         append: bool = False,
+        first_part: int = 0,
     ) -> Manifest:
         """Write the manifest of parts ``0 .. num_parts - 1`` of run ``run`` in part order, atomically.
 
@@ -508,6 +509,12 @@ class Storage:
             append: Add the parts after the current snapshot's records (parts numbered on from
                 the dataset's); a re-run of the same job (same run, same part records) that
                 already landed commits nothing and returns its manifest.
+            first_part: Commit only parts ``first_part .. num_parts - 1``, appended (needs
+                ``append=True``) on top of a snapshot that ends with the run's parts before
+                ``first_part``: a run committed in steps (`guideloom ingest --commit-every`),
+                whose final snapshot has the shard table of one commit of all its parts. Pass
+                ``cleanup=False`` until the last step: cleanup removes every attempt of the run
+                no snapshot uses, also those of parts not committed yet.
 
         Returns:
             The committed `Manifest`.
@@ -516,10 +523,14 @@ class Storage:
             IncompletePartsError: Some parts are missing or damaged, or were written with another
                 storage class or format (each is named); nothing is written.
             StorageAccessError: The storage refused a request or could not be reached.
-            ValueError: `num_parts` is not a positive int, or `run` is not a valid run name.
+            ValueError: `num_parts` is not a positive int, `first_part` is not in
+                ``0 .. num_parts - 1`` (or given without `append`, or the dataset does not hold
+                that many parts), or `run` is not a valid run name.
         """
         self._writable("commit")
-        return self._commits.commit(num_parts, metadata, run=run, cleanup=cleanup, append=append)
+        return self._commits.commit(
+            num_parts, metadata, run=run, cleanup=cleanup, append=append, first_part=first_part
+        )
 
     # -- checking ---------------------------------------------------------------------------
 
