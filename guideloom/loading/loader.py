@@ -577,6 +577,12 @@ class StatefulDataLoader(_TorchdataLoader):
                     "source with them, or mark documents in your training step"
                 )
             view = _marked(view, boundaries, labels, eos_id)
+        if follow and (world_size or 1) > 1 and not (dist.is_available() and dist.is_initialized()):
+            raise ValueError(
+                f"follow=True with world_size={world_size} needs torch.distributed initialized "
+                "(rank 0 picks the snapshot each epoch and broadcasts it, so that every rank "
+                "reads the same one): call torch.distributed.init_process_group first"
+            )
         loader = cls(
             view,
             batch_size=batch_size,
@@ -628,9 +634,19 @@ class StatefulDataLoader(_TorchdataLoader):
         """``follow=True`` at an epoch boundary: move to the storage's current snapshot."""
         if not self._follow or self._reopen is None:
             return
-        view = self._reopen(None)
-        if _snapshot_of(view) != self._identity.snapshot or view.fingerprint != self._identity.fingerprint:
-            self._switch(view)
+        if self.world_size == 1:
+            view = self._reopen(None)
+            if (
+                _snapshot_of(view) != self._identity.snapshot
+                or view.fingerprint != self._identity.fingerprint
+            ):
+                self._switch(view)
+            return
+        # Every rank must read the same snapshot: rank 0 picks it, the others open that one.
+        picked: list[str | None] = [_snapshot_of(self._reopen(None)) if self.rank == 0 else None]
+        dist.broadcast_object_list(picked, src=0)
+        if picked[0] is not None and picked[0] != self._identity.snapshot:
+            self._switch(self._reopen(picked[0]))
 
     def _pin_saved(self, snapshot: str | None, url: str | None) -> None:
         """Reopen the view at the snapshot a state was saved on, when it is another one of this

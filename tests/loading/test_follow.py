@@ -114,3 +114,57 @@ def test_expired_snapshot_names_it_and_the_oldest_kept(grown: StreamStorage) -> 
 def test_follow_refused_on_mixture_and_persistent_workers(grown: StreamStorage) -> None:
     with pytest.raises(ValueError, match="persistent_workers"):
         _loader(StreamStorage(grown.url, FMT), follow=True, num_workers=1, persistent_workers=True)
+
+
+def _rank_epochs(rank: int, url: str, store: str, out: str) -> None:
+    """One rank of a two-rank gloo group: two epochs with follow=True; rank 0 grows the
+    dataset between them, after the other rank has already moved on to its second epoch (so
+    a rank choosing its snapshot alone would take the old one)."""
+    import json
+    import time
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        loader = StatefulDataLoader.from_storage(
+            StreamStorage(url, FMT), sequence_length=L, batch_size=2, shuffle=True, seed=1, follow=True
+        )
+        epochs = []
+        for epoch in range(2):
+            epochs.append(_firsts(list(loader)))
+            if epoch == 0:
+                dist.barrier()
+                if rank == 0:
+                    time.sleep(1.0)  # rank 1 is at its epoch boundary by now
+                    _grow(StreamStorage(url, FMT), 200, 2)
+        Path(out).write_text(json.dumps(epochs))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_follow_the_same_snapshot(grown: StreamStorage, tmp_path: Path) -> None:
+    import json
+
+    import torch.multiprocessing as mp
+
+    outs = [str(tmp_path / f"rank{r}.json") for r in range(2)]
+    context = mp.get_context("spawn")
+    procs = [
+        context.Process(target=_rank_epochs, args=(r, grown.url, str(tmp_path / "store"), outs[r]))
+        for r in range(2)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    ranks = [json.loads(Path(o).read_text()) for o in outs]
+    for epoch, expected in ((0, 200), (1, 300)):
+        together = ranks[0][epoch] + ranks[1][epoch]
+        assert sorted(together) == list(range(0, expected, L))  # one snapshot, split over ranks
+
+
+def test_follow_with_several_ranks_needs_torch_distributed(grown: StreamStorage) -> None:
+    with pytest.raises(ValueError, match="init_process_group"):
+        _loader(StreamStorage(grown.url, FMT), follow=True, rank=0, world_size=2)
