@@ -184,3 +184,31 @@ def test_commit_points_by_parts_and_by_input_size(write_jsonl, doc_rows, ingest_
             ingest_config([source], tmp_path / "o", commit_every=bad)
         assert "2GiB" in str(info.value) or "positive" in str(info.value)
     assert json.dumps(plan.part_bytes)  # plain ints
+
+
+def test_cli_flag_and_job_file_take_commit_every(tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from guideloom.workers.cli import register
+    from guideloom.workers.config import load_job_file
+
+    app = typer.Typer()
+
+    @app.callback()
+    def main() -> None:
+        """GuideLoom."""
+
+    register(app)
+    source = tmp_path / "a.jsonl"
+    source.write_text('{"text": "x"}\n')
+    result = CliRunner().invoke(
+        app, ["ingest", str(source), "--output", str(tmp_path / "o"), "--commit-every", "2 parsecs"]
+    )
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "commit_every" in result.output and "2GiB" in result.output
+    job = tmp_path / "job.yaml"
+    job.write_text(f"inputs: [{source}]\noutput: {tmp_path / 'o'}\ncommit_every: 2GiB\n")
+    config = load_job_file(job)
+    assert config.commit_rule == ("bytes", 2 * 2**30)
+    assert "commit_every" not in config.identity()  # the same job whenever it commits
