@@ -1,5 +1,9 @@
 """The ingestion driver: plan, run one Ray task per part, commit the manifest last.
 
+With ``--commit-every`` (`_Steps`) it also commits while parts run: each time the parts up to the
+next commit point are complete, a snapshot of them appended on top of the job's previous one
+(`Storage.commit(first_part=...)`); the last snapshot is the one a single commit would make.
+
 Why plain Ray tasks rather than Ray Data with a datasink: a part is the unit of determinism
 (its shard names and bytes depend only on the plan) and of restart (its completion record).
 One task per part, with ``max_retries`` for dead workers and a bounded number in flight, maps
