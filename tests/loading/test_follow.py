@@ -168,3 +168,20 @@ def test_ranks_follow_the_same_snapshot(grown: StreamStorage, tmp_path: Path) ->
 def test_follow_with_several_ranks_needs_torch_distributed(grown: StreamStorage) -> None:
     with pytest.raises(ValueError, match="init_process_group"):
         _loader(StreamStorage(grown.url, FMT), follow=True, rank=0, world_size=2)
+
+
+def test_resume_and_follow_on_every_store(dataset_url: tuple[str, dict]) -> None:
+    """Reopening a pinned snapshot keeps the storage options (credentials, endpoint)."""
+    url, options = dataset_url
+    storage = StreamStorage(url, FMT, storage_options=options)
+    _grow(storage, 0, 4)
+    reference = _firsts(list(_loader(StreamStorage(url, FMT, storage_options=options))))
+    loader = _loader(StreamStorage(url, FMT, storage_options=options), follow=True)
+    it = iter(loader)
+    head = _firsts([next(it)])
+    saved = loader.state_dict()
+    _grow(StreamStorage(url, FMT, storage_options=options), 200, 2)
+    resumed = _loader(StreamStorage(url, FMT, storage_options=options), follow=True)
+    resumed.load_state_dict(saved)
+    assert head + _firsts(list(resumed)) == reference
+    assert sorted(_firsts(list(resumed))) == list(range(0, 300, L))
