@@ -184,6 +184,12 @@ class Storage:
     def at_snapshot(self, snapshot: str | int) -> Storage:
         """The same dataset opened at ``snapshot`` (read-only, pinned; same format and options).
 
+        Args:
+            snapshot: The id (or sequence number) of a kept snapshot.
+
+        Returns:
+            A new storage of the same class, reading that snapshot (as ``snapshot=`` opens it).
+
         Raises:
             DatasetNotFoundError: `snapshot` is not kept (the message names the oldest kept
                 snapshot when it has expired, or lists the nearest ids).
