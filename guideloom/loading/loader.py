@@ -866,8 +866,11 @@ def _refuse_guideloom_only(dataset: Any, takes_order: list[str], shuffle: Any, g
 
 
 def _snapshot_of(view: Any) -> str | None:
-    """The id of the dataset snapshot a view reads (None for a view without a storage)."""
+    """The id of the dataset snapshot a view reads (None for a view without a storage); a
+    wrapping view (boundaries, labels) reads its inner view's."""
     storage = getattr(view, "storage", None)
+    if storage is None and isinstance(getattr(view, "view", None), DatasetView):
+        storage = getattr(view.view, "storage", None)
     snapshot = getattr(storage, "current_snapshot", None)
     return getattr(snapshot, "id", None)
 

@@ -185,3 +185,18 @@ def test_resume_and_follow_on_every_store(dataset_url: tuple[str, dict]) -> None
     resumed.load_state_dict(saved)
     assert head + _firsts(list(resumed)) == reference
     assert sorted(_firsts(list(resumed))) == list(range(0, 300, L))
+
+
+def test_labels_and_boundaries_resume_and_follow_too(grown: StreamStorage) -> None:
+    url = grown.url
+    loader = _loader(StreamStorage(url, FMT), follow=True, labels=True)
+    reference = [b["labels"].tolist() for b in _loader(StreamStorage(url, FMT), labels=True)]
+    it = iter(loader)
+    head = [next(it)["labels"].tolist()]
+    saved = loader.state_dict()
+    assert saved["guideloom_loader"]["snapshot"] == grown.current_snapshot.id
+    _grow(StreamStorage(url, FMT), 200, 2)
+    resumed = _loader(StreamStorage(url, FMT), follow=True, labels=True)
+    resumed.load_state_dict(saved)
+    assert head + [b["labels"].tolist() for b in resumed] == reference
+    assert sorted(_firsts(list(resumed))) == list(range(0, 300, L))
