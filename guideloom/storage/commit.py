@@ -416,7 +416,9 @@ class Committer:
 
         seq = current.sequence + 1 if current is not None else 1
         if first_part and (current is None or current.num_parts < first_part):
-            have = f"{current.num_parts} parts" if current is not None else "no snapshot"
+            have = "no snapshot"
+            if current is not None:
+                have = f"{current.num_parts} part{'' if current.num_parts == 1 else 's'}"
             raise ValueError(
                 f"cannot commit parts {first_part}.. of this run to {self.location.display_url} on "
                 f"top of its earlier parts: the dataset has {have} (it was rolled back or "
