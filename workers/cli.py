@@ -143,6 +143,11 @@ def ingest(
         "--append/--no-append",
         help="Add the records after the dataset at --output (a new snapshot); a re-run lands once.",
     ),
+    commit_every: str | None = typer.Option(
+        None,
+        metavar="N|SIZE",
+        help="Commit a snapshot each time the next N parts (or SIZE of input, e.g. 2GiB) are complete.",
+    ),
     ray_address: str | None = typer.Option(
         None, metavar="ADDRESS", help="Ray cluster (host:6379); default: RAY_ADDRESS, else a new local Ray."
     ),
@@ -184,6 +189,7 @@ def ingest(
         "on_bad_record": on_bad_record,
         "overwrite": overwrite,
         "append": append,
+        "commit_every": commit_every,
         "ray_address": ray_address,
         "num_workers": num_workers,
         "max_retries": max_retries,

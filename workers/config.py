@@ -87,6 +87,10 @@ class IngestConfig(BaseModel):
         overwrite: Replace whatever dataset the output holds.
         append: Add the records after the output dataset's (a new snapshot; the existing
             shard files are not touched). A re-run of the same append job lands once.
+        commit_every: Commit a snapshot each time the next this many parts (an int, or a
+            string of digits) or this much input (a size such as `"2GiB"`, counted in input
+            bytes as `part_size` is) are complete, in part order; the last snapshot has the
+            shard table of a one-shot ingestion. Default: one commit at the end.
         ray_address: The Ray cluster to run on; default `$RAY_ADDRESS`, else a local Ray.
         num_workers: Parts in flight; default twice the cluster's CPUs.
         max_retries: Retries of a part whose worker died (default 3).
@@ -126,6 +130,8 @@ class IngestConfig(BaseModel):
     on_bad_record: Literal["fail", "skip"] = "fail"
     overwrite: bool = False
     append: bool = False
+    # When to commit: not part of the job's identity (the final snapshot is the same).
+    commit_every: int | str | None = Field(default=None, description="parts (N) or a size (2GiB)")
     # Where and how to run: not part of the job's identity.
     ray_address: str | None = None
     num_workers: int | None = Field(default=None, gt=0, description="concurrent tasks; default: cluster CPUs")
@@ -144,6 +150,39 @@ class IngestConfig(BaseModel):
         if not m or m.group(2).lower() not in SIZE_UNITS:
             raise ValueError(f"{value!r} is not a size: use e.g. 1048576, 64MiB or 1GB")
         return int(m.group(1)) * SIZE_UNITS[m.group(2).lower()]
+
+    @field_validator("commit_every", mode="before")
+    @classmethod
+    def _commit_every(cls, value: Any) -> Any:
+        """A positive number of parts (an int, or digits) or a size with a unit (``"2GiB"``)."""
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ValueError(f"commit_every takes a number of parts or a size such as 2GiB, got {value!r}")
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        if isinstance(value, int):
+            if value <= 0:
+                raise ValueError(f"commit_every must be a positive number of parts, got {value}")
+            return value
+        m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]+)\s*", value)
+        if not m or m.group(2).lower() not in SIZE_UNITS or int(m.group(1)) <= 0:
+            raise ValueError(
+                f"commit_every {value!r} is neither a number of parts nor a size: use e.g. 8 "
+                "(parts) or 2GiB (input bytes)"
+            )
+        return f"{int(m.group(1))}{m.group(2)}"
+
+    @property
+    def commit_rule(self) -> tuple[str, int] | None:
+        """``commit_every`` as ``("parts", n)`` or ``("bytes", n)``; None: commit once, at the end."""
+        if self.commit_every is None:
+            return None
+        if isinstance(self.commit_every, int):
+            return ("parts", self.commit_every)
+        m = re.fullmatch(r"(\d+)([a-zA-Z]+)", self.commit_every)
+        assert m is not None  # checked by the validator
+        return ("bytes", int(m.group(1)) * SIZE_UNITS[m.group(2).lower()])
 
     @field_validator("tokenizer", mode="before")
     @classmethod

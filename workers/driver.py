@@ -1,5 +1,9 @@
 """The ingestion driver: plan, run one Ray task per part, commit the manifest last.
 
+With ``--commit-every`` (`_Steps`) it also commits while parts run: each time the parts up to the
+next commit point are complete, a snapshot of them appended on top of the job's previous one
+(`Storage.commit(first_part=...)`); the last snapshot is the one a single commit would make.
+
 Why plain Ray tasks rather than Ray Data with a datasink: a part is the unit of determinism
 (its shard names and bytes depend only on the plan) and of restart (its completion record).
 One task per part, with ``max_retries`` for dead workers and a bounded number in flight, maps
@@ -47,10 +51,12 @@ from guideloom.workers.results import METADATA_KEY, metadata, summary
 from guideloom.workers.sources import expand_inputs
 from guideloom.workers.transform import check_transform
 
-__all__ = ["POLL_S", "SPLIT_WARNING_RATIO", "run_job", "task_config"]
+__all__ = ["COMMITTED_PARTS", "POLL_S", "SPLIT_WARNING_RATIO", "commit_points", "run_job", "task_config"]
 
 POLL_S = 1.0  # how often the driver wakes to refresh live progress
 SPLIT_WARNING_RATIO = 2  # note a compressed input larger than this many part sizes
+# The ingest metadata key of a --commit-every step's snapshot: the job's parts it holds.
+COMMITTED_PARTS = "committed_parts"
 
 
 @ray.remote(num_cpus=0)
@@ -114,8 +120,10 @@ def _existing(storage: Any, digest: str, config: IngestConfig) -> Any | None:
     if not storage.exists():
         return None
     manifest = storage.manifest
-    recorded = (manifest.metadata or {}).get(METADATA_KEY, {}).get("plan")
-    if recorded == digest and not config.overwrite:
+    recorded = (manifest.metadata or {}).get(METADATA_KEY, {})
+    if recorded.get("plan") == digest and not config.overwrite:
+        if COMMITTED_PARTS in recorded:
+            return None  # a --commit-every job stopped part way: it goes on (_committed_before)
         return manifest
     if config.overwrite or config.append:
         # Nothing is deleted here: the old dataset stays readable until commit() replaces its
@@ -143,6 +151,102 @@ def _open_output(config: IngestConfig, tokenizer: Tokenizer) -> Any:
     storage = open_storage(config, tokenizer)
     storage.delete()
     return storage
+
+
+def commit_points(plan: Plan, rule: tuple[str, int] | None) -> list[int]:
+    """Where a job commits: after part ``p - 1`` for each ``p`` (increasing; the last is the
+    number of parts). ``rule``: `IngestConfig.commit_rule` (every n parts, or every n input
+    bytes of parts in part order); None commits once, at the end."""
+    n = len(plan.parts)
+    if rule is None:
+        return [n]
+    kind, amount = rule
+    if kind == "parts":
+        return [*range(amount, n, amount), n]
+    points, since = [], 0
+    for k, size in enumerate(plan.part_bytes[: n - 1]):
+        since += size
+        if since >= amount:
+            points.append(k + 1)
+            since = 0
+    return [*points, n]
+
+
+def _committed_before(storage: Any, digest: str, config: IngestConfig) -> int:
+    """Parts of this job that an earlier, interrupted run with ``--commit-every`` committed
+    (its last snapshot records how many): they are not committed again."""
+    if config.overwrite or not storage.exists():
+        return 0
+    recorded = (storage.manifest.metadata or {}).get(METADATA_KEY, {})
+    if recorded.get("plan") != digest:
+        return 0
+    return int(recorded.get(COMMITTED_PARTS, 0))
+
+
+class _Steps:
+    """Commits a job's parts in steps (``--commit-every``): each time the parts up to the next
+    commit point are all complete, a snapshot of them appended on top of the job's previous
+    one. The first step is the job's own kind of commit (a write, an overwrite or an append);
+    the last records the job's whole metadata, as a one-shot commit does."""
+
+    def __init__(
+        self,
+        config: IngestConfig,
+        storage: Any,
+        plan: Plan,
+        digest: str,
+        tokenizer: Tokenizer,
+        progress: Progress,
+        committed: int,
+    ) -> None:
+        self.config, self.storage, self.plan, self.digest = config, storage, plan, digest
+        self.tokenizer, self.progress = tokenizer, progress
+        self.committed = committed  # parts 0 .. committed - 1 are in a snapshot
+        self.points = [p for p in commit_points(plan, config.commit_rule) if p > committed]
+        self.done: set[int] = set()
+        self.manifest: Any = None
+
+    def part_done(self, results: list[PartResult]) -> None:
+        """After each finished part: commit every step whose parts are now all complete (not
+        the last: that one is committed after Ray stops, by `final`)."""
+        self.done.add(results[-1]["part"])
+        while len(self.points) > 1 and all(k in self.done for k in range(self.committed, self.points[0])):
+            self._commit(self.points.pop(0), sorted(results, key=lambda r: r["part"]))
+
+    def final(self, results: list[PartResult]) -> Any:
+        """Commit the last step (every part is complete): the job's final snapshot."""
+        return self._commit(len(self.plan.parts), results)
+
+    def _commit(self, point: int, results: list[PartResult]) -> Any:
+        n = len(self.plan.parts)
+        upto = [r for r in results if r["part"] < point]
+        recorded = metadata(self.config, self.plan, self.digest, self.tokenizer, upto)
+        if point < n:
+            if recorded[METADATA_KEY]["documents"] == 0:
+                return None  # nothing to read yet: the next step commits these parts too
+            recorded[METADATA_KEY][COMMITTED_PARTS] = point
+        elif recorded[METADATA_KEY]["documents"] == 0:
+            raise IngestError(
+                f"inputs {', '.join(self.config.inputs)} hold no documents (every file empty, or "
+                "every record empty or bad): nothing committed"
+            )
+        first = self.committed
+        manifest = self.storage.commit(
+            num_parts=point,
+            metadata=recorded,
+            run=run_name(self.digest),
+            append=self.config.append or first > 0,
+            first_part=first,
+            cleanup=point == n,  # earlier steps must not remove the attempts of parts to come
+        )
+        self.committed, self.manifest = point, manifest
+        if point < n:
+            snap = self.storage.current_snapshot
+            self.progress.message(
+                f"committed snapshot {snap.id}: parts 0..{point - 1} of {n} "
+                f"({manifest.total_tokens:,} tokens in the dataset)"
+            )
+        return manifest
 
 
 def _in_flight(config: IngestConfig) -> int:
@@ -176,9 +280,11 @@ def _run_parts(
     progress: Progress,
     results: list[PartResult],
     started: bool = False,
+    on_part: Callable[[list[PartResult]], None] | None = None,
 ) -> None:
     """Run every part, appending each finished part's result to ``results`` as it ends
-    (``started``: this process started the local Ray it runs on)."""
+    (``started``: this process started the local Ray it runs on; ``on_part`` is called with
+    ``results`` after each)."""
     task = _write_part_task.options(**_task_options(config, started))
     tally = _start_tally() if progress.live else None
     config_ref = ray.put(task_config(config))
@@ -202,6 +308,8 @@ def _run_parts(
                         raise cause from None
                     raise
                 progress.part_done(results[-1])
+                if on_part is not None:
+                    on_part(results)
             if tally is not None and time.monotonic() - polled >= POLL_S:
                 polled = time.monotonic()
                 try:
@@ -298,10 +406,18 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool]:
 
     check_writable(config, storage.url)
     results: list[PartResult] = []
+    steps = _Steps(
+        config, storage, plan, digest, tokenizer, progress, _committed_before(storage, digest, config)
+    )
+    if steps.committed:
+        progress.message(
+            f"{storage.url} holds parts 0..{steps.committed - 1} of this job (committed by an "
+            "earlier run): committing the rest on top of them"
+        )
     started = connect(config, progress.message)
     restore = cancel_on_signals()
     try:
-        _run_parts(config, plan, digest, progress, results, started)
+        _run_parts(config, plan, digest, progress, results, started, steps.part_done)
     except KeyboardInterrupt:
         raise IngestCancelled(len(results), len(plan.parts)) from None
     finally:
@@ -313,14 +429,6 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool]:
     reused = sum(bool(r.get("reused")) for r in results)
     if reused:
         progress.message(f"reused {reused} of {len(results)} parts from an earlier run")
-    recorded = metadata(config, plan, digest, tokenizer, results)
-    if recorded[METADATA_KEY]["documents"] == 0:
-        raise IngestError(
-            f"inputs {', '.join(config.inputs)} hold no documents (every file empty, or every "
-            "record empty or bad): nothing committed"
-        )
-    manifest = storage.commit(
-        num_parts=len(plan.parts), metadata=recorded, run=run_name(digest), append=config.append
-    )
+    manifest = steps.final(results)
     progress.message(summary(manifest, storage.url, storage_options=bool(config.storage_options)))
     return manifest, storage, False

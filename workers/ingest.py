@@ -153,7 +153,9 @@ def ingest_dataset(
             `chat_template` and `train_on`), `eos_token`, `bos`, `layout`
             (`"stream-with-meta"` with `meta_fields`, `spans_field`, `meta_format`),
             `transform` and `transform_id`,
-            `shard_size` and `part_size` (bytes), `on_bad_record`, `overwrite`, `ray_address`,
+            `shard_size` and `part_size` (bytes), `on_bad_record`, `overwrite`, `append`,
+            `commit_every` (a snapshot per that many parts, or a size of input such as
+            `"2GiB"`, complete in part order; see docs/datasets-that-grow.md), `ray_address`,
             `num_workers` (parts in flight), `max_retries`, `storage_options`, ...
 
     Returns:

@@ -363,8 +363,10 @@ def write_part(
     on_record = hooks.hook("record_read")
     last_report = time.monotonic()
     text_bytes = 0
+    # A --commit-every job's parts are written while its earlier snapshots are committed.
+    after = config.append or config.commit_every is not None
     with storage.writer(
-        part=part, shard_size=config.shard_size, run=run, overwrite=config.overwrite, append=config.append
+        part=part, shard_size=config.shard_size, run=run, overwrite=config.overwrite, append=after
     ) as writer:
         out = _PartWriter(config, tokenizer, writer, part)
         prepare = _Preparer(config, tokenizer)

@@ -72,6 +72,7 @@ from __future__ import annotations
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -79,6 +80,7 @@ import torch
 import torch.distributed as dist
 from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 
+from guideloom.errors import DatasetNotFoundError, ResumeStateError
 from guideloom.io.stats import IOStats, io_stats, merge_stats, subtract_stats
 from guideloom.loading.fetch import BatchSource, Finish, GroupCollate, batch_path, unrolled
 from guideloom.loading.mixture import Mixture, MixtureDataset
@@ -436,6 +438,8 @@ class StatefulDataLoader(_TorchdataLoader):
         # per source: samples delivered in the epochs before this one (source_counts)
         self._samples_before = [0] * len(source_names(view))
         self._rank_counts = RankCounts(view, rank)  # source_counts(scope="rank")
+        self._reopen: Callable[[str | None], DatasetView] | None = None  # from_storage sets it
+        self._follow = False
         self._prepare(epoch=0, position=0)
 
     @classmethod
@@ -459,9 +463,15 @@ class StatefulDataLoader(_TorchdataLoader):
         labels: bool = False,
         eos_id: int | None = None,
         sources: bool = False,
+        follow: bool = False,
         **kwargs: Any,
     ) -> StatefulDataLoader:
         """A loader over ``storage`` wrapped in its matching view.
+
+        ``follow=True``: at each epoch boundary (never inside an epoch) the loader re-reads the
+        storage and moves to its current snapshot, so records appended meanwhile are in the next
+        epoch's order (`docs/datasets-that-grow.md`). Whether it follows or not, a state saved on
+        an older snapshot resumes on that snapshot exactly (the view is reopened there).
 
         ``boundaries`` (streams): where documents start inside windows, so that batches also
         hold ``position_ids`` ``(B, L)`` int64 (0 at each document start and window start),
@@ -531,6 +541,8 @@ class StatefulDataLoader(_TorchdataLoader):
             pin_memory: Put batches in pinned host memory (skipped without an accelerator).
             sources: Mixtures: add `source` and `source_index` (int64, one per row) to every
                 batch (see above); off by default.
+            follow: Move to the storage's current snapshot at every epoch boundary (not for a
+                `Mixture`, nor with `persistent_workers=True`).
             **kwargs: `shuffle_block_size` (samples per block, default 64),
                 `shuffle_buffer_blocks` (blocks per buffer, default 4), `shuffle_run_size`
                 (samples; default `gcd(8, shuffle_block_size)`), `read_ahead` (batches; a
@@ -565,6 +577,17 @@ class StatefulDataLoader(_TorchdataLoader):
                 )
         if kwargs.get("in_order", True) is not True:
             raise ValueError("in_order=False is not supported: it breaks exact resume")
+        if follow and isinstance(storage, Mixture):
+            raise ValueError(
+                "follow=True is not supported on a Mixture: its sources' snapshots are not "
+                "followed; build the mixture again (on the sources' current snapshots) for a "
+                "new run, or follow one storage"
+            )
+        if follow and kwargs.get("persistent_workers"):
+            raise ValueError(
+                "follow=True needs workers that start anew each epoch (they receive the new "
+                "snapshot's view): leave out persistent_workers=True"
+            )
         view: DatasetView
         if sources and not isinstance(storage, Mixture):
             raise ValueError(
@@ -578,18 +601,21 @@ class StatefulDataLoader(_TorchdataLoader):
             view = open_view(storage, sequence_length)
         else:
             raise TypeError(f"from_storage takes a GuideLoom storage, got {type(storage).__name__}")
-        if boundaries is not None or labels or eos_id is not None:
+        marks = boundaries is not None or labels or eos_id is not None
+        if marks:
             if isinstance(storage, Mixture):
                 raise ValueError(
                     "boundaries= and labels= are not supported on a Mixture yet; load each "
                     "source with them, or mark documents in your training step"
                 )
-            from guideloom.loading.boundaries import BoundaryView
-
-            view = BoundaryView(  # type: ignore[assignment]
-                view, "records" if boundaries is None else boundaries, labels=labels, eos_id=eos_id
+            view = _marked(view, boundaries, labels, eos_id)
+        if follow and (world_size or 1) > 1 and not (dist.is_available() and dist.is_initialized()):
+            raise ValueError(
+                f"follow=True with world_size={world_size} needs torch.distributed initialized "
+                "(rank 0 picks the snapshot each epoch and broadcasts it, so that every rank "
+                "reads the same one): call torch.distributed.init_process_group first"
             )
-        return cls(
+        loader = cls(
             view,
             batch_size=batch_size,
             shuffle=shuffle,
@@ -604,6 +630,74 @@ class StatefulDataLoader(_TorchdataLoader):
             pin_memory=pin_memory,
             **kwargs,
         )
+        if isinstance(storage, Storage):
+
+            def reopen(snapshot: str | None) -> DatasetView:
+                """The view at ``snapshot`` (None: the storage's current one, re-read)."""
+                if snapshot is None:
+                    storage.refresh()
+                    opened = storage
+                else:
+                    opened = storage.at_snapshot(snapshot)
+                fresh = open_view(opened, sequence_length)
+                return _marked(fresh, boundaries, labels, eos_id) if marks else fresh
+
+            loader._reopen = reopen
+            loader._follow = bool(follow)
+        return loader
+
+    # -- snapshots: resuming a pinned one, following the current one ----------------------------
+    def _switch(self, view: DatasetView) -> None:
+        """Read ``view`` (the same dataset at another snapshot) from the next pass on."""
+        source: BatchSource = self.dataset  # type: ignore[assignment]
+        object.__setattr__(self, "dataset", BatchSource(view, source.batched))
+        self.view = view
+        self._copies = None  # thread workers' private copies were of the old view
+        self._iterator = None  # worker processes receive the new view when they start
+        num_samples = len(view)
+        self._identity = replace(
+            self._identity,
+            fingerprint=view.fingerprint,
+            num_samples=num_samples,
+            snapshot=_snapshot_of(view),
+        )
+
+    def _follow_current(self) -> None:
+        """``follow=True`` at an epoch boundary: move to the storage's current snapshot."""
+        if not self._follow or self._reopen is None:
+            return
+        if self.world_size == 1:
+            view = self._reopen(None)
+            if (
+                _snapshot_of(view) != self._identity.snapshot
+                or view.fingerprint != self._identity.fingerprint
+            ):
+                self._switch(view)
+            return
+        # Every rank must read the same snapshot: rank 0 picks it, the others open that one.
+        picked: list[str | None] = [_snapshot_of(self._reopen(None)) if self.rank == 0 else None]
+        dist.broadcast_object_list(picked, src=0)
+        if picked[0] is not None and picked[0] != self._identity.snapshot:
+            self._switch(self._reopen(picked[0]))
+
+    def _pin_saved(self, snapshot: str | None, url: str | None) -> None:
+        """Reopen the view at the snapshot a state was saved on, when it is another one of this
+        dataset (a state of another dataset is left to the identity check, which names it)."""
+        if snapshot is None or self._reopen is None or snapshot == self._identity.snapshot:
+            return
+        try:
+            view = self._reopen(snapshot)
+        except DatasetNotFoundError as err:
+            if url != self.view.url or "has expired" not in str(err):
+                return  # not a snapshot of this dataset: check_continues says what differs
+            raise ResumeStateError(
+                f"the loader state was saved on snapshot {snapshot} of {self.view.url}, which is "
+                f"no longer kept: {err}. The saved order cannot be resumed exactly. Start the "
+                "loader without loading the state (a new run on the current snapshot), or keep "
+                "the snapshots that running jobs read: expire(keep_last=N) with a larger N, or "
+                "a larger older_than"
+            ) from err
+        self._switch(view)
 
     # -- epochs and positions --------------------------------------------------------------
     @property
@@ -640,6 +734,7 @@ class StatefulDataLoader(_TorchdataLoader):
         if not self._fresh:
             done = delivered(self.view, self._handed_out())  # the epoch ends here: count it
             self._samples_before = [a + b for a, b in zip(self._samples_before, done)]
+            self._follow_current()  # follow=True: the epoch boundary is where it moves
             self._prepare(self._epoch + 1, 0)
         self._fresh = False
         previous = self._pass() if self._pass is not None else None
@@ -768,6 +863,9 @@ class StatefulDataLoader(_TorchdataLoader):
         if not self._guideloom:
             return super().load_state_dict(state_dict)
         saved = LoaderState.from_dict(state_dict)
+        self._pin_saved(
+            saved.identity.snapshot, saved.identity.url
+        )  # a dataset that grew: back to the saved snapshot
         saved.identity.check_continues(self._identity, self._source_names)
         num_samples = self._identity.num_samples
 
@@ -790,6 +888,8 @@ class StatefulDataLoader(_TorchdataLoader):
         if epoch != saved.epoch:  # the saved epoch is over: count it with the earlier ones
             before = [a + b for a, b in zip(before, delivered(self.view, handed))]
             handed = 0
+        if position == 0 and epoch > saved.epoch:
+            self._follow_current()  # the saved epoch ended: the next one may move (follow=True)
         self._prepare(epoch, position)
         self._samples_before = before
         self._start_handed = handed
@@ -896,7 +996,17 @@ def _refuse_guideloom_only(dataset: Any, takes_order: list[str], shuffle: Any, g
 
 
 def _snapshot_of(view: Any) -> str | None:
-    """The id of the dataset snapshot a view reads (None for a view without a storage)."""
+    """The id of the dataset snapshot a view reads (None for a view without a storage); a
+    wrapping view (boundaries, labels) reads its inner view's."""
     storage = getattr(view, "storage", None)
+    if storage is None and isinstance(getattr(view, "view", None), DatasetView):
+        storage = getattr(view.view, "storage", None)
     snapshot = getattr(storage, "current_snapshot", None)
     return getattr(snapshot, "id", None)
+
+
+def _marked(view: Any, boundaries: str | None, labels: bool, eos_id: int | None) -> Any:
+    """``view`` with document boundaries (and labels) marked (`from_storage`'s options)."""
+    from guideloom.loading.boundaries import BoundaryView
+
+    return BoundaryView(view, "records" if boundaries is None else boundaries, labels=labels, eos_id=eos_id)

@@ -181,6 +181,23 @@ class Storage:
         assert self._snapshot is not None
         return self._snapshot
 
+    def at_snapshot(self, snapshot: str | int) -> Storage:
+        """The same dataset opened at ``snapshot`` (read-only, pinned; same format and options).
+
+        Args:
+            snapshot: The id (or sequence number) of a kept snapshot.
+
+        Returns:
+            A new storage of the same class, reading that snapshot (as ``snapshot=`` opens it).
+
+        Raises:
+            DatasetNotFoundError: `snapshot` is not kept (the message names the oldest kept
+                snapshot when it has expired, or lists the nearest ids).
+        """
+        return type(self)(
+            self.location.url, self.format, storage_options=self.location.storage_options, snapshot=snapshot
+        )
+
     def snapshots(self) -> list[Snapshot]:
         """Every kept snapshot of the dataset, oldest first (``id``, ``parent``, ``operation``,
         ``time``, ``summary`` ...). A dataset written before snapshots existed has one.
@@ -473,6 +490,7 @@ class Storage:
         run: str | None = None,
         cleanup: bool = True,
         append: bool = False,
+        first_part: int = 0,
     ) -> Manifest:
         """Write the manifest of parts ``0 .. num_parts - 1`` of run ``run`` in part order, atomically.
 
@@ -497,6 +515,12 @@ class Storage:
             append: Add the parts after the current snapshot's records (parts numbered on from
                 the dataset's); a re-run of the same job (same run, same part records) that
                 already landed commits nothing and returns its manifest.
+            first_part: Commit only parts ``first_part .. num_parts - 1``, appended (needs
+                ``append=True``) on top of a snapshot that ends with the run's parts before
+                ``first_part``: a run committed in steps (`guideloom ingest --commit-every`),
+                whose final snapshot has the shard table of one commit of all its parts. Pass
+                ``cleanup=False`` until the last step: cleanup removes every attempt of the run
+                no snapshot uses, also those of parts not committed yet.
 
         Returns:
             The committed `Manifest`.
@@ -505,10 +529,14 @@ class Storage:
             IncompletePartsError: Some parts are missing or damaged, or were written with another
                 storage class or format (each is named); nothing is written.
             StorageAccessError: The storage refused a request or could not be reached.
-            ValueError: `num_parts` is not a positive int, or `run` is not a valid run name.
+            ValueError: `num_parts` is not a positive int, `first_part` is not in
+                ``0 .. num_parts - 1`` (or given without `append`, or the dataset does not hold
+                that many parts), or `run` is not a valid run name.
         """
         self._writable("commit")
-        return self._commits.commit(num_parts, metadata, run=run, cleanup=cleanup, append=append)
+        return self._commits.commit(
+            num_parts, metadata, run=run, cleanup=cleanup, append=append, first_part=first_part
+        )
 
     # -- checking ---------------------------------------------------------------------------
 

@@ -177,19 +177,27 @@ class Committer:
         run: str | None,
         cleanup: bool,
         append: bool = False,
+        first_part: int = 0,
     ) -> Manifest:
-        """Publish the manifest of parts ``0 .. num_parts - 1`` of run ``run`` (see
+        """Publish the manifest of parts ``first_part .. num_parts - 1`` of run ``run`` (see
         `Storage.commit`); `IncompletePartsError` naming the parts that are not complete."""
         if isinstance(num_parts, bool) or not isinstance(num_parts, int) or num_parts <= 0:
             raise ValueError(f"num_parts must be a positive int, got {num_parts!r}")
+        if isinstance(first_part, bool) or not isinstance(first_part, int) or not 0 <= first_part < num_parts:
+            raise ValueError(f"first_part must be an int in [0, num_parts={num_parts}), got {first_part!r}")
+        if first_part and not append:
+            raise ValueError(
+                f"first_part={first_part} commits the rest of a run on top of its earlier parts: "
+                "pass append=True"
+            )
         run = check_run(run)
         listed = self.location.sizes_under(layout.run_prefix(run))
         builder = ShardTableBuilder()
         bad: list[tuple[int, str]] = []
         identity = xxhash.xxh3_64(run.encode())
         finished = ""
-        with ThreadPoolExecutor(max_workers=min(_COMMIT_THREADS, num_parts)) as pool:
-            for start in range(0, num_parts, _COMMIT_CHUNK):  # bounded: records are dropped as added
+        with ThreadPoolExecutor(max_workers=min(_COMMIT_THREADS, num_parts - first_part)) as pool:
+            for start in range(first_part, num_parts, _COMMIT_CHUNK):  # bounded: records are dropped as added
                 parts = range(start, min(num_parts, start + _COMMIT_CHUNK))
                 for k, (record, why) in zip(parts, pool.map(lambda k: self._try_part(k, run, listed), parts)):
                     if record is None:
@@ -206,7 +214,7 @@ class Committer:
             listing = "; ".join(f"part {k}: {why}" for k, why in bad[:20])
             more = f" (and {len(bad) - 20} more)" if len(bad) > 20 else ""
             raise IncompletePartsError(
-                f"cannot commit {self.location.display_url}: {len(bad)} of {num_parts} parts have "
+                f"cannot commit {self.location.display_url}: {len(bad)} of {num_parts - first_part} parts have "
                 f"no valid completion record: {listing}{more}. Re-run the writers of those parts, "
                 "then commit"
             )
@@ -220,6 +228,7 @@ class Committer:
             append=append,
             job=f"{run}:{identity.hexdigest()}" if append else None,
             job_since=_earlier(finished, seconds=5) if finished else None,
+            first_part=first_part,
         )
 
     def publish_record(
@@ -250,12 +259,15 @@ class Committer:
         expected: Snapshot | None | object = _CURRENT,
         job: str | None = None,
         job_since: str | None = None,
+        first_part: int = 0,
     ) -> Manifest:
         """Commit a snapshot of ``parts``: the whole dataset, or (``append``) added after the
         current snapshot's records. The commit is a compare-and-swap of the next log entry:
         an append that loses the race retries on top of the winner (only metadata is redone);
         a write or overwrite raises `CommitConflictError` if the current snapshot is no longer
-        ``expected`` (default: the one current when this call starts)."""
+        ``expected`` (default: the one current when this call starts). ``first_part``: the
+        rows are parts ``first_part ..`` of a run whose earlier parts the current snapshot ends
+        with (an append of a run's next parts)."""
         table = parts.build()
         if expected is _CURRENT and not append:
             expected = self.history.current()
@@ -273,7 +285,9 @@ class Committer:
                 self._check_expected(expected, current, "overwrite" if current is not None else "write")
                 if current is not None:
                     current = self.history.materialize(current)
-            snap, new_rows = self._next(current, table, parts.num_parts, metadata, append=append, job=job)
+            snap, new_rows = self._next(
+                current, table, parts.num_parts, metadata, append=append, job=job, first_part=first_part
+            )
             if self.history.create(snap):
                 manifest = self._manifest_of(snap, current, new_rows)
                 if self._on_publish is not None:
@@ -393,14 +407,25 @@ class Committer:
         *,
         append: bool,
         job: str | None,
+        first_part: int = 0,
     ) -> tuple[Snapshot, ShardTable]:
-        """The snapshot that follows ``current`` with ``table`` (its rows shifted after the
-        current parts for an append), its pieces written; and the rows as shifted."""
+        """The snapshot that follows ``current`` with ``table`` (its rows, parts ``first_part
+        ..`` of their run, shifted after the current parts for an append), its pieces written;
+        and the rows as shifted."""
         from guideloom._version import __version__
 
         seq = current.sequence + 1 if current is not None else 1
+        if first_part and (current is None or current.num_parts < first_part):
+            have = "no snapshot"
+            if current is not None:
+                have = f"{current.num_parts} part{'' if current.num_parts == 1 else 's'}"
+            raise ValueError(
+                f"cannot commit parts {first_part}.. of this run to {self.location.display_url} on "
+                f"top of its earlier parts: the dataset has {have} (it was rolled back or "
+                "overwritten since). Commit the run's parts from part 0 instead"
+            )
         if append and current is not None:
-            rows = _shifted(table, current.num_parts)
+            rows = _shifted(table, current.num_parts - first_part)
             piece = self.history.write_piece(rows, num_parts)
             pieces = [*current.pieces, piece]
             merge = merge_plan([p.shards for p in pieces])

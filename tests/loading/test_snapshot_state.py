@@ -1,13 +1,13 @@
-"""A loader state records the dataset snapshot it read: after an append, loading it names that
-snapshot and the code that resumes it, and a loader built on the pinned snapshot resumes the
-saved order exactly."""
+"""A loader state records the dataset snapshot it read: after an append, a loader from
+``from_storage`` reopens that snapshot and resumes the saved order exactly; a loader built on a
+view (which cannot reopen its storage) names the snapshot and the code that resumes it."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from guideloom import StatefulDataLoader, StreamNumpyFormat, StreamStorage
+from guideloom import StatefulDataLoader, StreamDataset, StreamNumpyFormat, StreamStorage
 from guideloom.errors import ResumeStateError
 
 FMT = StreamNumpyFormat({"tokens": np.uint16})
@@ -35,7 +35,12 @@ def test_state_after_an_append_names_the_snapshot_and_resumes_on_it(tmp_path):
     with storage.writer(append=True) as w:  # the dataset grows while training is stopped
         w.append({"tokens": np.arange(500, 540, dtype=np.uint16)})
 
-    grown = _loader(StreamStorage(url, FMT))
+    reopened = _loader(StreamStorage(url, FMT))  # on the grown dataset: back to the saved snapshot
+    reopened.load_state_dict(state)
+    assert seen + [b["tokens"].tolist() for b in reopened] == reference
+
+    view = StreamDataset(StreamStorage(url, FMT), sequence_length=8)
+    grown = StatefulDataLoader(view, batch_size=2, shuffle="full", seed=3)
     with pytest.raises(ResumeStateError) as info:
         grown.load_state_dict(state)
     text = str(info.value)

@@ -1,0 +1,74 @@
+"""``storage.commit(num_parts=..., first_part=..., append=True)``: a run committed in steps ends
+with the shard table one commit of all its parts gives; bad steps are refused with the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from guideloom import StreamDataset, StreamNumpyFormat, StreamStorage
+
+FMT = StreamNumpyFormat({"tokens": np.uint16})
+
+
+def _write_parts(storage: StreamStorage, n: int, *, append: bool = False) -> None:
+    for k in range(n):
+        with storage.writer(part=k, run="job", shard_size=64, append=append) as writer:
+            for j in range(3):
+                start = 100 * k + 30 * j
+                writer.append({"tokens": np.arange(start, start + 30)})
+
+
+def _columns(storage: StreamStorage) -> dict:
+    t = storage.manifest.shard_table
+    return {
+        "part": list(t.part),
+        "index": list(t.index),
+        "records": list(t.records),
+        "tokens": list(t.tokens),
+        "part_base": list(t.part_base),
+        "prefixes": len(t.prefix),
+        "files": {name: (list(c.size), list(c.checksum)) for name, c in t.files.items()},
+        "parts": storage.manifest.num_parts,
+    }
+
+
+@pytest.mark.parametrize("base", [False, True])
+def test_steps_end_as_one_commit(tmp_path: Path, base: bool) -> None:
+    tables, streams = [], []
+    for name, steps in (("once", [(0, 5)]), ("steps", [(0, 2), (2, 3), (3, 5)])):
+        storage = StreamStorage(str(tmp_path / name), FMT)
+        if base:
+            with storage.writer() as writer:
+                writer.append({"tokens": np.arange(1000, 1040)})
+        _write_parts(storage, 5, append=base)
+        for first, upto in steps:
+            storage.commit(
+                num_parts=upto, run="job", append=base or first > 0, first_part=first, cleanup=upto == 5
+            )
+        snaps = storage.snapshots()
+        assert [s.num_parts for s in snaps][-len(steps) :] == [upto + base for _, upto in steps]
+        tables.append(_columns(StreamStorage(str(tmp_path / name), FMT)))
+        fresh = StreamStorage(str(tmp_path / name), FMT)
+        streams.append(StreamDataset(fresh, fresh.manifest.total_tokens)[0]["tokens"].tolist())
+    assert tables[0] == tables[1]
+    assert streams[0] == streams[1]
+
+
+def test_bad_steps_are_refused_with_the_fix(tmp_path: Path) -> None:
+    storage = StreamStorage(str(tmp_path / "ds"), FMT)
+    _write_parts(storage, 4)
+    with pytest.raises(ValueError, match="pass append=True"):
+        storage.commit(num_parts=4, run="job", first_part=2)
+    with pytest.raises(ValueError, match=r"first_part must be an int in \[0, num_parts=4\)"):
+        storage.commit(num_parts=4, run="job", first_part=4, append=True)
+    with pytest.raises(ValueError) as info:  # parts 0..1 were never committed
+        storage.commit(num_parts=4, run="job", first_part=2, append=True)
+    assert "has no snapshot" in str(info.value) and "from part 0" in str(info.value)
+    storage.commit(num_parts=1, run="job", cleanup=False)
+    with pytest.raises(ValueError) as info:
+        storage.commit(num_parts=4, run="job", first_part=2, append=True)
+    assert "has 1 part (" in str(info.value) and "Commit the run's parts from part 0" in str(info.value)
+    assert StreamStorage(str(tmp_path / "ds"), FMT).manifest.num_parts == 1  # nothing committed
