@@ -209,8 +209,12 @@ def test_resume_at_random_positions_into_other_world_sizes(
     rest = [w for step in zip(*per_rank) for rank_batch in step for w in rank_batch]
     if len(reference) - position < new_world:
         # fewer samples left than ranks: none can be handed out evenly, so the epoch is complete
-        # under the new world size (docs: up to world_size - 1 are dropped) and the pass that
-        # follows is the next epoch
+        # under the new world size (docs: up to world_size - 1 are dropped). The saved pass was
+        # unfinished: its rest is an empty pass (as a state at an epoch's last batch gives,
+        # test_end_of_epoch.py), and the pass after it is the next epoch.
+        assert rest == []
+        following = [[[source_of(row) for row in b["tokens"].tolist()] for b in x] for x in new]
+        rest = [w for step in zip(*following) for rank_batch in step for w in rank_batch]
         assert rest == next_epoch[: len(rest)] and len(rest) > 0
         return
     assert rest == reference[position : position + len(rest)]
