@@ -60,6 +60,7 @@ __all__ = [
     "StreamWithMetaStorage",
     "StreamWithMetaStorageFormat",
     "__version__",
+    "estimate",
     "trace",
     "trace_arrays",
 ]
@@ -75,4 +76,8 @@ def __getattr__(name: str) -> Any:
         from guideloom.loading import trace
 
         return getattr(trace, name)
+    if name == "estimate":
+        from guideloom.loading.estimate import estimate
+
+        return estimate
     raise AttributeError(f"module 'guideloom' has no attribute {name!r}")

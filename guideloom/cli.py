@@ -13,6 +13,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -538,6 +539,79 @@ def trace(
     except (GuideLoomError, ValueError, OSError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
+
+
+def _prices_file(path: str) -> dict[str, dict[str, float]]:
+    """``--prices FILE``: JSON or YAML ``{provider: {get_per_1000: $, egress_per_gb: $}}``."""
+    import json as _json
+
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        data = _json.loads(text)
+    except ValueError:
+        try:
+            import yaml
+        except ImportError:
+            raise ValueError(
+                f"--prices {path}: not JSON, and YAML needs pyyaml (pip install pyyaml)"
+            ) from None
+        data = yaml.safe_load(text)
+    keys = {"get_per_1000", "egress_per_gb"}
+    if not isinstance(data, dict) or not all(
+        isinstance(v, dict) and set(v) == keys and all(isinstance(x, (int, float)) for x in v.values())
+        for v in data.values()
+    ):
+        raise ValueError(
+            f"--prices {path}: expected {{provider: {{get_per_1000: DOLLARS, egress_per_gb: DOLLARS}}}}, "
+            'for example {"s3": {"get_per_1000": 0.0004, "egress_per_gb": 0}}'
+        )
+    return {str(k): {n: float(x) for n, x in v.items()} for k, v in data.items()}
+
+
+@app.command(short_help="Requests, bytes and price of planned epochs, from the manifest alone.")
+def estimate(
+    url: str = typer.Argument(..., help="The dataset (a stream), local or in a bucket."),
+    sequence_length: int = typer.Option(..., "--sequence-length", help="Tokens per window."),
+    batch_size: int = typer.Option(1, "--batch-size", help="Windows per batch, per rank."),
+    shuffle: str = typer.Option("off", "--shuffle", help="off, block or full."),
+    seed: int = typer.Option(0, "--seed"),
+    world_size: int = typer.Option(1, "--world-size", help="Ranks reading the dataset."),
+    epochs: int = typer.Option(1, "--epochs"),
+    provider: str = typer.Option("s3", "--provider", help="Whose list prices: s3, gcs or azure."),
+    prices: str = typer.Option(None, "--prices", metavar="FILE", help="Your own prices (JSON or YAML)."),
+    option: list[str] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help=OPTION_HELP),
+) -> None:
+    """Print the ranged GETs and the bytes the loaders of every rank would send over the planned
+    epochs, and their price, computed from the manifest and the loader's own order without
+    reading any data (see "Counting requests and bytes" in docs/remote-buckets.md)."""
+    from guideloom.loading.estimate import PRICES, PRICES_TAKEN
+    from guideloom.loading.estimate import estimate as plan
+
+    modes = {"off": False, "block": "block", "full": True}
+    try:
+        if shuffle not in modes:
+            raise ValueError(f"--shuffle {shuffle!r}: one of off, block, full")
+        own = _prices_file(prices) if prices else None
+        storage = _open_shipped(url, parse_options(option))
+        result = plan(
+            storage, sequence_length=sequence_length, batch_size=batch_size, shuffle=modes[shuffle],
+            seed=seed, world_size=world_size, epochs=epochs,
+        )  # fmt: skip
+        cost = result.price(provider, own)
+    except (GuideLoomError, ValueError, OSError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"{'epoch':>5}  {'windows':>12}  {'GETs':>12}  {'bytes':>16}")
+    for k, e in enumerate(result.epochs):
+        typer.echo(f"{k:>5}  {e['windows']:>12,}  {e['requests']:>12,}  {e['bytes']:>16,}")
+    typer.echo(f"{'all':>5}  {result.windows:>12,}  {result.requests:>12,}  {result.bytes:>16,}")
+    table = {**PRICES, **(own or {})}[provider]
+    source = f"--prices {prices}" if own and provider in own else f"{provider} list prices of {PRICES_TAKEN}"
+    typer.echo(
+        f"price: ${cost:,.2f} ({source}: ${table['get_per_1000']:g} per 1,000 GETs, "
+        f"${table['egress_per_gb']:g} per GB out; reading in the bucket's region usually moves "
+        "bytes for free: give egress_per_gb 0 in --prices)"
+    )
 
 
 def _verify_progress() -> Callable[[int, int], None]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from guideloom import StatefulDataLoader, StreamNumpyFormat, StreamStorage
+from guideloom import StatefulDataLoader, StreamDataset, StreamNumpyFormat, StreamStorage
 from guideloom.io import io_stats
 
 pytestmark = pytest.mark.s3
@@ -68,3 +68,28 @@ def test_local_disk_is_not_counted(tmp_path):
         w.append({"tokens": np.arange(1000, dtype=np.uint16)})
     loader = StatefulDataLoader.from_storage(storage, sequence_length=100, batch_size=2)
     assert sum(1 for _ in loader) == 5 and loader.io_stats() == {}
+
+
+@pytest.mark.parametrize("shuffle, world", [(False, 1), (True, 1), ("block", 2)])
+def test_estimate_plays_the_loaders_requests_without_reading(stored, counting_s3, shuffle, world):
+    """`guideloom.estimate` gives the GETs and bytes the loaders of every rank then send."""
+    from guideloom import estimate
+
+    storage = StreamStorage(stored, FMT, storage_options=counting_s3.storage_options)
+    settings = dict(sequence_length=128, batch_size=8, shuffle=shuffle, seed=1, world_size=world)
+    counting_s3.reset()
+    planned = estimate(storage, epochs=2, **settings)
+    assert counting_s3.request_count == 0  # nothing read to plan it
+    gets = size = 0
+    for rank in range(world):
+        loader = StatefulDataLoader.from_storage(storage, rank=rank, **settings)
+        for _ in range(2):
+            for _ in loader:
+                pass
+        entry = loader.io_stats()[f"s3 {counting_s3.url}"]
+        gets, size = gets + entry["requests"]["GET"], size + entry["bytes_read"]
+    assert (planned.requests, planned.bytes) == (gets, size)
+    windows = len(StreamDataset(storage, 128))
+    per_epoch = windows - windows % world  # what the ranks share evenly (drop_last=False)
+    assert planned.windows == 2 * per_epoch and [e["windows"] for e in planned.epochs] == [per_epoch] * 2
+    assert planned.price("s3") == pytest.approx(gets / 1000 * 0.0004 + size / 1e9 * 0.09)

@@ -1,0 +1,58 @@
+"""`guideloom estimate`: the requests, bytes and price of planned epochs, from the manifest alone
+(the Python `guideloom.estimate` is checked against a real store's counts in
+tests/io/test_io_stats.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from typer.testing import CliRunner
+
+from guideloom import DocumentJsonFormat, DocumentStorage, StreamNumpyFormat, StreamStorage, estimate
+from guideloom.cli import app
+
+FMT = StreamNumpyFormat({"tokens": np.uint16})
+
+
+def _stream(path):
+    storage = StreamStorage(path, FMT)
+    rng = np.random.default_rng(0)
+    with storage.writer(shard_size=20_000) as w:
+        for n in rng.integers(100, 900, 80):
+            w.append({"tokens": rng.integers(0, 60000, n).astype(np.uint16)})
+    return storage
+
+
+def test_the_table_and_the_price_are_the_estimates(tmp_path):
+    storage = _stream(tmp_path / "ds")
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"s3": {"get_per_1000": 2.0, "egress_per_gb": 0}}))
+    args = ["estimate", storage.url, "--sequence-length", "128", "--batch-size", "8", "--shuffle", "full"]
+    result = CliRunner().invoke(app, [*args, "--world-size", "2", "--epochs", "2", "--prices", str(prices)])
+    assert result.exit_code == 0, result.output
+    want = estimate(storage, sequence_length=128, batch_size=8, shuffle=True, world_size=2, epochs=2)
+    last = [line for line in result.output.splitlines() if line.strip().startswith("all")][0].split()
+    assert [int(x.replace(",", "")) for x in last[1:]] == [want.windows, want.requests, want.bytes]
+    assert f"price: ${want.requests / 1000 * 2.0:,.2f} (--prices {prices}" in result.output
+    # The list prices, said to be list prices of a date.
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0 and "s3 list prices of 2026-12" in result.output
+
+
+def test_bad_settings_are_named(tmp_path):
+    storage = _stream(tmp_path / "ds")
+    base = ["estimate", storage.url, "--sequence-length", "128"]
+    result = CliRunner().invoke(app, [*base, "--shuffle", "random"])
+    assert result.exit_code == 2 and "--shuffle 'random': one of off, block, full" in result.output
+    bad = tmp_path / "p.json"
+    bad.write_text(json.dumps({"s3": {"get": 1}}))
+    result = CliRunner().invoke(app, [*base, "--prices", str(bad)])
+    assert result.exit_code == 2 and "get_per_1000" in result.output and "for example" in result.output
+    result = CliRunner().invoke(app, [*base, "--provider", "r2"])
+    assert result.exit_code == 2 and "no prices for provider 'r2'" in result.output
+    docs = DocumentStorage(tmp_path / "docs", DocumentJsonFormat())
+    with docs.writer() as w:
+        w.append({"text": "a"})
+    result = CliRunner().invoke(app, ["estimate", docs.url, "--sequence-length", "8"])
+    assert result.exit_code == 2 and "estimate plays stream reads" in result.output
