@@ -74,6 +74,12 @@ def build_format(manifest: Manifest) -> Format:
     """The format ``manifest`` records, built from its record: a shipped one, or one registered
     in `FORMATS` under its class name.
 
+    Args:
+        manifest: The dataset's manifest (or any record of its storage class and format).
+
+    Returns:
+        A format whose ``spec()`` matches the recorded one.
+
     Raises:
         PluginError: The recorded format is neither shipped nor registered (the message names
             the class the manifest records and the two ways to register it).
