@@ -258,3 +258,16 @@ def test_from_storage_names_its_order_and_read_ahead_parameters(tmp_path: Path) 
     assert a == b and a != c  # the block settings reach the order; read-ahead never changes it
     with pytest.raises(ValueError, match="shuffle_run_size"):
         guideloom.StatefulDataLoader.from_storage(url, **kw, shuffle_block_size=4, shuffle_run_size=3)
+
+
+def test_a_registered_format_that_builds_another_config_is_refused(
+    tmp_path: Path, clean_formats: Any
+) -> None:
+    from guideloom.errors import SchemaMismatchError
+
+    url = str(tmp_path / "concept")
+    _documents(url, ConceptFormat(">"))
+    clean_formats.register("ConceptFormat", lambda config: ConceptFormat("<"))
+    with pytest.raises(SchemaMismatchError) as err:
+        guideloom.open(url)
+    assert "{'prefix': '>'}" in str(err.value) and "{'prefix': '<'}" in str(err.value)
