@@ -36,6 +36,7 @@ from guideloom.storage import (
 
 if TYPE_CHECKING:
     from guideloom.loading import StatefulDataLoader
+    from guideloom.storage.byurl import open_url as open  # noqa: A004, F401
 
 __all__ = [
     "DocumentDataset",
@@ -64,6 +65,8 @@ __all__ = [
     "trace",
     "trace_arrays",
 ]
+# guideloom.open is public but not in __all__: `from guideloom import *` must not shadow the
+# builtin open in the importer's namespace.
 
 
 def __getattr__(name: str) -> Any:
@@ -72,6 +75,10 @@ def __getattr__(name: str) -> Any:
         from guideloom.loading import StatefulDataLoader
 
         return StatefulDataLoader
+    if name == "open":  # guideloom.open; defined lazily so the builtin is never shadowed here
+        from guideloom.storage.byurl import open_url
+
+        return open_url
     if name in ("trace", "trace_arrays"):
         from guideloom.loading import trace
 

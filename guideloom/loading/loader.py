@@ -69,6 +69,7 @@ In a training loop::
 
 from __future__ import annotations
 
+import os
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -111,6 +112,7 @@ from guideloom.loading.schedule import EpochSchedule
 from guideloom.loading.state import LoaderState, OrderIdentity
 from guideloom.loading.threads import SourceCopies, ThreadBatches, thread_settings
 from guideloom.storage import Storage, open_view
+from guideloom.storage.byurl import open_url
 from guideloom.types import DatasetView
 
 __all__ = ["DEFAULT_READ_AHEAD_BYTES", "READ_AHEAD_ENV", "StatefulDataLoader"]
@@ -464,9 +466,19 @@ class StatefulDataLoader(_TorchdataLoader):
         eos_id: int | None = None,
         sources: bool = False,
         follow: bool = False,
+        shuffle_block_size: int | None = None,
+        shuffle_buffer_blocks: int | None = None,
+        shuffle_run_size: int | None = None,
+        read_ahead: int | None = None,
+        read_ahead_bytes: int | None = None,
+        storage_options: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> StatefulDataLoader:
         """A loader over ``storage`` wrapped in its matching view.
+
+        ``storage`` may also be a dataset's URL (a local path or an fsspec URL, with
+        ``storage_options``): it is opened with `guideloom.open`, with the storage class and
+        format its manifest records.
 
         ``follow=True``: at each epoch boundary (never inside an epoch) the loader re-reads the
         storage and moves to its current snapshot, so records appended meanwhile are in the next
@@ -543,11 +555,18 @@ class StatefulDataLoader(_TorchdataLoader):
                 batch (see above); off by default.
             follow: Move to the storage's current snapshot at every epoch boundary (not for a
                 `Mixture`, nor with `persistent_workers=True`).
-            **kwargs: `shuffle_block_size` (samples per block, default 64),
-                `shuffle_buffer_blocks` (blocks per buffer, default 4), `shuffle_run_size`
-                (samples; default `gcd(8, shuffle_block_size)`), `read_ahead` (batches; a
-                fixed group of `read_ahead + 1`), `read_ahead_bytes` (remote storage: bytes per
-                read, default 4 MiB), and torchdata's own options
+            shuffle_block_size: `shuffle="block"`: samples per block (default 64).
+            shuffle_buffer_blocks: `shuffle="block"`: blocks per shuffle buffer (default 4).
+            shuffle_run_size: `shuffle="block"`: consecutive samples kept together inside a
+                buffer; it must divide `shuffle_block_size`; default `gcd(8, shuffle_block_size)`.
+            read_ahead: Batches each worker fetches together with the current one (a fixed
+                group of `read_ahead + 1`); default: grouped by `read_ahead_bytes`.
+            read_ahead_bytes: Remote storage, when `read_ahead` is not given: the most bytes
+                of one read of consecutive batches (default `$GUIDELOOM_READ_AHEAD_BYTES` or
+                4 MiB).
+            storage_options: fsspec options for a `storage` given as a URL (refused with a
+                storage object, which has its own).
+            **kwargs: torchdata's own options
                 (`prefetch_factor` in batches per worker, `persistent_workers`,
                 `multiprocessing_context`, `timeout` in seconds, `worker_init_fn`, ...).
 
@@ -557,6 +576,8 @@ class StatefulDataLoader(_TorchdataLoader):
         Raises:
             DatasetNotFoundError: No dataset is committed at the storage's URL.
             ManifestError: The manifest is unreadable, of an unknown version or invalid.
+            PluginError: A URL whose manifest records a format of a user's own that is not
+                registered (see `guideloom.open`).
             MixtureError: A `Mixture` whose sources cannot be read together (sequence lengths,
                 an empty source; the message names the source).
             ResumeStateError: A `Mixture` built with an `after=` state that does not fit it.
@@ -569,6 +590,21 @@ class StatefulDataLoader(_TorchdataLoader):
                 storage (not a `Mixture`); or another setting out
                 of range (see the class).
         """
+        if isinstance(storage, (str, os.PathLike)):
+            storage = open_url(storage, storage_options)
+        elif storage_options is not None:
+            raise TypeError(
+                "storage_options= is for a storage given as a URL; a storage object was opened "
+                "with its own: pass the URL instead, or leave storage_options out"
+            )
+        given = {
+            "shuffle_block_size": shuffle_block_size,
+            "shuffle_buffer_blocks": shuffle_buffer_blocks,
+            "shuffle_run_size": shuffle_run_size,
+            "read_ahead": read_ahead,
+            "read_ahead_bytes": read_ahead_bytes,
+        }
+        kwargs.update({name: value for name, value in given.items() if value is not None})
         for name in _ORDER_ARGUMENTS:
             if name in kwargs:
                 raise TypeError(
