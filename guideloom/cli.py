@@ -449,28 +449,11 @@ def mix(
 
 
 def _open_shipped(url: str, options: dict[str, Any]) -> Any:
-    """The storage at ``url`` with the class and shipped format its manifest records."""
-    import guideloom
-    from guideloom.formats import StreamNumpyFormat
+    """The storage at ``url`` with the class and format its manifest records: the shipped
+    formats and those registered by name (`guideloom.open`)."""
+    from guideloom.storage.byurl import open_url
 
-    location, manifest = read_manifest(url, options)
-    spec, cls_name = manifest.format, manifest.storage_class
-    storage_cls = getattr(guideloom, cls_name)
-    if spec.name == "StreamNumpyFormat":
-        return storage_cls(url, StreamNumpyFormat.from_config(spec.config), storage_options=options)
-    shipped = spec.module.startswith("guideloom.formats.") and hasattr(guideloom, spec.name)
-    if shipped and spec.name.startswith("StreamWithMeta") and set(spec.config) == {"stream"}:
-        fmt = getattr(guideloom, spec.name)(StreamNumpyFormat.from_config(spec.config["stream"]))
-        return storage_cls(url, fmt, storage_options=options)
-    if shipped and spec.name.startswith("Document"):
-        config = {k: v for k, v in spec.config.items() if not (k == "protocol" and v == 5)}
-        fmt = getattr(guideloom, spec.name)(**config)
-        return storage_cls(url, fmt, storage_options=options)
-    raise ValueError(
-        f"{location.display_url} uses the format {spec.module}.{spec.name}, which the command line "
-        "does not build; open the storage in Python (guideloom inspect prints the lines) and call "
-        "guideloom.trace(state, storage, steps=range(A, B))"
-    )
+    return open_url(url, options)
 
 
 def _step_range(text: str) -> range:
