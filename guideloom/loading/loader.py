@@ -109,7 +109,7 @@ from guideloom.loading.sampler import (
     grouped,
 )
 from guideloom.loading.schedule import EpochSchedule
-from guideloom.loading.state import LoaderState, OrderIdentity
+from guideloom.loading.state import LoaderState, OrderIdentity, snapshot_of
 from guideloom.loading.threads import SourceCopies, ThreadBatches, thread_settings
 from guideloom.storage import Storage, open_view
 from guideloom.storage.byurl import open_url
@@ -421,16 +421,8 @@ class StatefulDataLoader(_TorchdataLoader):
         self.rank = rank
         self.world_size = world_size
         self._shuffle = settings
-        self._identity = OrderIdentity(
-            layout=layout,
-            fingerprint=view.fingerprint,
-            num_samples=num_samples,
-            sequence_length=view.sequence_length,
-            seed=int(seed),
-            shuffle=settings,
-            mixture=mixture.identity if mixture else None,
-            snapshot=_snapshot_of(view) if not mixture else None,
-            url=view.url if not mixture else None,
+        self._identity = OrderIdentity.of_view(
+            view, mixture, num_samples=num_samples, seed=int(seed), shuffle=settings
         )
         self._source_names: tuple[str, ...] = tuple(mixture.mixture.names) if mixture else ()
         self._sampler = sampler
@@ -695,7 +687,7 @@ class StatefulDataLoader(_TorchdataLoader):
             self._identity,
             fingerprint=view.fingerprint,
             num_samples=num_samples,
-            snapshot=_snapshot_of(view),
+            snapshot=snapshot_of(view),
         )
 
     def _follow_current(self) -> None:
@@ -704,14 +696,11 @@ class StatefulDataLoader(_TorchdataLoader):
             return
         if self.world_size == 1:
             view = self._reopen(None)
-            if (
-                _snapshot_of(view) != self._identity.snapshot
-                or view.fingerprint != self._identity.fingerprint
-            ):
+            if snapshot_of(view) != self._identity.snapshot or view.fingerprint != self._identity.fingerprint:
                 self._switch(view)
             return
         # Every rank must read the same snapshot: rank 0 picks it, the others open that one.
-        picked: list[str | None] = [_snapshot_of(self._reopen(None)) if self.rank == 0 else None]
+        picked: list[str | None] = [snapshot_of(self._reopen(None)) if self.rank == 0 else None]
         dist.broadcast_object_list(picked, src=0)
         if picked[0] is not None and picked[0] != self._identity.snapshot:
             self._switch(self._reopen(picked[0]))
@@ -1029,16 +1018,6 @@ def _refuse_guideloom_only(dataset: Any, takes_order: list[str], shuffle: Any, g
         f"batch_sampler=, generator= or in_order=False); {why}: leave them out "
         "(shuffle takes True or False there)"
     )
-
-
-def _snapshot_of(view: Any) -> str | None:
-    """The id of the dataset snapshot a view reads (None for a view without a storage); a
-    wrapping view (boundaries, labels) reads its inner view's."""
-    storage = getattr(view, "storage", None)
-    if storage is None and isinstance(getattr(view, "view", None), DatasetView):
-        storage = getattr(view.view, "storage", None)
-    snapshot = getattr(storage, "current_snapshot", None)
-    return getattr(snapshot, "id", None)
 
 
 def _marked(view: Any, boundaries: str | None, labels: bool, eos_id: int | None) -> Any:

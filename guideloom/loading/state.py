@@ -79,6 +79,7 @@ from typing import Any
 
 from guideloom.errors import ResumeStateError
 from guideloom.loading.order import ShuffleSettings
+from guideloom.types import DatasetView
 
 __all__ = ["STATE_KEY", "STATE_VERSION", "LoaderState", "OrderIdentity", "mixture_difference"]
 
@@ -117,6 +118,16 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+def snapshot_of(view: Any) -> str | None:
+    """The id of the dataset snapshot a view reads (None for a view without a storage); a
+    wrapping view (boundaries, labels) reads its inner view's."""
+    storage = getattr(view, "storage", None)
+    if storage is None and isinstance(getattr(view, "view", None), DatasetView):
+        storage = getattr(view.view, "storage", None)
+    snapshot = getattr(storage, "current_snapshot", None)
+    return getattr(snapshot, "id", None)
+
+
 @dataclass(frozen=True)
 class OrderIdentity:
     """What identifies a loader's data and order: a saved state must match it to continue."""
@@ -132,6 +143,24 @@ class OrderIdentity:
     # is); named in the message when a state meets a dataset that has changed since.
     snapshot: str | None = None
     url: str | None = None
+
+    @classmethod
+    def of_view(
+        cls, view: Any, mixture: Any, *, num_samples: int, seed: int, shuffle: ShuffleSettings
+    ) -> OrderIdentity:
+        """The identity of an order over ``view`` (``mixture``: the view, when it is a
+        `MixtureDataset`; its sources' snapshots and URLs are in its own identity)."""
+        return cls(
+            layout=view.layout,
+            fingerprint=view.fingerprint,
+            num_samples=num_samples,
+            sequence_length=view.sequence_length,
+            seed=seed,
+            shuffle=shuffle,
+            mixture=mixture.identity if mixture else None,
+            snapshot=None if mixture else snapshot_of(view),
+            url=None if mixture else view.url,
+        )
 
     def fields(self) -> dict[str, Any]:
         """The identity as the state's flat keys (``layout`` .. ``shuffle_run_size``)."""

@@ -83,18 +83,8 @@ class _Tracer:
         mixture = view if isinstance(view, MixtureDataset) else None
         self.mixture = mixture
         num_samples = mixture.plan.epoch_length if mixture else len(view)
-        storage = getattr(view, "storage", None)
-        snapshot = getattr(getattr(storage, "current_snapshot", None), "id", None)
-        current = OrderIdentity(
-            layout=view.layout,
-            fingerprint=view.fingerprint,
-            num_samples=num_samples,
-            sequence_length=view.sequence_length,
-            seed=ident.seed,
-            shuffle=ident.shuffle,
-            mixture=mixture.identity if mixture else None,
-            snapshot=snapshot if not mixture else None,
-            url=view.url if not mixture else None,
+        current = OrderIdentity.of_view(
+            view, mixture, num_samples=num_samples, seed=ident.seed, shuffle=ident.shuffle
         )
         names = tuple(mixture.mixture.names) if mixture else ()
         ident.check_continues(current, names)  # another dataset or order: named and refused
