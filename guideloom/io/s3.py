@@ -79,9 +79,15 @@ async def ranged_get(fs: Any, path: str, start: int, end: int) -> tuple[bytes, i
     ``Content-Range`` (``bytes a-b/size``; None if the server leaves it out). s3fs's own
     ``_cat_file`` returns only the body; this is the same single GET (``_call_s3`` translates
     backend errors and retries throttling, as it does for ``_cat_file``)."""
+    return await _checked_get(fs, path, f"bytes={start}-{end - 1}")
+
+
+async def _checked_get(fs: Any, path: str, byte_range: str) -> tuple[bytes, int | None]:
+    """One GET of ``byte_range`` (a Range header), its body checked against its own
+    Content-Range (`check_body_length`); with the object's size from that header."""
     bucket, key, version = fs.split_path(path)
     extra = {"VersionId": version} if version else {}
-    resp = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", **extra)
+    resp = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=byte_range, **extra)
     try:
         data = await resp["Body"].read()
     finally:
@@ -98,19 +104,12 @@ async def read_from(fs: Any, path: str, start: int) -> bytes:
     `ShortBodyError` (retried) and never a truncated file; a plain GET has nothing to check it
     against where the store sends no checksum (Ceph RGW). An empty object has no byte to range
     over (416): it is read with a plain GET."""
-    bucket, key, version = fs.split_path(path)
-    extra = {"VersionId": version} if version else {}
     try:
-        resp = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-", **extra)
+        data, _ = await _checked_get(fs, path, f"bytes={start}-")
     except OSError as err:
         if err.errno != errno.EINVAL or start != 0:  # s3fs maps InvalidRange (416) to EINVAL
             raise
         return bytes(await fs._cat_file(path))
-    try:
-        data = await resp["Body"].read()
-    finally:
-        resp["Body"].close()
-    check_body_length(data, resp.get("ContentRange"), path)
     return bytes(data)
 
 
