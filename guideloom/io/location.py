@@ -547,9 +547,7 @@ class Location:
         with self._translated("writing", rel):
             path = self.path(rel)
             if self.is_local:
-                directory = os.path.dirname(path)
-                os.makedirs(directory, exist_ok=True)
-                tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+                tmp = _temp_beside(path)
                 try:
                     with open(tmp, "wb") as f:
                         for part in parts:
@@ -576,9 +574,7 @@ class Location:
         with self._translated("creating", rel):
             path = self.path(rel)
             if self.is_local:
-                directory = os.path.dirname(path)
-                os.makedirs(directory, exist_ok=True)
-                tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+                tmp = _temp_beside(path)
                 with open(tmp, "wb") as f:
                     f.write(data)
                 try:
@@ -695,3 +691,11 @@ class Location:
                 self._call("rm", self.path(rel), recursive=recursive)
             except FileNotFoundError:
                 pass
+
+
+def _temp_beside(path: str) -> str:
+    """A fresh temporary name in ``path``'s folder (made if missing), for a file that then
+    takes ``path`` in one atomic step (rename or link)."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    return os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
