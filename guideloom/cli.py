@@ -20,6 +20,7 @@ import typer
 
 from guideloom.errors import GuideLoomError
 from guideloom.manifest import Manifest
+from guideloom.storage.byurl import open_url
 from guideloom.storage.checks import read_manifest, verify_shards
 from guideloom.storage.opening import opening_code
 
@@ -448,14 +449,6 @@ def mix(
     typer.echo("\n".join(lines))
 
 
-def _open_shipped(url: str, options: dict[str, Any]) -> Any:
-    """The storage at ``url`` with the class and format its manifest records: the shipped
-    formats and those registered by name (`guideloom.open`)."""
-    from guideloom.storage.byurl import open_url
-
-    return open_url(url, options)
-
-
 def _step_range(text: str) -> range:
     first, sep, last = text.partition("-")
     try:
@@ -496,14 +489,14 @@ def trace(
         with open(state_file, encoding="utf-8") as f:
             state = _json.load(f)
         if len(sources) == 1 and "=" not in sources[0]:
-            data: Any = _open_shipped(sources[0], options)
+            data: Any = open_url(sources[0], options)
         else:
             weighted = []
             for arg in sources:
                 url, sep, raw = arg.rpartition("=")
                 if not sep or not url:
                     raise ValueError(f"{arg!r} is not URL=WEIGHT (a mixture names each source's weight)")
-                weighted.append((_open_shipped(url, options), float(raw)))
+                weighted.append((open_url(url, options), float(raw)))
             data = Mixture(weighted)
         rows = trace_rows(state, data, _step_range(steps), first_step=first_step)
         if as_json:
@@ -575,7 +568,7 @@ def estimate(
         if shuffle not in modes:
             raise ValueError(f"--shuffle {shuffle!r}: one of off, block, full")
         own = _prices_file(prices) if prices else None
-        storage = _open_shipped(url, parse_options(option))
+        storage = open_url(url, parse_options(option))
         result = plan(
             storage, sequence_length=sequence_length, batch_size=batch_size, shuffle=modes[shuffle],
             seed=seed, world_size=world_size, epochs=epochs,
