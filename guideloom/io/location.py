@@ -266,9 +266,9 @@ class Location:
     def _count(self, method: str, args: tuple[Any, ...], result: Any, retry: bool) -> None:
         """Count one attempt of `_call` in `guideloom.io.stats` (requests by kind, bytes)."""
         kind = _REQUEST_KINDS.get(method, method.upper())
-        if method == "cat_ranges":
-            for _ in args[0] if args else ():
-                stats.record(self._store or "", kind, retry=retry)
+        if method == "cat_ranges":  # one GET per range
+            if args and args[0]:
+                stats.record(self._store or "", kind, retry=retry, n=len(args[0]))
             return
         read = len(result) if kind == "GET" and isinstance(result, (bytes, bytearray, memoryview)) else 0
         written = len(args[1]) if method == "pipe_file" and len(args) > 1 else 0
