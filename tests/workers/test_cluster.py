@@ -233,6 +233,70 @@ def test_auto_does_not_find_a_temp_dir_cluster_and_the_named_fix_joins_it(cluste
     assert f":{cluster.gcs_port} (--ray-address; 2 CPUs)" in run.stderr  # this cluster, joined
 
 
+FOLLOWER = """
+import json, sys, time
+from pathlib import Path
+from guideloom import StatefulDataLoader, StreamStorage, StreamNumpyFormat
+url, options, done = sys.argv[1], json.loads(sys.argv[2]), Path(sys.argv[3])
+storage = StreamStorage(url, StreamNumpyFormat({"tokens": "uint16"}), storage_options=options)
+deadline = time.monotonic() + 240
+while not storage.exists():
+    assert time.monotonic() < deadline, "no snapshot committed in time"
+    time.sleep(0.2)
+loader = StatefulDataLoader.from_storage(storage, sequence_length=512, batch_size=8, follow=True)
+while time.monotonic() < deadline:
+    windows = [int(x) for b in loader for x in b["tokens"][:, 0]]
+    state = loader.state_dict()["guideloom_loader"]
+    print(json.dumps([state["snapshot"], state["num_samples"], windows]), flush=True)
+    if done.exists() and json.loads(done.read_text()) == state["snapshot"]:
+        break
+    time.sleep(0.2)
+"""
+
+
+def test_a_loader_in_another_process_follows_a_commit_every_job_on_the_cluster(
+    compose, cluster, local_reference, s3_bucket, s3_options, tmp_path
+):
+    """`ray job submit` of the compose job with `--commit-every 1` while a `follow=True` loader in
+    another process trains on the bucket: every epoch it reads is exactly its snapshot's windows,
+    it moves to later snapshots at epoch boundaries, and the last one is the one-shot dataset."""
+    from ray.job_submission import JobSubmissionClient
+
+    from guideloom import StreamDataset, StreamNumpyFormat, StreamStorage
+
+    client = JobSubmissionClient(cluster.dashboard_url)
+    output = f"s3://{s3_bucket}/followed"
+    job = client.submit_job(
+        entrypoint=_slow_job(compose, cluster, output) + " --commit-every 1",
+        runtime_env={"env_vars": hooks_env(part_delay_s=1.5)},
+    )
+    done = tmp_path / "done.json"
+    follower = subprocess.Popen(
+        [sys.executable, "-c", FOLLOWER, output, json.dumps(s3_options), str(done)],
+        env={**cluster.env, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert _wait_for_job(client, job) == "SUCCEEDED", client.get_job_logs(job)[-3000:]
+        storage = StreamStorage(output, StreamNumpyFormat({"tokens": "uint16"}), storage_options=s3_options)
+        done.write_text(json.dumps(storage.current_snapshot.id))
+        out, err = follower.communicate(timeout=240)
+    finally:
+        follower.kill()
+    assert follower.returncode == 0, err[-3000:]
+    epochs = [json.loads(line) for line in out.splitlines()]
+    assert len({snap for snap, _, _ in epochs}) >= 2, epochs  # it moved to later snapshots
+    assert epochs[-1][0] == storage.current_snapshot.id
+    for snap, num_samples, windows in epochs:  # each epoch: its snapshot's windows, exactly once
+        pinned = storage.at_snapshot(snap)
+        expected = [int(w["tokens"][0]) for w in StreamDataset(pinned, 512)]
+        assert len(windows) == num_samples and windows == expected
+    assert _shards(read_manifest(output, s3_options)[1]) == _shards(local_reference[1])
+    assert 2 <= len(storage.snapshots()) <= local_reference[1].num_parts  # a commit per finished step
+
+
 def test_worker_node_killed_mid_job_still_commits_the_same_dataset(
     compose, cluster, local_reference, s3_bucket, s3_options
 ):
