@@ -546,12 +546,17 @@ def _prices_file(path: str) -> dict[str, dict[str, float]]:
 
 @app.command(short_help="Requests, bytes and price of planned epochs, from the manifest alone.")
 def estimate(
-    url: str = typer.Argument(..., help="The dataset (a stream), local or in a bucket."),
-    sequence_length: int = typer.Option(..., "--sequence-length", help="Tokens per window."),
+    url: str = typer.Argument(..., help="The dataset (a stream or documents), local or in a bucket."),
+    sequence_length: int = typer.Option(
+        None, "--sequence-length", help="Tokens per window (a stream needs it; documents do not)."
+    ),
     batch_size: int = typer.Option(1, "--batch-size", help="Windows per batch, per rank."),
     shuffle: str = typer.Option("off", "--shuffle", help="off, block or full."),
     seed: int = typer.Option(0, "--seed"),
     world_size: int = typer.Option(1, "--world-size", help="Ranks reading the dataset."),
+    num_workers: int = typer.Option(
+        0, "--num-workers", help="Loader workers per rank (documents cache index pages per worker)."
+    ),
     epochs: int = typer.Option(1, "--epochs"),
     provider: str = typer.Option("s3", "--provider", help="Whose list prices: s3, gcs or azure."),
     prices: str = typer.Option(None, "--prices", metavar="FILE", help="Your own prices (JSON or YAML)."),
@@ -571,13 +576,14 @@ def estimate(
         storage = open_url(url, parse_options(option))
         result = plan(
             storage, sequence_length=sequence_length, batch_size=batch_size, shuffle=modes[shuffle],
-            seed=seed, world_size=world_size, epochs=epochs,
+            seed=seed, world_size=world_size, epochs=epochs, num_workers=num_workers,
         )  # fmt: skip
         cost = result.price(provider, own)
     except (GuideLoomError, ValueError, OSError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
-    typer.echo(f"{'epoch':>5}  {'windows':>12}  {'GETs':>12}  {'bytes':>16}")
+    unit = "windows" if storage.layout == "stream" else "documents"
+    typer.echo(f"{'epoch':>5}  {unit:>12}  {'GETs':>12}  {'bytes':>16}")
     for k, e in enumerate(result.epochs):
         typer.echo(f"{k:>5}  {e['windows']:>12,}  {e['requests']:>12,}  {e['bytes']:>16,}")
     typer.echo(f"{'all':>5}  {result.windows:>12,}  {result.requests:>12,}  {result.bytes:>16,}")

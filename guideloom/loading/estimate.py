@@ -8,16 +8,21 @@ are those `StatefulDataLoader.io_stats` reports for the same run on an object st
 tests compare the two through a counting proxy. A local dataset is estimated as if it were in a
 bucket, which is what a team deciding whether to move it there wants to know.
 
-Stream datasets only: documents and streams with metadata read index and span files as well,
-which this does not model yet.
+Streams are planned from the manifest alone. Documents are planned from their index files: the
+estimate reads the index pages the loaders would read (through the same page cache, one cache
+per worker) to know where each document's bytes are, and counts those requests too; it reads no
+document data. Streams with metadata are not modelled yet (their span files).
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from guideloom.io.ranges import DEFAULT_GAP_BUDGET, DEFAULT_MAX_GAP, merge_ranges
+from guideloom.storage.indexfiles import IndexFiles
 
 __all__ = ["PRICES", "PRICES_TAKEN", "Estimate", "estimate"]
 
@@ -83,29 +88,33 @@ class Estimate:
 def estimate(
     storage: Any,
     *,
-    sequence_length: int,
+    sequence_length: int | None = None,
     batch_size: int = 1,
     shuffle: Any = False,
     seed: int = 0,
     world_size: int = 1,
     epochs: int = 1,
     drop_last: bool = False,
+    num_workers: int = 0,
     **loader_options: Any,
 ) -> Estimate:
-    """The requests and bytes of reading ``storage`` (a stream storage) for ``epochs`` epochs
-    on ``world_size`` ranks with these loader settings (as `StatefulDataLoader.from_storage`
-    takes them; ``read_ahead``, ``read_ahead_bytes`` and the ``shuffle_*`` options too), with
-    no data read.
+    """The requests and bytes of reading ``storage`` (a stream or document storage) for
+    ``epochs`` epochs on ``world_size`` ranks with these loader settings (as
+    `StatefulDataLoader.from_storage` takes them; ``read_ahead``, ``read_ahead_bytes`` and the
+    ``shuffle_*`` options too), with no data read.
 
     Args:
-        storage: A stream storage, local or remote.
-        sequence_length: Tokens per window.
+        storage: A stream or document storage, local or remote.
+        sequence_length: Tokens per window; needed for a stream, not used for documents.
         batch_size: Windows per batch, per rank.
         shuffle: ``False``, ``"block"`` or ``True`` (full), as for the loader.
         seed: The order's seed.
         world_size: Ranks reading the dataset; every rank's loader is played.
         epochs: Epochs to play, from epoch 0.
         drop_last: As for the loader.
+        num_workers: Loader worker processes per rank. Streams cost the same with any number;
+            documents' index pages are cached per worker (and per epoch, the workers being new
+            each epoch), so more workers read more index pages.
         **loader_options: Other `StatefulDataLoader.from_storage` settings that change the
             reads: ``read_ahead``, ``read_ahead_bytes``, ``shuffle_block_size``, ...
 
@@ -113,43 +122,118 @@ def estimate(
         An `Estimate`: per epoch and in all, windows, GETs and bytes; ``.price()``.
 
     Raises:
-        ValueError: ``storage`` is not a stream, or a setting the loader refuses.
+        ValueError: ``storage`` is neither a stream nor documents, or a setting the loader
+            refuses.
     """
     from guideloom.loading.loader import StatefulDataLoader
 
-    if getattr(storage, "layout", None) != "stream":
+    layout = getattr(storage, "layout", None)
+    if layout not in ("stream", "documents"):
         raise ValueError(
-            f"estimate plays stream reads; {getattr(storage, 'url', storage)} is a "
-            f"{getattr(storage, 'layout', type(storage).__name__)} dataset"
+            f"estimate plays stream and document reads; {getattr(storage, 'url', storage)} is a "
+            f"{layout or type(storage).__name__} dataset"
         )
+    if layout == "stream" and sequence_length is None:
+        raise ValueError(f"{storage.url} is a stream: give sequence_length= (tokens per window)")
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+        raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
     settings = dict(
         sequence_length=sequence_length, batch_size=batch_size, shuffle=shuffle, seed=seed,
         world_size=world_size, drop_last=drop_last, **loader_options,
     )  # fmt: skip
-    out = Estimate(storage.url, settings)
+    if layout == "documents":
+        settings.pop("sequence_length")
+    out = Estimate(storage.url, {**settings, "num_workers": num_workers})
     loaders = [
         StatefulDataLoader.from_storage(storage, rank=rank, num_workers=0, **settings)
         for rank in range(world_size)
     ]
     table = storage.manifest.shard_table
+    planners: list[list[_Planner]] = [[] for _ in loaders]  # per rank: one per worker
     for epoch in range(epochs):
-        requests = size = windows = 0
-        for loader in loaders:
+        rounds = _Rounds(table)
+        windows = 0
+        for rank, loader in enumerate(loaders):
             loader._prepare(epoch, 0)
             view = loader.view
-            for group in loader._groups():
+            if layout == "documents" and (num_workers or not planners[rank]):
+                # a worker's copy of the view starts with an empty index cache, each epoch
+                planners[rank] = [_Planner(view, rounds) for _ in range(max(1, num_workers))]
+            for k, group in enumerate(loader._groups()):
                 flat = [i for batch in group for i in batch]
                 windows += len(flat)
+                if layout == "documents":
+                    planner = planners[rank][k % len(planners[rank])]  # groups go round robin
+                    planner.rounds = rounds
+                    planner.view.__getitems__(flat)
+                    continue
                 _, per_view, _ = view._windows.plan(view._batch(flat))
-                planned = [r for reqs in per_view for r in reqs]
-                plan = merge_ranges(
-                    [table.path(shard, kind) for shard, kind, _, _ in planned],
-                    [r[2] for r in planned],
-                    [r[3] for r in planned],
-                    DEFAULT_MAX_GAP,
-                    DEFAULT_GAP_BUDGET,
-                )
-                requests += len(plan.requests)
-                size += sum(end - start for _, start, end in plan.requests)
-        out.epochs.append({"requests": requests, "bytes": size, "windows": windows})
+                rounds.add([r for reqs in per_view for r in reqs])
+        out.epochs.append({"requests": rounds.requests, "bytes": rounds.bytes, "windows": windows})
     return out
+
+
+class _Rounds:
+    """Ranged GETs and bytes of rounds of reads, each merged as a remote reader merges one call."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+        self.requests = 0
+        self.bytes = 0
+
+    def add(self, planned: Sequence[tuple[int, str, int, int]]) -> None:
+        if not planned:
+            return
+        plan = merge_ranges(
+            [self.table.path(shard, kind) for shard, kind, _, _ in planned],
+            [r[2] for r in planned],
+            [r[3] for r in planned],
+            DEFAULT_MAX_GAP,
+            DEFAULT_GAP_BUDGET,
+        )
+        self.requests += len(plan.requests)
+        self.bytes += sum(end - start for _, start, end in plan.requests)
+
+
+class _Planner:
+    """A document view's reads played for one loader worker: the index pages are read for real
+    (they say where the documents are) through a page cache of the view's size, as a remote
+    reader would read them; the documents' own bytes are only counted."""
+
+    def __init__(self, view: Any, rounds: _Rounds) -> None:
+        self.real = view.reader
+        self.rounds = rounds
+        self.view = copy.copy(view)
+        self.view._access = IndexFiles(
+            self, cache_bytes=view._access.cache.capacity, page_bytes=view._access.page_bytes
+        )
+        self.view._decode = self._documents
+
+    # the shard-reader protocol, as far as IndexFiles uses it
+    local = False
+
+    @property
+    def table(self) -> Any:
+        return self.real.table
+
+    def read(self, requests: Sequence[tuple[int, str, int, int]]) -> list[bytes]:
+        self.rounds.add(requests)
+        return self.real.read(requests)
+
+    def read_iter(self, requests: Sequence[tuple[int, str, int, int]]) -> Iterator[bytes]:
+        return iter(self.read(requests))
+
+    def read_into(
+        self, requests: Sequence[tuple[int, str, int, int]], buffers: Sequence[Sequence[memoryview]]
+    ) -> None:
+        self.rounds.add(requests)
+        self.real.read_into(requests, buffers)
+
+    def close(self) -> None:
+        """Nothing of its own to close (the view's reader is the loader's)."""
+
+    def _documents(
+        self, requests: list[tuple[int, str, int, int]], several: dict[int, list[int]]
+    ) -> list[Any]:
+        self.rounds.add(requests)  # one round of data reads; nothing fetched, nothing decoded
+        return []

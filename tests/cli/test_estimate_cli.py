@@ -51,8 +51,23 @@ def test_bad_settings_are_named(tmp_path):
     assert result.exit_code == 2 and "get_per_1000" in result.output and "for example" in result.output
     result = CliRunner().invoke(app, [*base, "--provider", "r2"])
     assert result.exit_code == 2 and "no prices for provider 'r2'" in result.output
+    result = CliRunner().invoke(app, ["estimate", storage.url])
+    assert result.exit_code == 2 and "is a stream: give sequence_length=" in result.output
+    result = CliRunner().invoke(app, [*base, "--num-workers", "-1"])
+    assert result.exit_code == 2 and "num_workers must be an int >= 0, got -1" in result.output
+
+
+def test_documents_need_no_sequence_length_and_count_their_index_pages(tmp_path):
     docs = DocumentStorage(tmp_path / "docs", DocumentJsonFormat())
-    with docs.writer() as w:
-        w.append({"text": "a"})
-    result = CliRunner().invoke(app, ["estimate", docs.url, "--sequence-length", "8"])
-    assert result.exit_code == 2 and "estimate plays stream reads" in result.output
+    with docs.writer(shard_size=4_000) as w:
+        for k in range(300):
+            w.append({"id": k, "text": "y" * (k % 97)})
+    args = ["estimate", docs.url, "--batch-size", "4", "--shuffle", "full", "--epochs", "2"]
+    for workers in (0, 2):
+        result = CliRunner().invoke(app, [*args, "--num-workers", str(workers)])
+        assert result.exit_code == 0, result.output
+        assert result.output.split()[1] == "documents"
+        want = estimate(docs, batch_size=4, shuffle=True, epochs=2, num_workers=workers)
+        last = [line for line in result.output.splitlines() if line.strip().startswith("all")][0].split()
+        assert [int(x.replace(",", "")) for x in last[1:]] == [want.windows, want.requests, want.bytes]
+        assert want.windows == 600 and want.requests > 0

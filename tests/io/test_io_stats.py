@@ -93,3 +93,44 @@ def test_estimate_plays_the_loaders_requests_without_reading(stored, counting_s3
     per_epoch = windows - windows % world  # what the ranks share evenly (drop_last=False)
     assert planned.windows == 2 * per_epoch and [e["windows"] for e in planned.epochs] == [per_epoch] * 2
     assert planned.price("s3") == pytest.approx(gets / 1000 * 0.0004 + size / 1e9 * 0.09)
+
+
+@pytest.fixture
+def stored_documents(s3_bucket, s3_options):
+    from guideloom import DocumentMsgpackFormat, DocumentStorage
+
+    url = f"s3://{s3_bucket}/docs"
+    storage = DocumentStorage(url, DocumentMsgpackFormat(), storage_options=s3_options)
+    rng = np.random.default_rng(1)
+    with storage.writer(shard_size=30_000) as w:
+        for k, n in enumerate(rng.integers(20, 900, 400)):
+            w.append({"id": k, "text": "x" * int(n)})
+    return url
+
+
+@pytest.mark.parametrize(
+    "shuffle, world, workers", [(False, 1, 0), (True, 1, 0), ("block", 2, 0), (True, 1, 2), (True, 2, 2)]
+)
+def test_estimate_plays_the_document_loaders_requests(stored_documents, counting_s3, shuffle, world, workers):
+    """Documents: the index pages the loaders read (one page cache per worker, new each epoch)
+    and the documents' byte ranges; the data itself is never read to plan."""
+    from guideloom import DocumentMsgpackFormat, DocumentStorage, estimate
+
+    storage = DocumentStorage(
+        stored_documents, DocumentMsgpackFormat(), storage_options=counting_s3.storage_options
+    )
+    options = dict(batch_size=8, shuffle=shuffle, seed=3, world_size=world, read_ahead=2)
+    counting_s3.reset()
+    planned = estimate(storage, epochs=2, num_workers=workers, **options)
+    data_bytes = sum(storage.manifest.shard_table.files["data"].size)
+    assert counting_s3.bytes_out < data_bytes / 4  # only index pages were read to plan it
+    gets = size = 0
+    for rank in range(world):
+        loader = StatefulDataLoader.from_storage(storage, rank=rank, num_workers=workers, **options)
+        for _ in range(2):
+            for _ in loader:
+                pass
+        entry = loader.io_stats()[f"s3 {counting_s3.url}"]
+        gets, size = gets + entry["requests"]["GET"], size + entry["bytes_read"]
+    assert (planned.requests, planned.bytes) == (gets, size)
+    assert planned.windows == 2 * (400 - 400 % world)
