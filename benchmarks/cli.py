@@ -50,8 +50,9 @@ ROWS = (
     "scale",
     "snapshots",
     "boundaries",
+    "throttle",
 )
-S3_ROWS = ("s3", "s3-threads", "memory", "scale")
+S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -102,6 +103,7 @@ def run(
         resume,
         scale,
         snapshots,
+        throttling,
         writing,
     )
     from benchmarks.s3env import running_endpoint
@@ -136,6 +138,7 @@ def run(
             "scale": lambda: scale.scale_rows(cfg, s3_endpoint),
             "snapshots": lambda: snapshots.snapshot_rows(cfg),
             "boundaries": lambda: local.boundaries_rows(cfg),
+            "throttle": lambda: throttling.throttle_rows(cfg, s3_endpoint),
         }
         for name in ROWS:
             if name not in rows:

@@ -28,6 +28,8 @@ __all__ = [
     "DEADLINE_OPTION",
     "DeadlineExceeded",
     "ShortBodyError",
+    "ThrottledError",
+    "is_throttled",
     "is_transient",
     "translated",
 ]
@@ -70,6 +72,70 @@ class ShortBodyError(ConnectionError):
     cut short on its way, though its length header agreed): transient, worth another GET."""
 
 
+# What each store answers when it wants fewer requests (S3 503 SlowDown, GCS 429 / 503, Azure 503
+# ServerBusy and 500 OperationTimedOut): retried with backoff until the deadline, and they lower
+# the requests in flight (`guideloom.io.throttle`).
+THROTTLE_CODES = frozenset(
+    {
+        "SlowDown",  # S3
+        "ServiceUnavailable",  # S3 (503)
+        "Throttling",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "TooManyRequests",
+        "rateLimitExceeded",  # GCS JSON API
+        "ServerBusy",  # Azure Blob
+        "OperationTimedOut",  # Azure Blob (500)
+    }
+)
+THROTTLE_STATUSES = frozenset({429, 503})
+
+
+class ThrottledError(ConnectionError):
+    """The store kept answering "slow down" to one request (``answers`` times; ``answer`` says
+    which, e.g. ``503 SlowDown``): transient, retried within the deadline."""
+
+    def __init__(self, answers: int, answer: str) -> None:
+        super().__init__(f"throttled: {answers} answer(s) {answer}")
+        self.answers, self.answer = answers, answer
+
+
+def throttle_answer(err: BaseException) -> str | None:
+    """The throttling answer behind ``err`` (``"503 SlowDown"``, ``"429"``, ...), or None if
+    ``err`` is not a store asking for fewer requests. Looks through the exception's chain: s3fs
+    raises ``OSError(EBUSY)`` from botocore's ``ClientError``, gcsfs an ``HttpError`` with the
+    status as ``code``, azure-core an ``HttpResponseError`` with ``status_code`` and
+    ``error_code``."""
+    seen: BaseException | None = err
+    for _ in range(6):
+        if seen is None:
+            return None
+        if isinstance(seen, ThrottledError):
+            return seen.answer
+        response = getattr(seen, "response", None)
+        if isinstance(response, dict):
+            code = (response.get("Error") or {}).get("Code")
+            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+            if code in THROTTLE_CODES or status in THROTTLE_STATUSES or code in ("503", "429"):
+                return f"{status} {code}" if status and code else str(status or code)
+        error_code = getattr(seen, "error_code", None)
+        error_code = getattr(error_code, "value", error_code)
+        status = getattr(seen, "status_code", None)
+        if not isinstance(status, int):
+            status = getattr(seen, "code", None)
+        if isinstance(error_code, str) and error_code in THROTTLE_CODES:
+            return f"{status} {error_code}" if isinstance(status, int) else error_code
+        if isinstance(status, int) and status in THROTTLE_STATUSES and _is_backend_error(seen):
+            return str(status)
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def is_throttled(err: BaseException) -> bool:
+    """Whether ``err`` is the store asking for fewer requests (`throttle_answer`)."""
+    return throttle_answer(err) is not None
+
+
 class DeadlineExceeded(Exception):
     """Internal: an operation ran out of its total time; ``last`` is the error seen before."""
 
@@ -83,7 +149,12 @@ def is_transient(err: BaseException) -> bool:
     if type(err).__name__ == "FSTimeoutError":
         return False  # our own deadline, handled by the caller
     name = type(err).__name__
-    return isinstance(err, _TRANSIENT) or name in _TRANSIENT_NAMES or name in _CHECKSUM_NAMES
+    return (
+        isinstance(err, _TRANSIENT)
+        or name in _TRANSIENT_NAMES
+        or name in _CHECKSUM_NAMES
+        or is_throttled(err)
+    )
 
 
 def is_checksum_mismatch(err: BaseException) -> bool:
@@ -108,6 +179,12 @@ def translated(action: str, where: str, endpoint: Callable[[], str | None]) -> I
     except GuideLoomError:
         raise
     except DeadlineExceeded as err:
+        if err.last is not None and is_throttled(err.last):
+            raise StorageTimeoutError(
+                f"{action} {where}: {_throttled_text(where, endpoint(), err.last)} for the whole "
+                f"I/O deadline of {err.seconds:g} s ({err.attempts} attempt(s)). "
+                f"{_throttle_fix(where)}"
+            ) from err.last
         last = f"; last error: {type(err.last).__name__}: {_safe(err.last)}" if err.last else ""
         raise StorageTimeoutError(
             f"{action} {where}: no complete answer from {_at(endpoint())} "
@@ -176,6 +253,11 @@ def translated(action: str, where: str, endpoint: Callable[[], str | None]) -> I
             raise StorageAccessError(
                 f"{action} {where}: {_CREDENTIAL_PROBLEMS[name]} ({name}: {_safe(err)}), so no "
                 f"request was sent to {_at(endpoint())}. {_CREDENTIAL_FIXES[name]}"
+            ) from err
+        if is_throttled(err):
+            raise StorageAccessError(
+                f"{action} {where}: {_throttled_text(where, endpoint(), err)} on every retry. "
+                f"{_throttle_fix(where)}"
             ) from err
         if is_checksum_mismatch(err) or isinstance(err, ShortBodyError):
             # It persisted through the retries: the object is damaged, or its way is.
@@ -265,6 +347,35 @@ _CODE_HINTS = {
         "connection string) and that it has not expired"
     ),
 }
+
+
+_STORE_NAMES = {"s3": "S3", "gcs": "GCS", "azure": "Azure Blob"}
+
+
+def _throttled_text(where: str, endpoint: str | None, err: BaseException) -> str:
+    return (
+        f"the {_STORE_NAMES[_store(where)]} endpoint {endpoint} throttled the requests "
+        f"(it answered {throttle_answer(err)}: slow down)"
+    )
+
+
+def _throttle_fix(where: str) -> str:
+    """What to do about throttling that lasts: fewer requests, a higher limit, more prefixes."""
+    spread = {
+        "s3": "S3 scales each partitioned prefix to about 5,500 GETs per second: spread the data "
+        "over more prefixes (e.g. one dataset per prefix rather than many readers on one), or ask "
+        "AWS to partition the prefix",
+        "gcs": "GCS raises a bucket's rate gradually: ramp the readers up over minutes, or spread "
+        "the objects over more names",
+        "azure": "an Azure storage account has a request-rate target: spread the data over more "
+        "accounts, or ask for a higher limit",
+    }[_store(where)]
+    return (
+        "GuideLoom already lowered its requests in flight and backed off; the store still asks "
+        "for fewer. Lower the request rate (fewer DataLoader workers or readers of this "
+        f"dataset at once), request a higher limit from the provider, or {spread}; or allow "
+        f"more time ({DEADLINE_ENV}, or the storage option {DEADLINE_OPTION})"
+    )
 
 
 def _at(endpoint: str | None) -> str:

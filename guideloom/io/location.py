@@ -16,6 +16,11 @@ the ``deadline_s`` argument, the storage option ``guideloom_deadline_s``, which 
 on to fsspec, or the environment variable ``GUIDELOOM_IO_DEADLINE_S``). Past it the operation
 fails with `guideloom.errors.StorageTimeoutError` naming the endpoint and the file.
 On async filesystems (s3fs, HTTP, GCS) the deadline cancels the request in flight.
+
+Throttling: on remote async filesystems every request takes a slot of its store's adaptive
+limit first (`guideloom.io.throttle`: halved on a throttling answer, raised by one per round
+of successes). Throttling answers are retried with backoff until the deadline, not a fixed
+number of times; throttling that lasts the whole deadline fails with a message saying so.
 """
 
 from __future__ import annotations
@@ -35,12 +40,14 @@ import fsspec.asyn
 from fsspec.implementations.local import LocalFileSystem
 
 from guideloom.errors import CommitConflictError, UnknownProtocolError
-from guideloom.io import s3, stats
+from guideloom.io import s3, stats, throttle
 from guideloom.io.failures import (
     DEADLINE_ENV,
     DEADLINE_OPTION,
     DeadlineExceeded,
+    ThrottledError,
     is_deadline,
+    is_throttled,
     is_transient,
     translated,
 )
@@ -244,6 +251,7 @@ class Location:
         ``deadline`` is a ``time.monotonic()`` instant; default: ``deadline_s`` from now."""
         fs = self.fs
         attempts = [0]
+        requests: list[throttle.Request] = []
 
         def once(remaining: float) -> Any:
             attempts[0] += 1
@@ -252,8 +260,16 @@ class Location:
                 coroutine = getattr(fs, f"_{method}", None) if getattr(fs, "async_impl", False) else None
                 if coroutine is not None and asyncio.iscoroutinefunction(coroutine):
                     # The async implementation, under fsspec's timeout: some backends (adlfs)
-                    # define sync methods of their own that take no ``timeout``.
-                    result = fsspec.asyn.sync(fs.loop, coroutine, *args, timeout=remaining, **kwargs)
+                    # define sync methods of their own that take no ``timeout``. It waits for
+                    # a slot of the store's adaptive limit (`guideloom.io.throttle`).
+                    result = fsspec.asyn.sync(
+                        fs.loop,
+                        self._slotted,
+                        fs,
+                        lambda: coroutine(*args, **kwargs),
+                        requests,
+                        timeout=remaining,
+                    )
                 else:
                     result = getattr(fs, method)(*args, **kwargs)
                 return result
@@ -261,7 +277,20 @@ class Location:
                 if self._store is not None:
                     self._count(method, args, result, attempts[0] > 1)
 
-        return self._retrying(once, deadline)
+        return self._retrying(once, deadline, requests)
+
+    def _concurrency(self) -> throttle.Concurrency:
+        """This process's adaptive limit of requests in flight to this location's store."""
+        return throttle.concurrency(self._store or self.url.partition("://")[0], s3.MAX_CONCURRENT_RANGES)
+
+    async def _slotted(
+        self, fs: Any, make: Callable[[], Any], requests: builtins.list[throttle.Request] | None = None
+    ) -> Any:
+        """``await make()`` under a slot of the store's limit (`throttle.limited`); on S3 the
+        client reports each throttling answer as it comes (`s3.watch_throttling`)."""
+        if s3.is_s3(fs):
+            await s3.watch_throttling(fs)
+        return await throttle.limited(self._concurrency(), make, requests)
 
     def _count(self, method: str, args: tuple[Any, ...], result: Any, retry: bool) -> None:
         """Count one attempt of `_call` in `guideloom.io.stats` (requests by kind, bytes)."""
@@ -279,38 +308,58 @@ class Location:
         ``GET`` in `guideloom.io.stats` per attempt)."""
         fs = self.fs
         attempts = [0]
+        requests: list[throttle.Request] = []
 
         def once(remaining: float) -> Any:
             attempts[0] += 1
             data = b""
             try:
-                data = fsspec.asyn.sync(fs.loop, function, fs, *args, timeout=remaining)
+                data = fsspec.asyn.sync(
+                    fs.loop, self._slotted, fs, lambda: function(fs, *args), requests, timeout=remaining
+                )
                 return data
             finally:
                 if self._store is not None:
                     stats.record(self._store, "GET", read=len(data), retry=attempts[0] > 1)
 
-        return self._retrying(once, None)
+        return self._retrying(once, None, requests)
 
-    def _retrying(self, once: Callable[[float], Any], deadline: float | None) -> Any:
-        """``once(seconds left)`` until it returns, retrying transient errors within the deadline."""
+    def _retrying(
+        self,
+        once: Callable[[float], Any],
+        deadline: float | None,
+        requests: builtins.list[throttle.Request] | None = None,
+    ) -> Any:
+        """``once(seconds left)`` until it returns, retrying transient errors within the deadline:
+        a few times, except throttling answers, retried with backoff until the deadline.
+        ``requests`` (filled by `_slotted`) tells whether an attempt cut off by the deadline
+        was being throttled."""
         if deadline is None:
             deadline = time.monotonic() + self.deadline_s
         last: BaseException | None = None
-        for attempt in range(1, _RETRIES + 1):
+        failures = throttled = 0
+        attempt = 0
+        while True:
+            attempt += 1
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise DeadlineExceeded(self.deadline_s, attempt - 1, last)
+                raise DeadlineExceeded(self.deadline_s, attempt - 1, _throttled_last(last, requests))
             try:
                 return once(remaining)
             except Exception as err:
                 if is_deadline(err) or (isinstance(err, TimeoutError) and time.monotonic() >= deadline):
-                    raise DeadlineExceeded(self.deadline_s, attempt, last) from None
-                if not is_transient(err) or attempt == _RETRIES:
+                    raise DeadlineExceeded(
+                        self.deadline_s, attempt, _throttled_last(last, requests)
+                    ) from None
+                if is_throttled(err):
+                    throttled += 1
+                else:
+                    failures += 1
+                if not is_transient(err) or failures >= _RETRIES:
                     raise
                 last = err
-                time.sleep(min(0.2 * 2 ** (attempt - 1), max(0.0, deadline - time.monotonic())))
-        raise AssertionError("unreachable")  # pragma: no cover
+                pause = _backoff(failures, throttled if is_throttled(err) else 0)
+                time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -387,7 +436,11 @@ class Location:
         todo = list(range(len(paths)))
         files = sorted(set(rels))
         label = files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more files)"
-        for attempt in range(1, _RETRIES + 1):
+        failures = throttled = 0
+        seen: dict[int, BaseException] = {}  # each range's last failure
+        attempt = 0
+        while True:
+            attempt += 1
             with self._translated("reading", label):
                 got = self._ranges_once(
                     [paths[i] for i in todo],
@@ -404,21 +457,33 @@ class Location:
             for i, blob in zip(todo, got):
                 if isinstance(blob, DeadlineExceeded):
                     blob.attempts = attempt
+                    if blob.last is None and i in seen:
+                        blob.last = seen[i]
                     with self._translated("reading", rels[i]):
                         raise blob
                 if isinstance(blob, BaseException):
                     failed.append((i, blob))
+                    seen[i] = blob
                 else:
                     out[i] = blob
             if not failed:
                 return
-            final = attempt == _RETRIES or not all(is_transient(e) for _, e in failed)
+            # Throttling answers are retried until the deadline; other failures a few times.
+            slowed = all(is_throttled(e) for _, e in failed)
+            if slowed:
+                throttled += 1
+            else:
+                failures += 1
+            final = failures >= _RETRIES or not all(is_transient(e) for _, e in failed)
             if final or time.monotonic() >= deadline:
                 i, err = next(((i, e) for i, e in failed if not is_transient(e)), failed[0])
+                if time.monotonic() >= deadline and is_throttled(err):
+                    err = DeadlineExceeded(self.deadline_s, attempt, err)
                 with self._translated("reading", rels[i]):
                     raise err
             todo = [i for i, _ in failed]
-            time.sleep(min(0.2 * 2 ** (attempt - 1), max(0.0, deadline - time.monotonic())))
+            pause = _backoff(failures, throttled if slowed else 0)
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
 
     def _ranges_once(
         self,
@@ -443,23 +508,28 @@ class Location:
                 "cat_ranges", paths, starts, ends, on_error="return", deadline=deadline
             )
             return result
-        limit = asyncio.Semaphore(s3.MAX_CONCURRENT_RANGES)
         ranged_get = sized_ranged_get(fs)
 
+        async def get(path: str, start: int, end: int) -> Any:
+            if ranged_get is not None and end > start:
+                data, total = await ranged_get(fs, path, start, end)
+                if totals is not None and total is not None:
+                    totals[path] = total
+                return data
+            # Keyword arguments: s3fs's second positional argument is a version id.
+            return await fs._cat_file(path, start=start, end=end)
+
         async def one(path: str, start: int, end: int) -> Any:
-            async with limit:
-                try:
-                    if ranged_get is not None and end > start:
-                        data, total = await asyncio.wait_for(ranged_get(fs, path, start, end), remaining)
-                        if totals is not None and total is not None:
-                            totals[path] = total
-                        return data
-                    # Keyword arguments: s3fs's second positional argument is a version id.
-                    return await asyncio.wait_for(fs._cat_file(path, start=start, end=end), remaining)
-                except asyncio.TimeoutError:
-                    return DeadlineExceeded(self.deadline_s, 1, None)
-                except Exception as err:  # returned, not raised: the caller names its file
-                    return err
+            # Each range waits for a slot of the store's adaptive limit (`guideloom.io.throttle`).
+            requests: builtins.list[throttle.Request] = []
+            try:
+                return await asyncio.wait_for(
+                    self._slotted(fs, lambda: get(path, start, end), requests), remaining
+                )
+            except asyncio.TimeoutError:
+                return DeadlineExceeded(self.deadline_s, 1, _throttled_last(None, requests))
+            except Exception as err:  # returned, not raised: the caller names its file
+                return err
 
         async def gather() -> list[Any]:
             return list(await asyncio.gather(*(one(p, a, b) for p, a, b in zip(paths, starts, ends))))
@@ -691,6 +761,29 @@ class Location:
                 self._call("rm", self.path(rel), recursive=recursive)
             except FileNotFoundError:
                 pass
+
+
+def _backoff(failures: int, throttled: int) -> float:
+    """Seconds to wait before the next attempt: after a throttling answer (``throttled``-th in a
+    row) a jittered, growing pause of up to 2 s (readers that throttle together do not come back
+    together); after another failure 0.2 s, doubling."""
+    if throttled:
+        return random.uniform(0.5, 1.0) * min(2.0, 0.1 * 2 ** (throttled - 1))
+    return 0.2 * 2 ** max(0, failures - 1)
+
+
+def _throttled_last(
+    last: BaseException | None, requests: builtins.list[throttle.Request] | None
+) -> BaseException | None:
+    """The error to name when the deadline cut an attempt off: ``last``, or a `ThrottledError`
+    when the store was throttling the attempts (seen by `throttle`) and ``last`` says nothing
+    of it."""
+    if last is not None and is_throttled(last):
+        return last
+    slowed = [r for r in requests or () if r.throttled]
+    if slowed:
+        return ThrottledError(sum(r.throttled for r in slowed), slowed[-1].answer)
+    return last
 
 
 def _temp_beside(path: str) -> str:

@@ -11,7 +11,8 @@ import errno
 import os
 from typing import Any
 
-from guideloom.io.failures import ShortBodyError
+from guideloom.io.failures import THROTTLE_CODES, THROTTLE_STATUSES, ShortBodyError
+from guideloom.io.throttle import note_throttled
 
 __all__ = [
     "MAX_CONCURRENT_RANGES",
@@ -24,6 +25,7 @@ __all__ = [
     "ranged_get",
     "read_from",
     "s3_options",
+    "watch_throttling",
 ]
 
 MAX_CONCURRENT_RANGES = 64  # range requests in flight at once for one batch
@@ -145,6 +147,33 @@ def content_range_total(header: str | None) -> int | None:
         return None
     tail = header.rsplit("/", 1)[1].strip()
     return int(tail) if tail.isdigit() else None
+
+
+_HOOK_ID = "guideloom-throttling"
+
+
+def _on_answer(response: Any = None, **_: Any) -> None:
+    """botocore's ``needs-retry`` hook: called after every attempt, also those botocore and
+    s3fs then retry themselves, so each throttling answer lowers the requests in flight at
+    once (`guideloom.io.throttle.note_throttled`); it never changes the retry decision."""
+    if not response:
+        return
+    http, parsed = response
+    status = getattr(http, "status_code", None)
+    code = (parsed.get("Error") or {}).get("Code") if isinstance(parsed, dict) else None
+    if status in THROTTLE_STATUSES or code in THROTTLE_CODES:
+        note_throttled(f"{status} {code}" if code else str(status))
+
+
+async def watch_throttling(fs: Any) -> None:
+    """Make sure ``fs``'s S3 client reports its throttling answers (once per client)."""
+    client = await fs.set_session()
+    if client is not None and not getattr(client, "_guideloom_watched", False):
+        client.meta.events.register("needs-retry.s3", _on_answer, unique_id=_HOOK_ID)
+        try:
+            client._guideloom_watched = True
+        except AttributeError:  # pragma: no cover - unique_id keeps it registered once anyway
+            pass
 
 
 def is_s3(fs: Any) -> bool:

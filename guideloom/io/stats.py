@@ -5,6 +5,10 @@ Every request `guideloom.io.Location` sends to a remote store is counted here by
 bills it) with the bytes read and written, per store (its endpoint, or its protocol where the
 client's default endpoint is used). Local disk is not counted: it sends no requests.
 
+A store that throttled (`guideloom.io.throttle`) also has ``throttled`` (throttling answers
+seen) and ``concurrency_min`` (the lowest limit of requests in flight the process came down to);
+merging adds the first and takes the smallest of the second.
+
 `io_stats` returns this process's counts. A forked process (a DataLoader worker) starts from
 zero; `StatefulDataLoader.io_stats` adds what its worker processes report with their batches.
 """
@@ -16,10 +20,11 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["IOStats", "io_stats", "merge_stats", "record", "subtract_stats"]
+__all__ = ["IOStats", "io_stats", "merge_stats", "record", "record_throttled", "subtract_stats"]
 
 IOStats = dict[str, dict[str, Any]]
-"""``{store: {"requests": {kind: n}, "bytes_read": n, "bytes_written": n, "retries": n}}``."""
+"""``{store: {"requests": {kind: n}, "bytes_read": n, "bytes_written": n, "retries": n}}``, plus
+``"throttled": n`` and ``"concurrency_min": n`` for a store that throttled."""
 
 _LOCK = threading.Lock()
 _COUNTS: IOStats = {}
@@ -47,6 +52,17 @@ def record(store: str, kind: str, read: int = 0, written: int = 0, retry: bool =
         entry["retries"] += n if retry else 0
 
 
+def record_throttled(store: str, limit: int) -> None:
+    """Count one throttling answer from ``store``; ``limit`` is the requests in flight allowed
+    after it (the lowest is kept)."""
+    with _LOCK:
+        entry = _mine().get(store)
+        if entry is None:
+            entry = _mine()[store] = {"requests": {}, "bytes_read": 0, "bytes_written": 0, "retries": 0}
+        entry["throttled"] = entry.get("throttled", 0) + 1
+        entry["concurrency_min"] = min(entry.get("concurrency_min", limit), limit)
+
+
 def io_stats() -> IOStats:
     """This process's counts so far (a copy)."""
     with _LOCK:
@@ -63,18 +79,29 @@ def merge_stats(parts: Iterable[Mapping[str, Mapping[str, Any]]]) -> IOStats:
                 into["requests"][kind] = into["requests"].get(kind, 0) + n
             for key in ("bytes_read", "bytes_written", "retries"):
                 into[key] += entry.get(key, 0)
+            if entry.get("throttled"):
+                into["throttled"] = into.get("throttled", 0) + entry["throttled"]
+            if "concurrency_min" in entry:  # the lowest of any part, never a sum
+                into["concurrency_min"] = min(
+                    into.get("concurrency_min", entry["concurrency_min"]), entry["concurrency_min"]
+                )
     return out
 
 
 def subtract_stats(now: Mapping[str, Mapping[str, Any]], before: Mapping[str, Mapping[str, Any]]) -> IOStats:
     """``now`` minus ``before`` (counts since ``before`` was taken); stores with nothing left
-    are left out."""
+    are left out. A lowest limit cannot be subtracted: ``concurrency_min`` is kept (the lowest
+    of the process so far) where there was throttling since ``before``."""
     out: IOStats = {}
     for store, entry in now.items():
         old = before.get(store, {})
         requests = {k: n - old.get("requests", {}).get(k, 0) for k, n in entry["requests"].items()}
         requests = {k: n for k, n in requests.items() if n}
         delta = {key: entry[key] - old.get(key, 0) for key in ("bytes_read", "bytes_written", "retries")}
-        if requests or any(delta.values()):
+        throttled = entry.get("throttled", 0) - old.get("throttled", 0)
+        if requests or any(delta.values()) or throttled:
             out[store] = {"requests": requests, **delta}
+            if throttled:
+                out[store]["throttled"] = throttled
+                out[store]["concurrency_min"] = entry["concurrency_min"]
     return out
