@@ -317,7 +317,8 @@ class ReadOptions:
     document keeps beside its tokens (a reader that can read only some fields reads these);
     ``text_per_line`` says whether a plain text file is a document per line (else one per file);
     ``storage_options`` are the fsspec options for the inputs; ``all_fields`` asks a reader that
-    can read only some fields for every field (a transform sees the whole record).
+    can read only some fields for every field (a transform sees the whole record);
+    ``passthrough_defaults`` gives the value a passthrough field takes in a record without it.
     """
 
     text_field: str = "text"
@@ -325,6 +326,7 @@ class ReadOptions:
     passthrough: tuple[str, ...] = ()
     storage_options: dict[str, Any] = field(default_factory=dict)
     all_fields: bool = False
+    passthrough_defaults: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -54,6 +54,25 @@ def _json_option(text: str | None, name: str) -> dict[str, Any] | None:
     return value
 
 
+def _passthrough_defaults(items: list[str] | None) -> dict[str, Any] | None:
+    """``--passthrough-default NAME=VALUE``: VALUE as JSON where it parses (``0``, ``null``,
+    ``"x"``), else the string as written."""
+    if not items:
+        return None
+    out: dict[str, Any] = {}
+    for item in items:
+        name, eq, text = item.partition("=")
+        if not eq or not name:
+            raise typer.BadParameter(
+                f"--passthrough-default {item!r}: write NAME=VALUE, e.g. --passthrough-default lang=unknown"
+            )
+        try:
+            out[name] = json.loads(text)
+        except json.JSONDecodeError:
+            out[name] = text
+    return out
+
+
 def ingest(
     inputs: list[str] | None = typer.Argument(
         None,
@@ -130,6 +149,11 @@ def ingest(
     passthrough: list[str] | None = typer.Option(
         None, metavar="FIELD", help="Document layout: an input field to keep (repeatable)."
     ),
+    passthrough_default: list[str] | None = typer.Option(
+        None,
+        metavar="FIELD=VALUE",
+        help="Document layout: the value a --passthrough field takes where a record lacks it (JSON or text).",
+    ),
     shard_size: str | None = typer.Option(None, metavar="SIZE", help="Shard size, e.g. 64MiB."),
     part_size: str | None = typer.Option(None, metavar="SIZE", help="Input bytes per part, e.g. 32MiB."),
     on_bad_record: str | None = typer.Option(None, metavar="POLICY", help="fail (default) | skip."),
@@ -184,6 +208,7 @@ def ingest(
         "doc_index": doc_index,
         "format": format,
         "passthrough": passthrough or None,
+        "passthrough_defaults": _passthrough_defaults(passthrough_default),
         "shard_size": parse_size(shard_size) if shard_size else None,
         "part_size": parse_size(part_size) if part_size else None,
         "on_bad_record": on_bad_record,

@@ -80,6 +80,8 @@ class IngestConfig(BaseModel):
         doc_index: Streams: add a `uint64` `doc_index` field, unique per document.
         format: Documents: `"json"` (default), `"msgpack"` or `"pickle"`.
         passthrough: Documents: input fields copied into each record beside `tokens`.
+        passthrough_defaults: Documents: `{field: value}` for passthrough fields a record may
+            lack (without one, a record lacking the field is a bad record).
         shard_size: Bytes per shard (default 64 MiB).
         part_size: Input bytes per part, one Ray task each (default 32 MiB).
         on_bad_record: `"fail"` (default: the first bad record stops the job) or `"skip"`
@@ -114,6 +116,9 @@ class IngestConfig(BaseModel):
     doc_index: bool = Field(default=False, description="stream: add a per-token doc_index field")
     format: Literal["json", "msgpack", "pickle"] = "json"
     passthrough: list[str] = Field(default_factory=list, description="document: fields to copy")
+    passthrough_defaults: dict[str, Any] = Field(
+        default_factory=dict, description="document: a passthrough field's value where a record lacks it"
+    )
     messages_field: str = Field(default="messages", min_length=1, description="chat: the messages field")
     chat_template: Literal["auto", "chatml"] = "auto"
     train_on: Literal["assistant", "all", "last"] = "assistant"
@@ -225,6 +230,12 @@ class IngestConfig(BaseModel):
     def _layout_options(self) -> IngestConfig:
         if self.layout == "stream" and self.passthrough:
             raise ValueError("passthrough fields need --layout document (a stream stores tokens only)")
+        unknown = [name for name in self.passthrough_defaults if name not in self.passthrough]
+        if unknown:
+            raise ValueError(
+                f"--passthrough-default {unknown[0]}=... gives a default to a field that is not "
+                f"kept: add --passthrough {unknown[0]}"
+            )
         if self.layout == "document" and self.doc_index:
             raise ValueError("--doc-index needs --layout stream (a document is its own index)")
         if self.layout == "stream" and self.format != "json":
@@ -312,6 +323,8 @@ class IngestConfig(BaseModel):
             )
         if self.bos:
             newer["bos"] = True
+        if self.passthrough_defaults:
+            newer["passthrough_defaults"] = dict(sorted(self.passthrough_defaults.items()))
         if self.transform is not None:
             newer["transform_id"] = self.transform_id
         if self.layout == "stream-with-meta":

@@ -28,6 +28,7 @@ import ray
 
 from guideloom.errors import DatasetExistsError, GuideLoomError, IngestError, SchemaMismatchError
 from guideloom.io import redact_url
+from guideloom.io.stats import IOStats, io_stats, merge_stats, subtract_stats
 from guideloom.types import Tokenizer
 from guideloom.workers import hooks
 from guideloom.workers.annotate import encode_with_spans, has_offsets
@@ -35,7 +36,7 @@ from guideloom.workers.cancellation import IngestCancelled, cancel_on_signals
 from guideloom.workers.chat import chat_renderer
 from guideloom.workers.config import IngestConfig
 from guideloom.workers.connect import connect
-from guideloom.workers.output import check_writable, open_storage, remove_foreign_manifest
+from guideloom.workers.output import check_writable, open_storage, recorded_parts, remove_foreign_manifest
 from guideloom.workers.part import (
     PartResult,
     PartSpec,
@@ -48,7 +49,7 @@ from guideloom.workers.part import (
 from guideloom.workers.planning import Plan, plan_parts
 from guideloom.workers.progress import Progress, make_progress
 from guideloom.workers.results import METADATA_KEY, metadata, summary
-from guideloom.workers.sources import expand_inputs
+from guideloom.workers.sources import NeededField, check_fields, expand_inputs
 from guideloom.workers.transform import check_transform
 
 __all__ = ["COMMITTED_PARTS", "POLL_S", "SPLIT_WARNING_RATIO", "commit_points", "run_job", "task_config"]
@@ -89,7 +90,10 @@ def _task(config: IngestConfig, spec: PartSpec, digest: str, tally: Any) -> Part
         def report(counts: dict[str, int]) -> None:
             tally.report.remote(counts)
 
-    return write_part(config, spec, digest, report)
+    before = io_stats()
+    result = write_part(config, spec, digest, report)
+    # The requests this task sent (a reused part's are its checks): reported, not recorded.
+    return {**result, "io_stats": subtract_stats(io_stats(), before)}
 
 
 _write_part_task = ray.remote(_task)
@@ -281,14 +285,16 @@ def _run_parts(
     results: list[PartResult],
     started: bool = False,
     on_part: Callable[[list[PartResult]], None] | None = None,
+    first: set[int] | frozenset[int] = frozenset(),
 ) -> None:
     """Run every part, appending each finished part's result to ``results`` as it ends
     (``started``: this process started the local Ray it runs on; ``on_part`` is called with
-    ``results`` after each)."""
+    ``results`` after each; the parts in ``first``, those an earlier run recorded, start first:
+    their tasks only check them)."""
     task = _write_part_task.options(**_task_options(config, started))
     tally = _start_tally() if progress.live else None
     config_ref = ray.put(task_config(config))
-    todo = list(range(len(plan.parts)))[::-1]
+    todo = sorted(range(len(plan.parts)), key=lambda k: (k not in first, k))[::-1]
     pending: dict[Any, int] = {}
     polled = time.monotonic()
     try:
@@ -367,15 +373,41 @@ def _check_chat_files(files: list[Any]) -> None:
             )
 
 
-def run_job(config: IngestConfig) -> tuple[Any, Any, bool]:
+def _needed_fields(config: IngestConfig) -> list[NeededField]:
+    """The fields every record of this job must hold (none where a transform makes the record:
+    it may add them)."""
+    if config.transform is not None:
+        return []
+    if config.chat:
+        needed = [NeededField(config.messages_field, "messages field", "--messages-field", "list")]
+    else:
+        needed = [NeededField(config.text_field, "text field", "--text-field")]
+    needed += [
+        NeededField(
+            name,
+            "passthrough field",
+            "--passthrough",
+            drop=True,
+            also=f"or give records without it a value: --passthrough-default {name}=VALUE",
+        )  # fmt: skip
+        for name in config.passthrough
+        if name not in config.passthrough_defaults
+    ]
+    needed += [NeededField(name, "meta field", "--meta-field", drop=True) for name in config.meta_fields]
+    return needed
+
+
+def run_job(config: IngestConfig) -> tuple[Any, Any, bool, IOStats]:
     """Plan, write every part on Ray and commit: (manifest, storage, whether the output already
-    held this job's dataset, so that nothing ran).
+    held this job's dataset, so that nothing ran, and the requests the job sent per store: the
+    driver's and every task's, as `guideloom.io.io_stats` counts them).
 
     Raises:
         IngestError: Bad input or options (see `guideloom.workers.ingest.ingest_dataset`).
         DatasetExistsError: The output holds a dataset this job did not write.
         IngestCancelled: Interrupted; the finished parts are kept.
     """
+    counted = io_stats()
     _check_picklable(config.tokenizer)
     tokenizer = tokenizer_of(config)
     if config.eos and tokenizer.eos_id is None:
@@ -387,6 +419,12 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool]:
     files = expand_inputs(config.inputs, config.reader_format, config.input_storage_options)
     if config.chat:
         _check_chat_files(files)
+    check_fields(
+        files,
+        _needed_fields(config),
+        config.input_storage_options,
+        first_fails=config.on_bad_record == "fail",
+    )
     plan = plan_parts(
         files,
         part_size=config.part_size,
@@ -400,7 +438,7 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool]:
     if done is not None:
         progress.message(f"{storage.url} already holds this job's dataset: nothing to do")
         progress.close()
-        return done, storage, True
+        return done, storage, True, subtract_stats(io_stats(), counted)
     for note in _compressed_notes(plan, config.part_size):
         progress.message(note)
 
@@ -414,10 +452,12 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool]:
             f"{storage.url} holds parts 0..{steps.committed - 1} of this job (committed by an "
             "earlier run): committing the rest on top of them"
         )
+    recorded = recorded_parts(config, run_name(digest)) & set(range(len(plan.parts)))
     started = connect(config, progress.message)
     restore = cancel_on_signals()
     try:
-        _run_parts(config, plan, digest, progress, results, started, steps.part_done)
+        progress.start(len(recorded))
+        _run_parts(config, plan, digest, progress, results, started, steps.part_done, recorded)
     except KeyboardInterrupt:
         raise IngestCancelled(len(results), len(plan.parts)) from None
     finally:
@@ -430,5 +470,8 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool]:
     if reused:
         progress.message(f"reused {reused} of {len(results)} parts from an earlier run")
     manifest = steps.final(results)
-    progress.message(summary(manifest, storage.url, storage_options=bool(config.storage_options)))
-    return manifest, storage, False
+    requests = merge_stats([subtract_stats(io_stats(), counted), *(r.get("io_stats", {}) for r in results)])
+    progress.message(
+        summary(manifest, storage.url, storage_options=bool(config.storage_options), requests=requests)
+    )
+    return manifest, storage, False, requests

@@ -54,8 +54,8 @@ def run_ingest(config: IngestConfig | dict[str, Any] | str | Path) -> Any:
     return _ingest(_coerce(config))[0]
 
 
-def _ingest(config: IngestConfig) -> tuple[Any, Any, bool]:
-    """(manifest, storage, whether it was committed before this call)."""
+def _ingest(config: IngestConfig) -> tuple[Any, Any, bool, dict[str, Any]]:
+    """(manifest, storage, whether it was committed before this call, the requests sent)."""
     try:
         return run_job(config)
     except GuideLoomError as err:  # no credentials from input URLs in any message
@@ -92,6 +92,10 @@ class IngestResult:
         already_committed: True when the output already held this job's dataset and nothing
             ran.
         filtered: `{input URL: records}` the transform dropped (returned None).
+        io_stats: The requests the job sent, per store, as `guideloom.io.io_stats` counts them
+            (`{store: {"requests": {"GET": n, "PUT": n, ...}, "bytes_read": n,
+            "bytes_written": n, "retries": n}}`): the driver's and every Ray task's, reading
+            the inputs and writing the output; local disk sends none.
     """
 
     manifest: Any
@@ -107,6 +111,7 @@ class IngestResult:
     empty_documents: int
     already_committed: bool
     filtered: dict[str, int] = field(default_factory=dict)
+    io_stats: dict[str, Any] = field(default_factory=dict)
 
     def open_code(self) -> str:
         """The Python lines that open this dataset (storage class and format from the manifest).
@@ -187,7 +192,7 @@ def ingest_dataset(
     else:
         overrides.setdefault("progress", "none")
         job = validate_config(overrides)
-    manifest, storage, before = _ingest(job)
+    manifest, storage, before, requests = _ingest(job)
     meta = manifest.metadata[METADATA_KEY]
     return IngestResult(
         manifest=manifest,
@@ -203,4 +208,5 @@ def ingest_dataset(
         empty_documents=sum(meta["empty_documents"].values()),
         already_committed=before,
         filtered=dict(meta.get("filtered", {})),
+        io_stats=requests,
     )

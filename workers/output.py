@@ -90,6 +90,18 @@ def _location(config: IngestConfig) -> Location:
     return Location(config.output, config.storage_options)
 
 
+def recorded_parts(config: IngestConfig, run: str) -> set[int]:
+    """The parts of run ``run`` that have a completion record at the output (one listing; the
+    records are not read: whether each is this plan's and intact is its task's check)."""
+    folder = layout.part_record_path(0, run).rsplit("/", 1)[0]
+    found = set()
+    for name in _location(config).list(folder):
+        stem = name.removeprefix("part-").removesuffix(".json")
+        if name.startswith("part-") and name.endswith(".json") and stem.isdigit():
+            found.add(int(stem))
+    return found
+
+
 def part_metadata(digest: str, result: dict[str, Any]) -> dict[str, Any]:
     """What part ``result["part"]``'s completion record keeps (its writer's ``metadata``)."""
     return {PART_METADATA_KEY: {"version": PART_METADATA_VERSION, "plan": digest, "result": result}}

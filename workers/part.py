@@ -259,7 +259,12 @@ class _Preparer:
         self.transform = load_transform(config.transform) if config.transform is not None else None
         self.renderer = chat_renderer(config.chat_template, tokenizer) if config.chat else None
         self.special_re = special_pattern(special_tokens_of(tokenizer)) if config.chat else None
-        self.doc_options = ReadOptions(config.text_field, config.text_per_line, tuple(config.passthrough))
+        self.doc_options = ReadOptions(
+            config.text_field,
+            config.text_per_line,
+            tuple(config.passthrough),
+            passthrough_defaults=dict(config.passthrough_defaults),
+        )
         self.plain = self.transform is None and not config.chat and config.layout != "stream-with-meta"
 
     def __call__(self, raw: InputRecord | Document | BadRecord, url: str) -> _Pending | Bad | None:

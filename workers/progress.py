@@ -29,7 +29,7 @@ class Progress:
     def __init__(self, total_parts: int, total_bytes: int) -> None:
         self.total_parts, self.total_bytes = total_parts, total_bytes
         self.parts = self.documents = self.tokens = self.bytes = 0
-        self.reused = 0
+        self.reused = self.recorded = self.reused_tokens = self.reused_bytes = 0
         self.started = time.monotonic()
         self.partial = {"documents": 0, "tokens": 0, "input_bytes": 0}
 
@@ -41,14 +41,35 @@ class Progress:
         self.partial = {key: sum(c[key] for c in counts) for key in self.partial}
         self.show()
 
+    def start(self, recorded: int) -> None:
+        """The job starts; ``recorded`` parts have completion records from an earlier run (they
+        are checked first, and counted as reused once their tasks confirm them)."""
+        self.recorded = recorded
+        self.show()
+
     def part_done(self, result: dict[str, Any]) -> None:
         self.partial = {key: 0 for key in self.partial}  # the next report re-sends the rest
         self.parts += 1
         self.documents += result["documents"]
         self.tokens += result["tokens"]
         self.bytes += result["input_bytes"]
-        self.reused += bool(result.get("reused"))
+        if result.get("reused"):
+            self.reused += 1
+            self.reused_tokens += result["tokens"]
+            self.reused_bytes += result["input_bytes"]
         self.show()
+
+    def reuse_note(self) -> str:
+        """`` (12 reused)``, `` (3 reused, 9 more to check)`` or nothing."""
+        left = self.recorded - self.reused
+        if left > 0 and self.parts < self.total_parts:
+            return f" ({self.reused} reused, {left} more to check)"
+        return f" ({self.reused} reused)" if self.reused else ""
+
+    def rate(self) -> float:
+        """Tokens per second written by this run (a reused part's tokens were written before)."""
+        documents, tokens, read = self.totals()
+        return (tokens - self.reused_tokens) / max(time.monotonic() - self.started, 1e-9)
 
     def totals(self) -> tuple[int, int, int]:
         """(documents, tokens, input bytes): finished parts plus what running parts reported."""
@@ -62,13 +83,13 @@ class Progress:
     def line(self) -> str:
         documents, tokens, read = self.totals()
         elapsed = max(time.monotonic() - self.started, 1e-9)
-        rate = read / elapsed
+        rate = (read - self.reused_bytes) / elapsed  # reused parts were read by an earlier run
         # No input read yet: no rate to estimate from, so no ETA (not "nan s").
         eta = f"{(self.total_bytes - read) / rate:.0f}s" if rate > 0 else "-"
         return (
-            f"parts {self.parts}/{self.total_parts}  docs {_si(documents)}  "
+            f"parts {self.parts}/{self.total_parts}{self.reuse_note()}  docs {_si(documents)}  "
             f"tokens {_si(tokens)}  input {_si(read)}B/{_si(self.total_bytes)}B  "
-            f"{_si(tokens / elapsed)} tokens/s  ETA {eta}"
+            f"{_si(self.rate())} tokens/s  ETA {eta}"
         )
 
     def show(self) -> None:
@@ -129,9 +150,8 @@ class RichProgress(Progress):
     def show(self) -> None:
         documents, tokens, read = self.totals()
         stats = (
-            f"parts {self.parts}/{self.total_parts} · docs {_si(documents)} · "
-            f"tokens {_si(tokens)} · "
-            f"{_si(tokens / max(time.monotonic() - self.started, 1e-9))} tokens/s"
+            f"parts {self.parts}/{self.total_parts}{self.reuse_note()} · docs {_si(documents)} · "
+            f"tokens {_si(tokens)} · {_si(self.rate())} tokens/s"
         )
         self._bar.update(self._task, completed=read, stats=stats)
 

@@ -288,7 +288,11 @@ class ParquetReader:
             row = sum(pf.metadata.row_group(g).num_rows for g in range(groups[0])) if groups else 0
             names = set(pf.schema_arrow.names)
             wanted = dict.fromkeys([options.text_field, *options.passthrough])
-            columns = None if options.all_fields else [c for c in wanted if c in names]
+            columns: list[str] | None = [c for c in wanted if c in names]
+            if options.all_fields or not names.issuperset(options.passthrough) or not columns:
+                # a file without a field asked for is read whole, so that the bad record it
+                # makes lists the fields the file has
+                columns = None
             for batch in pf.iter_batches(row_groups=groups, columns=columns, batch_size=PARQUET_BATCH_ROWS):
                 for obj in batch.to_pylist():
                     row += 1
@@ -299,3 +303,41 @@ INPUT_READERS.register("jsonl", JsonlReader())
 INPUT_READERS.register("parquet", ParquetReader())
 INPUT_READERS.register("text", TextReader())
 BUILTIN_KINDS = ("jsonl", "parquet", "text")  # tried first, in this order, for input_format auto
+
+
+def first_fields(f: InputFileInfo, storage_options: dict[str, Any]) -> tuple[dict[str, str], bool] | None:
+    """The fields the records of ``f`` have, as ``{name: type}``, and whether that holds for
+    every record (a Parquet schema) or only for the first one (JSON Lines: its first record).
+    None where the kind has no fields (plain text, a reader of your own) or nothing was found
+    (an empty file, a first line that is not a JSON object: the job's bad-record rules say
+    what that is). Reads the Parquet footer or the first line, with small ranged reads."""
+    if f.kind == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        with open_input(f, storage_options, FOOTER_BLOCK) as raw:
+            schema = pq.ParquetFile(raw).schema_arrow
+        kinds = {}
+        for col in schema:
+            t = col.type
+            kinds[col.name] = (
+                "str"
+                if pa.types.is_string(t) or pa.types.is_large_string(t)
+                else "list"
+                if pa.types.is_list(t) or pa.types.is_large_list(t)
+                else str(t)
+            )
+        return kinds, True
+    if f.kind != "jsonl":
+        return None
+    with open_input(f, storage_options, FOOTER_BLOCK) as raw:
+        for _, line in _decompressed_lines(f, raw):
+            if line.strip():
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    return None
+                if not isinstance(obj, dict):
+                    return None
+                return {str(k): type(v).__name__ for k, v in obj.items()}, False
+    return None

@@ -78,8 +78,32 @@ def open_code(manifest: Any, url: str, *, storage_options: bool = False) -> str:
     return opening_code(url, manifest, storage_options=storage_options)
 
 
-def summary(manifest: Any, url: str | None = None, *, storage_options: bool = False) -> str:
-    """A few lines on what a committed ingestion wrote, then the Python lines that open it."""
+def requests_line(requests: dict[str, Any]) -> list[str]:
+    """``requests STORE: GET n, PUT n, ...; B read, B written`` per store that was sent any
+    (local disk sends none)."""
+    lines = []
+    for store, entry in sorted(requests.items()):
+        kinds = ", ".join(f"{kind} {n:,}" for kind, n in sorted(entry["requests"].items()))
+        if not kinds:
+            continue
+        retries = f", {entry['retries']:,} retried" if entry.get("retries") else ""
+        throttled = f", {entry['throttled']:,} throttled" if entry.get("throttled") else ""
+        lines.append(
+            f"requests {store}: {kinds}{retries}{throttled}; {entry['bytes_read']:,} bytes read, "
+            f"{entry['bytes_written']:,} written"
+        )
+    return lines
+
+
+def summary(
+    manifest: Any,
+    url: str | None = None,
+    *,
+    storage_options: bool = False,
+    requests: dict[str, Any] | None = None,
+) -> str:
+    """A few lines on what a committed ingestion wrote (with the ``requests`` it sent per
+    store, when given), then the Python lines that open it."""
     meta = manifest.metadata[METADATA_KEY]
     tok = meta["tokenizer"]
     lines = [
@@ -100,6 +124,7 @@ def summary(manifest: Any, url: str | None = None, *, storage_options: bool = Fa
         for where, counts in meta["bad_records"].items():
             reasons = ", ".join(f"{n} {reason}" for reason, n in counts.items())
             lines.append(f"  {where}: {reasons}")
+    lines += requests_line(requests or {})
     if url is not None:
         lines.append("open it with:")
         lines += [

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from guideloom.errors import IngestError
+from guideloom.io import redact_url
 from guideloom.io.location import endpoint_of
 from guideloom.types import BadRecord, Document, InputReader, InputRecord, ReadOptions
-from guideloom.workers.readers import BUILTIN_KINDS, INPUT_READERS, input_reader, line_number
+from guideloom.workers.readers import BUILTIN_KINDS, INPUT_READERS, first_fields, input_reader, line_number
 
 __all__ = [
     "Bad",
@@ -240,9 +241,70 @@ def document(record: InputRecord, options: ReadOptions) -> Doc | Bad:
         )
     missing = [name for name in options.passthrough if name not in obj]
     if missing:
-        return _bad(record, "missing_field", f"no passthrough field {missing[0]!r}")
+        defaults = options.passthrough_defaults
+        absent = [name for name in missing if name not in defaults]
+        if absent:
+            fields = ", ".join(sorted(map(str, obj))[:8]) or "none"
+            return _bad(
+                record,
+                "missing_field",
+                f"no passthrough field {absent[0]!r} (fields: {fields}); give records without it "
+                f"a value with --passthrough-default {absent[0]}=VALUE, or drop it from --passthrough",
+            )
+        return Doc(text, {name: obj[name] if name in obj else defaults[name] for name in options.passthrough})
     return Doc(text, {name: obj[name] for name in options.passthrough})
 
 
 def _bad(record: InputRecord, reason: str, detail: str) -> Bad:
     return Bad(reason, detail, line=record.line, offset=record.offset, row=record.row)
+
+
+@dataclass(frozen=True)
+class NeededField:
+    """A field every record must have: its ``name``, what it is for (``what``: "text field"),
+    the option that names it (``option``) and the type the records should hold there."""
+
+    name: str
+    what: str
+    option: str
+    kind: str = "str"
+    drop: bool = False  # the fix is dropping it from ``option`` (else naming another field)
+    also: str = ""  # another fix, said after the first
+
+
+def check_fields(
+    files: list[InputFile], needed: list[NeededField], storage_options: dict[str, Any], *, first_fails: bool
+) -> None:
+    """Check, before any task starts, that the first input file of each kind has the fields the
+    job reads: a Parquet file's schema (every row), a JSON Lines file's first record (checked
+    only when ``first_fails``: a missing field there would stop the job anyway).
+
+    Raises:
+        IngestError: Names the file, the missing field, the fields it has, and the option to
+            change (with a field of the right type where the file has one).
+    """
+    seen: set[str] = set()
+    for f in files:
+        if f.kind in seen or not needed:
+            continue
+        seen.add(f.kind)
+        found = first_fields(f, storage_options)
+        if found is None:
+            continue
+        have, every = found
+        if not every and not first_fails:
+            continue
+        for need in needed:
+            if need.name in have:
+                continue
+            listed = ", ".join(f"{k} ({t})" for k, t in list(have.items())[:12]) or "none"
+            where = "its columns" if every else "its first record"
+            if need.drop:
+                fix = f"drop it from {need.option}"
+            else:
+                like = [k for k, t in have.items() if t == need.kind]
+                fix = f"name the field that holds it: {need.option} {like[0] if like else 'FIELD'}"
+            fix += f", {need.also}" if need.also else ""
+            raise IngestError(
+                f"input {redact_url(f.url)}: no {need.what} {need.name!r} in {where}: {listed}; {fix}"
+            )

@@ -29,6 +29,7 @@ import asyncio
 import builtins
 import os
 import random
+import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -275,7 +276,9 @@ class Location:
                 return result
             finally:
                 if self._store is not None:
-                    self._count(method, args, result, attempts[0] > 1)
+                    # (in a finally clause, exc_info is the exception on its way out, if any)
+                    missing = sys.exc_info()[0] is FileNotFoundError or result is False or result == []
+                    self._count(method, args, result, attempts[0] > 1, missing and s3.is_s3(fs))
 
         return self._retrying(once, deadline, requests)
 
@@ -292,9 +295,16 @@ class Location:
             await s3.watch_throttling(fs)
         return await throttle.limited(self._concurrency(), make, requests)
 
-    def _count(self, method: str, args: tuple[Any, ...], result: Any, retry: bool) -> None:
-        """Count one attempt of `_call` in `guideloom.io.stats` (requests by kind, bytes)."""
+    def _count(
+        self, method: str, args: tuple[Any, ...], result: Any, retry: bool, s3_missing: bool = False
+    ) -> None:
+        """Count one attempt of `_call` in `guideloom.io.stats` (requests by kind, bytes).
+        ``s3_missing``: S3 found nothing, after which s3fs sends one more request, billed as a
+        LIST: a HEAD that finds no object lists the key as a folder prefix, and a listing that
+        comes back empty lists the folder's parent."""
         kind = _REQUEST_KINDS.get(method, method.upper())
+        if s3_missing and (kind == "HEAD" or method == "ls"):
+            stats.record(self._store or "", "LIST", retry=retry)
         if method == "cat_ranges":  # one GET per range
             if args and args[0]:
                 stats.record(self._store or "", kind, retry=retry, n=len(args[0]))

@@ -297,6 +297,41 @@ def test_a_loader_in_another_process_follows_a_commit_every_job_on_the_cluster(
     assert 2 <= len(storage.snapshots()) <= local_reference[1].num_parts  # a commit per finished step
 
 
+def test_credentials_given_only_in_the_jobs_runtime_env_reach_the_driver_and_every_part(
+    compose, cluster, local_reference, s3_endpoint, s3_bucket, s3_options
+):
+    """ "Credentials on a cluster": a job's `runtime_env` `env_vars` are the S3 settings of its
+    driver and of every task on both nodes, over the nodes' own. Here they point the job at a
+    counting proxy: with a wrong secret the job fails before any part, naming the output and the
+    credentials; with the right one every shard is written through the proxy."""
+    from ray.job_submission import JobSubmissionClient
+    from s3proxy import CountingProxy
+
+    client = JobSubmissionClient(cluster.dashboard_url)
+    output = f"s3://{s3_bucket}/by-runtime-env"
+    with CountingProxy(s3_endpoint.url) as proxy:
+        env = {"AWS_ENDPOINT_URL": proxy.url, "AWS_ACCESS_KEY_ID": s3_endpoint.key}
+        job = client.submit_job(
+            entrypoint=_slow_job(compose, cluster, output),
+            runtime_env={"env_vars": {**env, "AWS_SECRET_ACCESS_KEY": "not-the-secret"}},
+        )
+        assert _wait_for_job(client, job) == "FAILED"
+        logs = client.get_job_logs(job)
+        assert f"cannot write to the output {output}" in logs and "credentials" in logs, logs[-3000:]
+        assert proxy.requests["PUT"] >= 1 and not any("/parts/" in r.path for r in proxy.log)
+        proxy.reset()
+        job = client.submit_job(
+            entrypoint=_slow_job(compose, cluster, output),
+            runtime_env={"env_vars": {**env, "AWS_SECRET_ACCESS_KEY": s3_endpoint.secret}},
+        )
+        assert _wait_for_job(client, job) == "SUCCEEDED", client.get_job_logs(job)[-3000:]
+        manifest = read_manifest(output, s3_options)[1]
+        written = {r.path.split("?")[0] for r in proxy.log if r.method == "PUT" and r.status == 200}
+        for shard in manifest.shards:  # the tasks on both nodes wrote through the job's endpoint
+            assert all(any(p.endswith(f.path) for p in written) for f in shard.files.values())
+        assert _shards(manifest) == _shards(local_reference[1])
+
+
 def test_worker_node_killed_mid_job_still_commits_the_same_dataset(
     compose, cluster, local_reference, s3_bucket, s3_options
 ):
