@@ -72,7 +72,7 @@ from __future__ import annotations
 import os
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -433,6 +433,8 @@ class StatefulDataLoader(_TorchdataLoader):
         self._samples_before = [0] * len(source_names(view))
         self._rank_counts = RankCounts(view, rank)  # source_counts(scope="rank")
         self._reopen: Callable[[str | None], DatasetView] | None = None  # from_storage sets it
+        # a Mixture's: its view with each source at the given snapshot (from_storage sets it)
+        self._reopen_sources: Callable[[Sequence[str | None]], DatasetView] | None = None
         self._follow = False
         self._prepare(epoch=0, position=0)
 
@@ -672,6 +674,14 @@ class StatefulDataLoader(_TorchdataLoader):
 
             loader._reopen = reopen
             loader._follow = bool(follow)
+        else:
+            mixture = storage
+
+            def reopen_sources(snapshots: Sequence[str | None]) -> DatasetView:
+                """The mixture's view with each source at ``snapshots[i]`` (a saved state's)."""
+                return mixture.at_snapshots(snapshots).dataset(sequence_length, sources=bool(sources))
+
+            loader._reopen_sources = reopen_sources
         return loader
 
     # -- snapshots: resuming a pinned one, following the current one ----------------------------
@@ -682,6 +692,13 @@ class StatefulDataLoader(_TorchdataLoader):
         self.view = view
         self._copies = None  # thread workers' private copies were of the old view
         self._iterator = None  # worker processes receive the new view when they start
+        if isinstance(view, MixtureDataset):  # its sources at other snapshots: a new plan
+            self._mixture = view
+            ident = self._identity
+            self._identity = OrderIdentity.of_view(
+                view, view, num_samples=view.plan.epoch_length, seed=ident.seed, shuffle=ident.shuffle
+            )
+            return
         num_samples = len(view)
         self._identity = replace(
             self._identity,
@@ -704,6 +721,16 @@ class StatefulDataLoader(_TorchdataLoader):
         dist.broadcast_object_list(picked, src=0)
         if picked[0] is not None and picked[0] != self._identity.snapshot:
             self._switch(self._reopen(picked[0]))
+
+    def _pin_saved_sources(self, snapshots: tuple[str | None, ...] | None) -> None:
+        """A mixture's state: reopen each source at the snapshot the state was saved on, where
+        it has moved since (a source that grew by appends resumes exactly)."""
+        current = self._identity.source_snapshots
+        if snapshots is None or current is None or self._reopen_sources is None:
+            return
+        if len(snapshots) != len(current) or tuple(snapshots) == tuple(current):
+            return  # another mixture, or the same snapshots: check_continues decides
+        self._switch(self._reopen_sources(snapshots))
 
     def _pin_saved(self, snapshot: str | None, url: str | None) -> None:
         """Reopen the view at the snapshot a state was saved on, when it is another one of this
@@ -891,6 +918,7 @@ class StatefulDataLoader(_TorchdataLoader):
         self._pin_saved(
             saved.identity.snapshot, saved.identity.url
         )  # a dataset that grew: back to the saved snapshot
+        self._pin_saved_sources(saved.identity.source_snapshots)  # a mixture's, per source
         saved.identity.check_continues(self._identity, self._source_names)
         num_samples = self._identity.num_samples
 

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from guideloom.errors import MixtureError, ResumeStateError
+from guideloom.errors import DatasetNotFoundError, MixtureError, ResumeStateError
 from guideloom.formats import StreamNumpyFormat
 from guideloom.loading.interleave import check_schedule
 from guideloom.loading.mixture_dataset import MixtureDataset
@@ -149,6 +149,10 @@ class Mixture:
         source_tokens: Mapping[str, int] | None = None,
         schedule: Schedule = "auto",
     ) -> None:
+        self._given: tuple[Any, dict[str, Any]] = (sources, dict(
+            stopping_strategy=stopping_strategy, after=after, weight_by=weight_by,
+            source_tokens=source_tokens, schedule=schedule,
+        ))  # fmt: skip
         pairs = list(sources.items()) if isinstance(sources, Mapping) else list(enumerate(sources))
         if not pairs:
             raise MixtureError("a Mixture needs at least one source: pass {name: (storage, weight)}")
@@ -224,6 +228,50 @@ class Mixture:
             raise MixtureError(f"{err} (sources: {', '.join(names)})") from None
         if totals:
             self.mean_tokens = means
+
+    def at_snapshots(self, snapshots: Sequence[str | None]) -> Mixture:
+        """The same mixture with each source read at ``snapshots[i]`` (None, or the snapshot it
+        reads already: as it is), with the same names, weights and options: what a loader state
+        saved on a mixture whose sources have grown since resumes on (its ``source_snapshots``).
+
+        Args:
+            snapshots: One snapshot id (or None) per source, in source order.
+
+        Raises:
+            ResumeStateError: A source's snapshot is no longer kept (naming the source, the
+                snapshot and the oldest kept), or a source given as a view must move to
+                another snapshot (give its storage instead, which can be reopened).
+        """
+        if len(snapshots) != len(self.items):
+            raise ValueError(f"{len(snapshots)} snapshots for the {len(self.items)} sources of a mixture")
+        given, options = self._given
+        pairs = list(given.items()) if isinstance(given, Mapping) else list(enumerate(given))
+        moved: list[tuple[Any, tuple[Any, float]]] = []
+        for (key, (item, weight)), name, storage, pin in zip(pairs, self.names, self.storages, snapshots):
+            now = getattr(storage.current_snapshot, "id", None)
+            if pin is None or pin == now:
+                moved.append((key, (item, weight)))
+                continue
+            if not isinstance(item, Storage):
+                raise ResumeStateError(
+                    f"source {name!r} of the mixture was read at snapshot {pin} and is now at {now}; "
+                    f"it was given as a {type(item).__name__}, which cannot be reopened there: give "
+                    "the mixture its storage, or build the view on the pinned snapshot "
+                    f"({type(storage).__name__}(url, fmt, snapshot={pin!r}))"
+                )
+            try:
+                moved.append((key, (item.at_snapshot(pin), weight)))
+            except DatasetNotFoundError as err:
+                if not _expired(item, pin):  # not a snapshot of this source's dataset:
+                    moved.append((key, (item, weight)))  # the identity check names what differs
+                    continue
+                raise ResumeStateError(
+                    f"the loader state was saved with source {name!r} of the mixture at snapshot "
+                    f"{pin}, which is no longer kept: {err}. The saved order cannot be resumed "
+                    "exactly: start without loading the state, or keep the snapshots that running "
+                    "jobs read (expire(keep_last=N) with a larger N)"
+                ) from err
+        return Mixture(dict(moved) if isinstance(given, Mapping) else [p for _, p in moved], **options)
 
     def _check_schema(self, name: str, storage: Storage) -> None:
         first = self.storages[0]
@@ -377,3 +425,11 @@ def _storage_of(item: Any) -> Storage | None:
     if isinstance(item, Storage):
         return item
     return item.storage if isinstance(item, View) else None
+
+
+def _expired(storage: Storage, snapshot: str) -> bool:
+    """Whether ``snapshot`` (not found in ``storage``) is older than every snapshot it keeps: it
+    has expired, rather than being another dataset's."""
+    head = snapshot.split("-", 1)[0]
+    kept = storage.snapshots()
+    return head.isdigit() and bool(kept) and int(head) < kept[0].sequence

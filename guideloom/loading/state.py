@@ -20,6 +20,7 @@
         "world_size": 4,                # informational: may differ on resume
         "drop_last": False,             # informational: may differ on resume
         "snapshot": "00000003-…",       # the dataset snapshot read (not for mixtures; optional)
+        "source_snapshots": [...],      # a mixture's: each source's snapshot (optional)
         "url": "s3://…",                # where it was read (redacted; optional, for messages)
     }}
 
@@ -143,6 +144,8 @@ class OrderIdentity:
     # is); named in the message when a state meets a dataset that has changed since.
     snapshot: str | None = None
     url: str | None = None
+    # A mixture's: each source's snapshot, in source order (None for a source without one).
+    source_snapshots: tuple[str | None, ...] | None = None
 
     @classmethod
     def of_view(
@@ -160,6 +163,7 @@ class OrderIdentity:
             mixture=mixture.identity if mixture else None,
             snapshot=None if mixture else snapshot_of(view),
             url=None if mixture else view.url,
+            source_snapshots=tuple(snapshot_of(v) for v in mixture.views) if mixture else None,
         )
 
     def fields(self) -> dict[str, Any]:
@@ -258,6 +262,8 @@ class LoaderState:
         if self.identity.snapshot is not None:
             fields["snapshot"] = self.identity.snapshot
             fields["url"] = self.identity.url
+        if self.identity.source_snapshots is not None and any(self.identity.source_snapshots):
+            fields["source_snapshots"] = list(self.identity.source_snapshots)
         return {STATE_KEY: fields}
 
     def next_pass(self, batches_left: Callable[[int], int]) -> tuple[int, int]:
@@ -328,6 +334,7 @@ class LoaderState:
             mixture=_mixture_section(inner.get("mixture")),
             snapshot=inner["snapshot"] if isinstance(inner.get("snapshot"), str) else None,
             url=inner["url"] if isinstance(inner.get("url"), str) else None,
+            source_snapshots=_source_snapshots(inner.get("source_snapshots")),
         )
         result = cls(
             identity,
@@ -465,3 +472,14 @@ def mixture_difference(
                 "after= state)." + fix
             )
     return "the loader state was saved from another mixture." + fix
+
+
+def _source_snapshots(value: Any) -> tuple[str | None, ...] | None:
+    """A state's ``source_snapshots`` (a list of ids or nulls), or None where it has none."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(v is None or isinstance(v, str) for v in value):
+        raise ResumeStateError(
+            f"corrupt loader state: source_snapshots must be a list of snapshot ids, got {value!r}"
+        )
+    return tuple(value)

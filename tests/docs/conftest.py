@@ -2,7 +2,7 @@
 
 Fixtures:
     built_site   session   Path of a site built once with `mkdocs build --strict` into a temp dir
-    browser      session   a Playwright Chromium (Debian's /usr/bin/chromium); tests that use it
+    browser      module    a Playwright Chromium (Debian's /usr/bin/chromium); tests that use it
                            are marked `browser` and skip when Chromium or Playwright is missing
 """
 
@@ -30,7 +30,10 @@ def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return site
 
 
-@pytest.fixture(scope="session")
+# Per module, so that Chromium is closed right after the tests that use it, not at the end of
+# the session, after tests that start and kill many processes (a Chromium kept that long has been
+# seen to hang playwright's close past the faulthandler timeout).
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} not found: install Debian's chromium (apt-get install -y chromium)")
