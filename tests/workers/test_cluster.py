@@ -302,8 +302,8 @@ def test_credentials_given_only_in_the_jobs_runtime_env_reach_the_driver_and_eve
 ):
     """ "Credentials on a cluster": a job's `runtime_env` `env_vars` are the S3 settings of its
     driver and of every task on both nodes, over the nodes' own. Here they point the job at a
-    counting proxy: with a wrong secret the job fails before any part, naming the output and the
-    credentials; with the right one every shard is written through the proxy."""
+    counting proxy: with a wrong secret the job fails before any part, naming the proxy's
+    endpoint and the refused secret; with the right one every shard is written through it."""
     from ray.job_submission import JobSubmissionClient
     from s3proxy import CountingProxy
 
@@ -317,8 +317,11 @@ def test_credentials_given_only_in_the_jobs_runtime_env_reach_the_driver_and_eve
         )
         assert _wait_for_job(client, job) == "FAILED"
         logs = client.get_job_logs(job)
-        assert f"cannot write to the output {output}" in logs and "credentials" in logs, logs[-3000:]
-        assert proxy.requests["PUT"] >= 1 and not any("/parts/" in r.path for r in proxy.log)
+        assert f"access denied by the storage endpoint {proxy.url} (SignatureDoesNotMatch)" in logs, logs[
+            -3000:
+        ]
+        assert "AWS_SECRET_ACCESS_KEY" in logs  # the fix names the variable
+        assert proxy.request_count >= 1 and not any("/parts/" in r.path for r in proxy.log)
         proxy.reset()
         job = client.submit_job(
             entrypoint=_slow_job(compose, cluster, output),
