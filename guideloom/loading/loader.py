@@ -460,6 +460,11 @@ class StatefulDataLoader(_TorchdataLoader):
         eos_id: int | None = None,
         sources: bool = False,
         follow: bool = False,
+        skip: int | None = None,
+        take: int | None = None,
+        holdout: float | None = None,
+        holdout_seed: int = 0,
+        held_out: bool = False,
         shuffle_block_size: int | None = None,
         shuffle_buffer_blocks: int | None = None,
         shuffle_run_size: int | None = None,
@@ -495,6 +500,14 @@ class StatefulDataLoader(_TorchdataLoader):
         then ``{"documents": [records], "source": ..., "source_index": ...}``. Off by default, so
         batches keep their keys. `source_counts` works either way. See
         `guideloom.loading.mixture_sources` and docs/mixing.md.
+
+        ``skip``, ``take``, ``holdout`` (one storage): read a deterministic subset of its samples
+        (`guideloom.storage.subset`). ``holdout=f`` splits the samples by a split seeded by
+        ``holdout_seed`` that is the same in every run, on every rank and at every world size:
+        the loader reads the kept ``1 - f`` (``held_out=False``) or the held-out ``f``
+        (``held_out=True``); then ``skip`` leaves out that part's first samples and ``take``
+        keeps its next ones. The order, the ranks' shares and resume are the subset's, as for
+        any view; a state saved on one subset is refused on another.
 
         ``sequence_length`` (tokens per window) is required for streams and refused for
         documents. ``shuffle``: ``False`` (sequential), ``True`` / ``"full"`` (a full random
@@ -549,6 +562,13 @@ class StatefulDataLoader(_TorchdataLoader):
                 batch (see above); off by default.
             follow: Move to the storage's current snapshot at every epoch boundary (not for a
                 `Mixture`, nor with `persistent_workers=True`).
+            skip: Leave out the first `skip` samples (of the held-out split's part, with
+                `holdout`).
+            take: Read at most `take` samples (after `skip`).
+            holdout: The fraction of samples a seeded split holds out (in steps of 0.001); the
+                loader reads the rest, or with `held_out=True` those.
+            holdout_seed: The seed of the `holdout` split.
+            held_out: With `holdout`: read the held-out samples instead of the kept ones.
             shuffle_block_size: `shuffle="block"`: samples per block (default 64).
             shuffle_buffer_blocks: `shuffle="block"`: blocks per shuffle buffer (default 4).
             shuffle_run_size: `shuffle="block"`: consecutive samples kept together inside a
@@ -584,6 +604,7 @@ class StatefulDataLoader(_TorchdataLoader):
                 storage (not a `Mixture`); or another setting out
                 of range (see the class).
         """
+        subset = _subset_of(skip, take, holdout, holdout_seed, held_out)  # checked before any read
         if isinstance(storage, (str, os.PathLike)):
             storage = open_url(storage, storage_options)
         elif storage_options is not None:
@@ -625,10 +646,18 @@ class StatefulDataLoader(_TorchdataLoader):
                 "is one dataset (every row's source is 0, its sample index the row's index); leave "
                 "sources out (loader.source_counts() works without it)"
             )
+        if subset is not None and isinstance(storage, Mixture):
+            raise ValueError(
+                "skip=, take= and holdout= read a subset of one storage; for a Mixture give each "
+                "source its limit (Mixture({name: (storage, weight, {'samples': N})})) or a "
+                "subset view (storage's view .take(N), .skip(N), .holdout(f)[0])"
+            )
         if isinstance(storage, Mixture):  # several storages, weighted: see docs/mixing.md
             view = storage.dataset(sequence_length, sources=bool(sources))
         elif isinstance(storage, Storage):
-            view = open_view(storage, sequence_length)
+            view = (
+                subset(open_view(storage, sequence_length)) if subset else open_view(storage, sequence_length)
+            )
         else:
             raise TypeError(f"from_storage takes a GuideLoom storage, got {type(storage).__name__}")
         marks = boundaries is not None or labels or eos_id is not None
@@ -670,6 +699,7 @@ class StatefulDataLoader(_TorchdataLoader):
                 else:
                     opened = storage.at_snapshot(snapshot)
                 fresh = open_view(opened, sequence_length)
+                fresh = subset(fresh) if subset else fresh
                 return _marked(fresh, boundaries, labels, eos_id) if marks else fresh
 
             loader._reopen = reopen
@@ -1046,6 +1076,41 @@ def _refuse_guideloom_only(dataset: Any, takes_order: list[str], shuffle: Any, g
         f"batch_sampler=, generator= or in_order=False); {why}: leave them out "
         "(shuffle takes True or False there)"
     )
+
+
+def _subset_of(
+    skip: int | None, take: int | None, holdout: float | None, seed: int, held_out: bool
+) -> Callable[[Any], Any] | None:
+    """What `from_storage`'s ``skip``, ``take`` and ``holdout`` make of a view (None: all of it)."""
+    from guideloom.storage import subset
+
+    if holdout is None and held_out:
+        raise ValueError("held_out=True reads a holdout split's held-out part: give holdout=FRACTION too")
+    if skip is None and take is None and holdout is None:
+        return None
+    if holdout is not None:
+        subset.holdout(_NoView(), holdout, seed=seed)  # check the arguments before any read
+    for name, n in (("skip", skip), ("take", take)):
+        if n is not None:
+            subset._count(name, n)
+
+    def apply(view: Any) -> Any:
+        if holdout is not None:
+            view = subset.holdout(view, holdout, seed=seed)[1 if held_out else 0]
+        if skip:
+            view = subset.skip(view, skip)
+        if take is not None:
+            view = subset.take(view, take)
+        return view
+
+    return apply
+
+
+class _NoView:
+    """An empty stand-in view, for checking a subset's arguments before a dataset is read."""
+
+    def __len__(self) -> int:
+        return 0
 
 
 def _marked(view: Any, boundaries: str | None, labels: bool, eos_id: int | None) -> Any:
