@@ -142,3 +142,23 @@ def test_a_subset_with_record_boundaries_marks_the_base_windows_documents(tmp_pa
 def test_bad_subset_arguments_are_named_before_any_read(tmp_path, kwargs, needle):
     with pytest.raises(ValueError, match=needle.replace("(", r"\(")):
         StatefulDataLoader.from_storage(tmp_path / "nothing-here", sequence_length=L, **kwargs)
+
+
+def test_trace_of_a_subset_run_names_the_bytes_each_row_read(tmp_path):
+    import guideloom
+
+    storage = _write(tmp_path / "ds", 400)
+    kw = dict(sequence_length=L, batch_size=4, shuffle="full", seed=1)
+    run = StatefulDataLoader.from_storage(storage, skip=100, take=200, holdout=0.1, **kw)
+    it = iter(run)
+    delivered = [next(it)["tokens"] for _ in range(3)]
+    state = run.state_dict()
+    view = StreamDataset(storage, sequence_length=L).holdout(0.1)[0].skip(100).take(200)
+    rows = list(guideloom.trace(state, view, steps=range(3)))
+    assert len(rows) == 12
+    for row in rows:
+        want = delivered[row["step"]][row["row"]]
+        piece = row["pieces"][0]
+        lo, hi = piece["byte_range"]
+        data = (tmp_path / "ds" / piece["path"]).read_bytes()[lo:hi]
+        assert np.frombuffer(data, np.uint32).tolist() == want[: (hi - lo) // 4].tolist()
