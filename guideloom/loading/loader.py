@@ -662,11 +662,6 @@ class StatefulDataLoader(_TorchdataLoader):
             raise TypeError(f"from_storage takes a GuideLoom storage, got {type(storage).__name__}")
         marks = boundaries is not None or labels or eos_id is not None
         if marks:
-            if isinstance(storage, Mixture):
-                raise ValueError(
-                    "boundaries= and labels= are not supported on a Mixture yet; load each "
-                    "source with them, or mark documents in your training step"
-                )
             view = _marked(view, boundaries, labels, eos_id)
         if follow and (world_size or 1) > 1 and not (dist.is_available() and dist.is_initialized()):
             raise ValueError(
@@ -709,7 +704,8 @@ class StatefulDataLoader(_TorchdataLoader):
 
             def reopen_sources(snapshots: Sequence[str | None]) -> DatasetView:
                 """The mixture's view with each source at ``snapshots[i]`` (a saved state's)."""
-                return mixture.at_snapshots(snapshots).dataset(sequence_length, sources=bool(sources))
+                fresh = mixture.at_snapshots(snapshots).dataset(sequence_length, sources=bool(sources))
+                return _marked(fresh, boundaries, labels, eos_id) if marks else fresh
 
             loader._reopen_sources = reopen_sources
         return loader
@@ -1114,7 +1110,13 @@ class _NoView:
 
 
 def _marked(view: Any, boundaries: str | None, labels: bool, eos_id: int | None) -> Any:
-    """``view`` with document boundaries (and labels) marked (`from_storage`'s options)."""
-    from guideloom.loading.boundaries import BoundaryView
+    """``view`` with document boundaries (and labels) marked (`from_storage`'s options); a
+    mixture's view is marked in place (its ``marks``), so that it stays the loader's mixture."""
+    from guideloom.loading.boundaries import BoundaryView, MixtureMarks
+
+    if isinstance(view, MixtureDataset):
+        settings = ("records" if boundaries is None else boundaries, labels, eos_id)
+        view.marks = MixtureMarks(view.views, view.mixture.names, *settings)
+        return view
 
     return BoundaryView(view, "records" if boundaries is None else boundaries, labels=labels, eos_id=eos_id)
