@@ -476,10 +476,16 @@ def trace(
     as_json: bool = typer.Option(False, "--json", help="Print JSON Lines (every field) instead of a table."),
     first_step: int = typer.Option(0, "--first-step", help="The step number of epoch 0's first step."),
     decode: int = typer.Option(
-        0, "--decode", metavar="N", help="Also read each row and print its first N tokens decoded (0: read nothing)."
+        0,
+        "--decode",
+        metavar="N",
+        help="Also read each row and print its first N tokens decoded (0: read nothing).",
     ),
     tokenizer: str = typer.Option(
-        None, "--tokenizer", metavar="SPEC", help="--decode: the tokenizer (default: the ingestion's, from the manifest)."
+        None,
+        "--tokenizer",
+        metavar="SPEC",
+        help="--decode: the tokenizer (default: the ingestion's, from the manifest).",
     ),
 ) -> None:
     """Print, for every row of every step in --steps on every rank, the sample it read and
