@@ -617,6 +617,13 @@ def _prices_file(path: str) -> dict[str, dict[str, float]]:
             f"--prices {path}: expected {{provider: {{get_per_1000: DOLLARS, egress_per_gb: DOLLARS}}}}, "
             'for example {"s3": {"get_per_1000": 0.0004, "egress_per_gb": 0}}'
         )
+    for name, values in data.items():
+        bad = {k: x for k, x in values.items() if x < 0}
+        if bad:
+            raise ValueError(
+                f"--prices {path}: provider {name!r} has a negative price ({', '.join(f'{k}: {x}' for k, x in bad.items())}); "
+                "prices are dollars >= 0 (0 for what your provider does not charge)"
+            )
     return {str(k): {n: float(x) for n, x in v.items()} for k, v in data.items()}
 
 
@@ -649,6 +656,13 @@ def estimate(
         if shuffle not in modes:
             raise ValueError(f"--shuffle {shuffle!r}: one of off, block, full")
         own = _prices_file(prices) if prices else None
+        unknown = sorted(set(own or {}) - set(PRICES) - {provider})
+        if unknown:
+            raise ValueError(
+                f"--prices {prices} names provider {unknown[0]!r}, which is neither a known one "
+                f"({', '.join(sorted(PRICES))}) nor the --provider priced ({provider}); fix its "
+                f"name, or price it: --provider {unknown[0]}"
+            )
         storage = open_url(url, parse_options(option))
         result = plan(
             storage, sequence_length=sequence_length, batch_size=batch_size, shuffle=modes[shuffle],
