@@ -218,6 +218,22 @@ class _RecordStarts(ShardEncoder):
 
     def append_batch(self, shard: ShardBuffer, records: Any, lengths: Any, where: str, first: int) -> int:
         elements, lens = self._elements_of_batch(records, lengths, where, first)
+        self.add_elements(shard, elements, lens)
+        return len(lens)
+
+    def batch_elements(
+        self, records: Any, lengths: Any, where: str, first: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A batch checked and joined, nothing added yet: ``(elements, lengths)`` for
+        `add_elements` (the writer adds them in parts that fill its shards).
+
+        Raises:
+            RecordError: The format refuses a record, or the lengths are wrong.
+        """
+        return self._elements_of_batch(records, lengths, where, first)
+
+    def add_elements(self, shard: ShardBuffer, elements: np.ndarray, lens: np.ndarray) -> None:
+        """Add records of ``lens`` tokens, whose elements are ``elements`` joined, to ``shard``."""
         if self._starts:
             self._start_arrays.append(np.asarray(self._starts, dtype=np.int64))
             self._starts = []
@@ -228,7 +244,6 @@ class _RecordStarts(ShardEncoder):
         self._start_arrays.append(starts + shard.tokens)
         shard.add("data", elements.data.cast("B"))
         shard.tokens += len(elements)
-        return len(lens)
 
     def _finish_starts(self, shard: ShardBuffer) -> None:
         parts = [*self._start_arrays, np.asarray(self._starts, dtype=np.int64)]
