@@ -120,6 +120,8 @@ class Writer:
         self._on_complete = on_complete
         self._shards: list[ShardInfo] = []
         self._encoder = encoder_for(storage.layout, storage.format)
+        if hasattr(self._encoder, "size_hint"):  # a shard's buffer, sized once for a whole shard
+            self._encoder.size_hint = min(self.shard_size + (64 << 10), 256 << 20)
         self._buffer = self._encoder.new_shard()
         self._records = 0
         self._closed = False
