@@ -68,6 +68,10 @@ def write_rows(cfg: Config) -> list[Row]:
             b,
             "np.concatenate + tofile",
             target=0.9,
-            extra={"tokens": total, "shard_size": SHARD_SIZE, "per_document_tofile_tokens_per_s": each.median},
+            extra={
+                "tokens": total,
+                "shard_size": SHARD_SIZE,
+                "per_document_tofile_tokens_per_s": each.median,
+            },
         )
     ]
