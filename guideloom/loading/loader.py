@@ -629,11 +629,14 @@ class StatefulDataLoader(_TorchdataLoader):
         if kwargs.get("in_order", True) is not True:
             raise ValueError("in_order=False is not supported: it breaks exact resume")
         if follow and isinstance(storage, Mixture):
-            raise ValueError(
-                "follow=True is not supported on a Mixture: its sources' snapshots are not "
-                "followed; build the mixture again (on the sources' current snapshots) for a "
-                "new run, or follow one storage"
-            )
+            views = [n for n, item in zip(storage.names, storage.items) if not isinstance(item, Storage)]
+            if views:
+                raise ValueError(
+                    f"follow=True reopens a mixture's sources at their current snapshots, but "
+                    f"source {views[0]!r} was given as a view, which cannot be reopened: give the "
+                    "mixture that source's storage (a view's limits go in the source's third "
+                    "item: {'samples': N})"
+                )
         if follow and kwargs.get("persistent_workers"):
             raise ValueError(
                 "follow=True needs workers that start anew each epoch (they receive the new "
@@ -708,6 +711,7 @@ class StatefulDataLoader(_TorchdataLoader):
                 return _marked(fresh, boundaries, labels, eos_id) if marks else fresh
 
             loader._reopen_sources = reopen_sources
+            loader._follow = bool(follow)
         return loader
 
     # -- snapshots: resuming a pinned one, following the current one ----------------------------
@@ -734,7 +738,11 @@ class StatefulDataLoader(_TorchdataLoader):
         )
 
     def _follow_current(self) -> None:
-        """``follow=True`` at an epoch boundary: move to the storage's current snapshot."""
+        """``follow=True`` at an epoch boundary: move to the storage's current snapshot (a
+        mixture: each source's)."""
+        if self._follow and self._reopen_sources is not None:
+            self._follow_sources()
+            return
         if not self._follow or self._reopen is None:
             return
         if self.world_size == 1:
@@ -747,6 +755,21 @@ class StatefulDataLoader(_TorchdataLoader):
         dist.broadcast_object_list(picked, src=0)
         if picked[0] is not None and picked[0] != self._identity.snapshot:
             self._switch(self._reopen(picked[0]))
+
+    def _follow_sources(self) -> None:
+        """A mixture's ``follow=True``: rebuild it on its sources' current snapshots (rank 0
+        reads them and broadcasts the ids, so every rank reads the same ones)."""
+        assert self._mixture is not None and self._reopen_sources is not None
+        picked: list[Any] = [None]
+        if self.rank == 0 or self.world_size == 1:
+            for storage in self._mixture.mixture.storages:
+                storage.refresh()
+            picked = [[getattr(s.current_snapshot, "id", None) for s in self._mixture.mixture.storages]]
+        if self.world_size > 1:
+            dist.broadcast_object_list(picked, src=0)
+        current = self._identity.source_snapshots
+        if picked[0] is not None and tuple(picked[0]) != tuple(current or ()):
+            self._switch(self._reopen_sources(picked[0]))
 
     def _pin_saved_sources(self, snapshots: tuple[str | None, ...] | None) -> None:
         """A mixture's state: reopen each source at the snapshot the state was saved on, where
