@@ -43,6 +43,7 @@ ROWS = (
     "resume",
     "memory",
     "ingest",
+    "ingest-cluster",
     "ingest-kinds",
     "open",
     "write",
@@ -93,6 +94,7 @@ def run(
 ) -> dict[str, Any]:
     """Run ``rows``; returns the JSON payload (rows, failures, machine, config)."""
     from benchmarks import (
+        ingest_cluster,
         ingest_kinds,
         ingestion,
         local,
@@ -131,6 +133,7 @@ def run(
             "resume": lambda: resume.resume_rows(cfg),
             "memory": lambda: memory.memory_rows(cfg, s3_endpoint),
             "ingest": lambda: ingestion.ingest_rows(cfg),
+            "ingest-cluster": lambda: ingest_cluster.ingest_cluster_rows(cfg),
             "ingest-kinds": lambda: ingest_kinds.ingest_kind_rows(cfg),
             "open": lambda: opening.open_rows(cfg),
             "write": lambda: writing.write_rows(cfg),
