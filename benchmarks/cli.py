@@ -52,6 +52,7 @@ ROWS = (
     "snapshots",
     "boundaries",
     "throttle",
+    "trace",
 )
 S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle")
 
@@ -106,6 +107,7 @@ def run(
         scale,
         snapshots,
         throttling,
+        tracing,
         writing,
     )
     from benchmarks.s3env import running_endpoint
@@ -142,6 +144,7 @@ def run(
             "snapshots": lambda: snapshots.snapshot_rows(cfg),
             "boundaries": lambda: local.boundaries_rows(cfg),
             "throttle": lambda: throttling.throttle_rows(cfg, s3_endpoint),
+            "trace": lambda: tracing.trace_rows(cfg),
         }
         for name in ROWS:
             if name not in rows:
