@@ -39,6 +39,8 @@ ROWS = (
     "documents",
     "s3",
     "s3-threads",
+    "gs",
+    "az",
     "meta",
     "resume",
     "memory",
@@ -95,6 +97,7 @@ def run(
 ) -> dict[str, Any]:
     """Run ``rows``; returns the JSON payload (rows, failures, machine, config)."""
     from benchmarks import (
+        cloud,
         ingest_cluster,
         ingest_kinds,
         ingestion,
@@ -131,6 +134,8 @@ def run(
             "documents": lambda: local.documents_rows(cfg),
             "s3": lambda: remote.s3_rows(cfg, s3_endpoint),
             "s3-threads": lambda: remote.s3_thread_rows(cfg, s3_endpoint),
+            "gs": lambda: cloud.cloud_rows(cfg, "gcs"),
+            "az": lambda: cloud.cloud_rows(cfg, "azure"),
             "meta": lambda: local.meta_rows(cfg),
             "resume": lambda: resume.resume_rows(cfg),
             "memory": lambda: memory.memory_rows(cfg, s3_endpoint),

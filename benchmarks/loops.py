@@ -180,11 +180,15 @@ class RawS3Windows(Dataset):  # type: ignore[type-arg]
     def __len__(self) -> int:
         return self.n
 
+    protocol = "s3"  # the fsspec protocol of ``paths`` (the gs/az rows set "gs" or "az")
+
     def fs(self) -> Any:
         if self._fs is None or self._pid != os.getpid():
-            import s3fs
+            import fsspec
 
-            self._fs = s3fs.S3FileSystem(**{**self.storage_options, "skip_instance_cache": True})
+            self._fs = fsspec.filesystem(
+                self.protocol, **{**self.storage_options, "skip_instance_cache": True}
+            )
             self._pid = os.getpid()
         return self._fs
 
