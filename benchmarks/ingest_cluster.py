@@ -11,6 +11,7 @@ driver (``ray.init(address=...)``); the parts run on both nodes. The measurement
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -77,24 +78,50 @@ def two_node_cluster() -> Iterator[str]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def ingest_cluster_rows(cfg: Config, scale: int | None = None) -> list[Row]:
+def _measure(scale: int, repeats: int, quick: bool) -> dict[str, Any]:
+    """In a process of its own (this one may hold a Ray already): the cluster's runs."""
     import ray
 
     from benchmarks.ingest_bench import measure_ingest
 
-    scale = scale if scale is not None else max(1, round(cfg.ingest_tokens / 100_000))
     with two_node_cluster() as address:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
         try:
             nodes = len([n for n in ray.nodes() if n.get("Alive")])
-            if not cfg.quick:
+            if not quick:
                 measure_ingest(scale=scale)  # both nodes' workers import the tokenizer first
-            runs: list[dict[str, Any]] = [measure_ingest(scale=scale) for _ in range(max(1, cfg.repeats))]
+            runs = [measure_ingest(scale=scale) for _ in range(max(1, repeats))]
         finally:
             ray.shutdown()
+    return {"nodes": nodes, "runs": runs}
+
+
+def ingest_cluster_rows(cfg: Config, scale: int | None = None) -> list[Row]:
+    scale = scale if scale is not None else max(1, round(cfg.ingest_tokens / 100_000))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = str(ROOT)
+    argv = [
+        sys.executable,
+        "-m",
+        "benchmarks.ingest_cluster",
+        str(scale),
+        str(cfg.repeats),
+        str(int(cfg.quick)),
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"the two-node measurement failed (exit {done.returncode}):\n{done.stderr[-3000:]}"
+        )
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    runs = result["runs"]
     one = stats([r["ingest_1_workers_tokens_per_s"] for r in runs])
     two = stats([r["ingest_2_workers_tokens_per_s"] for r in runs])
-    extra = {"nodes": nodes, "tokens": runs[-1]["tokens"], "parts": runs[-1].get("ingest_2_workers_parts")}
+    extra = {
+        "nodes": result["nodes"],
+        "tokens": runs[-1]["tokens"],
+        "parts": runs[-1].get("ingest_2_workers_parts"),
+    }
     return [
         Row(
             "ingest-cluster",
@@ -107,3 +134,8 @@ def ingest_cluster_rows(cfg: Config, scale: int | None = None) -> list[Row]:
             extra=extra,
         )
     ]
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    print(json.dumps(_measure(int(sys.argv[1]), int(sys.argv[2]), bool(int(sys.argv[3])))))

@@ -134,3 +134,45 @@ def test_a_reader_without_list_gets_a_named_error(s3_endpoint, s3_bucket, s3_opt
     message = str(info.value)
     assert f"checking {url}/snapshots/log/" in message  # what was asked, of which object
     assert "may not list the bucket" in message and "allow s3:ListBucket" in message  # cause, fix
+
+
+def test_a_reader_cannot_commit_roll_back_or_ingest_and_is_told_so(
+    s3_endpoint, s3_bucket, s3_options, tmp_path, ray_local
+):
+    """The reader's policy refuses every change: a rollback (a commit of an older snapshot), an
+    expiry and an ingestion into the dataset each fail naming AccessDenied, the key and the policy,
+    and the owner's dataset stays as it was."""
+    from guideloom.errors import IngestError
+
+    url = f"s3://{s3_bucket}/ds"
+    owner = _dataset(url, s3_options)
+    first = StreamStorage(url, FMT, storage_options=s3_options).current_snapshot.id
+    with owner.writer(append=True) as w:
+        w.append({"tokens": np.arange(10, dtype=np.uint16)})
+    reader = _reader(s3_endpoint, s3_bucket, s3_options)
+    storage = StreamStorage(url, FMT, storage_options=reader)
+    for change in (lambda: storage.rollback(first), lambda: storage.expire(keep_last=1, grace=0)):
+        with pytest.raises((StorageAccessError, IngestError)) as info:
+            change()
+        message = str(info.value)
+        assert f"{url}/" in message and "AccessDenied" in message and "policy" in message, message
+
+    from guideloom.workers.ingest import run_ingest
+
+    text = tmp_path / "in.jsonl"
+    text.write_text("".join(f'{{"text": "line {i}"}}\n' for i in range(20)))
+    with pytest.raises((StorageAccessError, IngestError)) as info:
+        run_ingest(
+            {
+                "inputs": [str(text)],
+                "output": url,
+                "append": True,
+                "tokenizer": "bytes",
+                "storage_options": reader,
+                "progress": "none",
+            }
+        )
+    message = str(info.value)
+    assert "AccessDenied" in message and url in message, message
+    after = StreamStorage(url, FMT, storage_options=s3_options)
+    assert after.current_snapshot.id != first and after.manifest.total_records == 61
