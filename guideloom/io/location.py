@@ -41,7 +41,7 @@ import fsspec.asyn
 from fsspec.implementations.local import LocalFileSystem
 
 from guideloom.errors import CommitConflictError, UnknownProtocolError
-from guideloom.io import s3, stats, throttle
+from guideloom.io import s3, stats, stores, throttle
 from guideloom.io.failures import (
     DEADLINE_ENV,
     DEADLINE_OPTION,
@@ -378,6 +378,8 @@ class Location:
         with self._translated("reading", rel):
             if end is None and s3.is_s3(self.fs):  # checked against the answer's Content-Range
                 return bytes(self._call_async(s3.read_from, self.path(rel), start or 0))
+            if end is None and not start and stores.is_gcs(self.fs):  # and GCS's stored size
+                return bytes(self._call_async(stores.gcs_read_whole, self.path(rel)))
             # Keyword arguments: s3fs's second positional argument is a version id.
             data = self._call("cat_file", self.path(rel), start=start, end=end)
         return bytes(data)

@@ -11,15 +11,18 @@ also refuses a body shorter than its own header announces (`ShortBodyError`, ret
 
 from __future__ import annotations
 
+import base64
 import errno
+import hashlib
 import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from guideloom.io import s3
+from guideloom.io.failures import ShortBodyError
 from guideloom.io.s3 import check_body_length, content_range_total
 
-__all__ = ["azure_ranged_get", "gcs_ranged_get", "sized_ranged_get"]
+__all__ = ["azure_ranged_get", "gcs_ranged_get", "gcs_read_whole", "is_gcs", "sized_ranged_get"]
 
 RangedGet = Callable[[Any, str, int, int], Awaitable[tuple[bytes, int | None]]]
 
@@ -67,6 +70,41 @@ async def azure_ranged_get(fs: Any, path: str, start: int, end: int) -> tuple[by
     total = content_range_total(header)
     check_body_length(data, header, path, total)
     return bytes(data), total
+
+
+def is_gcs(fs: Any) -> bool:
+    """Whether ``fs`` is gcsfs's filesystem."""
+    return type(fs).__name__ == "GCSFileSystem"
+
+
+async def gcs_read_whole(fs: Any, path: str) -> bytes:
+    """A whole GCS object from one GET, checked against the size GCS says it stores
+    (``x-goog-stored-content-length``): a body cut short on its way, with a ``Content-Length``
+    that agrees, is a `ShortBodyError` (retried), never a truncated manifest or record."""
+    headers, data = await fs._call("GET", fs.url(path))
+    stored = _header(headers, "x-goog-stored-content-length")
+    encoded = _header(headers, "x-goog-stored-content-encoding") not in (None, "identity")
+    if encoded:
+        return bytes(data)  # decompressed on the way: neither the size nor the hash is the body's
+    if stored and stored.isdigit() and len(data) < int(stored):
+        raise ShortBodyError(f"{path}: the answer carried {len(data)} bytes of the {stored} GCS stores")
+    md5 = _goog_hash(headers, "md5")  # whole-object answers carry the object's hashes
+    if md5 is not None and base64.b64encode(hashlib.md5(data).digest()).decode() != md5:
+        raise ShortBodyError(
+            f"{path}: the answer's {len(data)} bytes do not match the md5 GCS sent with them "
+            "(X-Goog-Hash): cut short or damaged on their way"
+        )
+    return bytes(data)
+
+
+def _goog_hash(headers: Any, kind: str) -> str | None:
+    """The ``kind`` (md5, crc32c) value of an ``X-Goog-Hash`` header, base64, or None."""
+    value = _header(headers, "X-Goog-Hash")
+    for part in (value or "").split(","):
+        name, _, digest = part.strip().partition("=")
+        if name == kind and digest:
+            return digest
+    return None
 
 
 def _header(headers: Any, name: str) -> str | None:

@@ -133,7 +133,9 @@ def test_a_batch_costs_the_same_merged_requests_on_every_store(object_store, req
 
     root, options = object_store
     store = root.split("://", 1)[0]
-    endpoint = request.getfixturevalue({"s3": "s3_endpoint", "gs": "gcs_endpoint", "az": "azure_endpoint"}[store])
+    endpoint = request.getfixturevalue(
+        {"s3": "s3_endpoint", "gs": "gcs_endpoint", "az": "azure_endpoint"}[store]
+    )
     _write(f"{root}/ds", options)
     with CountingProxy(endpoint.url) as proxy:
         through = {**endpoint.storage_options(proxy.url), "skip_instance_cache": True}
@@ -147,3 +149,36 @@ def test_a_batch_costs_the_same_merged_requests_on_every_store(object_store, req
     assert batch["tokens"].shape == (24, WINDOW)
     assert len(gets) == 3, [(e.path, e.range) for e in gets]
     assert sum(e.bytes for e in gets) == 24 * WINDOW * 2
+
+
+@pytest.mark.parametrize("action", ["short", "truncate", "reset", "status"])
+def test_one_bad_answer_on_the_manifest_or_a_shard_is_retried_through_on_every_store(
+    object_store, request, action
+):
+    """The fault proxy in front of each store (item 4 of issue 23 on GCS and Azure too): one
+    short, truncated or reset body, or one 503, on the manifest's GET and on a shard's GET is
+    retried through, and the windows are exact."""
+    from faultproxy import Fault, FaultProxy
+
+    root, options = object_store
+    store = root.split("://", 1)[0]
+    endpoint = request.getfixturevalue(
+        {"s3": "s3_endpoint", "gs": "gcs_endpoint", "az": "azure_endpoint"}[store]
+    )
+    stored = _write(f"{root}/ds", options)
+    want = StreamDataset(stored, WINDOW).read_windows(range(WINDOWS))["tokens"]
+    shard = stored.manifest.shard_table.path(1, "data").rsplit("/", 1)[-1]
+    with FaultProxy(endpoint.url) as proxy:
+        through = {
+            **endpoint.storage_options(proxy.url),
+            "skip_instance_cache": True,
+            "guideloom_deadline_s": 20,
+        }
+        if store == "s3":
+            through = {**through, "key": options["key"], "secret": options["secret"]}
+        manifest_rule = proxy.add(Fault(action, r"manifest\.json", method="GET", status=503, times=1))
+        shard_rule = proxy.add(Fault(action, shard.replace(".", r"\."), method="GET", status=503, times=1))
+        ds = StreamDataset(StreamStorage(f"{root}/ds", FORMAT, storage_options=through), WINDOW)
+        got = ds.read_windows(range(WINDOWS))["tokens"]
+    assert manifest_rule.fired == 1 and shard_rule.fired == 1, (manifest_rule.fired, shard_rule.fired)
+    np.testing.assert_array_equal(got, want)
