@@ -466,6 +466,8 @@ class StatefulDataLoader(_TorchdataLoader):
         read_ahead: int | None = None,
         read_ahead_bytes: int | None = None,
         storage_options: dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_bytes: int | None = None,
         **kwargs: Any,
     ) -> StatefulDataLoader:
         """A loader over ``storage`` wrapped in its matching view.
@@ -560,6 +562,11 @@ class StatefulDataLoader(_TorchdataLoader):
                 4 MiB).
             storage_options: fsspec options for a `storage` given as a URL (refused with a
                 storage object, which has its own).
+            cache_dir: For a `storage` given as a URL: a local folder for the opt-in block
+                cache (see the storage classes' `cache_dir`; a storage object takes it when it
+                is opened). Default: no cache.
+            cache_bytes: For a `storage` given as a URL, with `cache_dir`: the cache's bound in
+                bytes (default the smaller of 16 GiB and half the free space of `cache_dir`).
             **kwargs: torchdata's own options
                 (`prefetch_factor` in batches per worker, `persistent_workers`,
                 `multiprocessing_context`, `timeout` in seconds, `worker_init_fn`, ...).
@@ -584,12 +591,20 @@ class StatefulDataLoader(_TorchdataLoader):
                 storage (not a `Mixture`); or another setting out
                 of range (see the class).
         """
+        cache = {"cache_dir": cache_dir, "cache_bytes": cache_bytes}
+        cache = {name: value for name, value in cache.items() if value is not None}
         if isinstance(storage, (str, os.PathLike)):
-            storage = open_url(storage, storage_options)
+            storage = open_url(storage, storage_options, **cache)
         elif storage_options is not None:
             raise TypeError(
                 "storage_options= is for a storage given as a URL; a storage object was opened "
                 "with its own: pass the URL instead, or leave storage_options out"
+            )
+        elif cache:
+            raise TypeError(
+                f"{'= and '.join(cache)}= are for a storage given as a URL; a storage object "
+                "has its cache from when it was opened: open it with them "
+                "(StreamStorage(url, format, cache_dir=...)) or pass the URL instead"
             )
         given = {
             "shuffle_block_size": shuffle_block_size,
