@@ -124,7 +124,7 @@ def block_cache(cache_dir: str | os.PathLike[str] | None, cache_bytes: int | Non
     if cache_bytes is None:
         free = shutil.disk_usage(directory).free
         cache_bytes = min(DEFAULT_CACHE_BYTES, free // 2)
-    return BlockCache(directory, cache_bytes)
+    return BlockCache(directory, cache_bytes, DEFAULT_BLOCK_BYTES)
 
 
 class BlockCache:
@@ -179,12 +179,14 @@ class BlockCache:
         try:
             st = os.fstat(fd)
             if st.st_size != _HEADER.size + length:
-                return self._reject(path)
+                self._reject(path)
+                return None
             mark = (st.st_ino, st.st_size, st.st_mtime_ns)
             if self._verified.get(path) != mark:
                 whole = os.pread(fd, _HEADER.size + length, 0)
                 if not _valid(whole, length, digest):
-                    return self._reject(path)
+                    self._reject(path)
+                    return None
                 if len(self._verified) >= _VERIFIED_MAX:
                     self._verified.clear()
                 self._verified[path] = mark
@@ -192,7 +194,8 @@ class BlockCache:
             else:
                 data = os.pread(fd, b - a, _HEADER.size + a)
                 if len(data) != b - a:
-                    return self._reject(path)
+                    self._reject(path)
+                    return None
             try:  # least recently used: a hit sets the access time (the eviction order)
                 os.utime(fd, ns=(time.time_ns(), st.st_mtime_ns))
             except OSError:

@@ -602,7 +602,7 @@ class StatefulDataLoader(_TorchdataLoader):
             )
         elif cache:
             raise TypeError(
-                f"{'= and '.join(cache)}= are for a storage given as a URL; a storage object "
+                "cache_dir= and cache_bytes= are for a storage given as a URL; a storage object "
                 "has its cache from when it was opened: open it with them "
                 "(StreamStorage(url, format, cache_dir=...)) or pass the URL instead"
             )
