@@ -51,8 +51,9 @@ ROWS = (
     "snapshots",
     "boundaries",
     "throttle",
+    "cache",
 )
-S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle")
+S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle", "cache")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -93,6 +94,7 @@ def run(
 ) -> dict[str, Any]:
     """Run ``rows``; returns the JSON payload (rows, failures, machine, config)."""
     from benchmarks import (
+        caching,
         ingest_kinds,
         ingestion,
         local,
@@ -139,6 +141,7 @@ def run(
             "snapshots": lambda: snapshots.snapshot_rows(cfg),
             "boundaries": lambda: local.boundaries_rows(cfg),
             "throttle": lambda: throttling.throttle_rows(cfg, s3_endpoint),
+            "cache": lambda: caching.cache_rows(cfg, s3_endpoint),
         }
         for name in ROWS:
             if name not in rows:
