@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import operator
 import os
 import shutil
 import struct
@@ -100,6 +101,11 @@ def block_cache(cache_dir: str | os.PathLike[str] | None, cache_bytes: int | Non
             )
         return None
     directory = os.path.abspath(os.fspath(cache_dir))
+    if cache_bytes is not None and not isinstance(cache_bytes, bool):
+        try:
+            cache_bytes = operator.index(cache_bytes)  # an int, or a NumPy integer
+        except TypeError:
+            pass
     if cache_bytes is not None and (
         isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0
     ):

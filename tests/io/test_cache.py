@@ -21,7 +21,14 @@ import pytest
 import xxhash
 
 import guideloom.io.cache as cache_module
-from guideloom import StatefulDataLoader, StreamDataset, StreamNumpyFormat, StreamStorage
+from guideloom import (
+    DocumentJsonFormat,
+    DocumentStorage,
+    StatefulDataLoader,
+    StreamDataset,
+    StreamNumpyFormat,
+    StreamStorage,
+)
 from guideloom.io.shards import LocalShardReader, RemoteShardReader
 from guideloom.io.stats import subtract_stats
 
@@ -134,6 +141,42 @@ def test_local_second_epoch_is_served_from_the_cache(tmp_path, small_blocks, wor
     assert _cache_entry(second)["cache_misses"] == 0 and _cache_entry(second)["cache_hits"] > 0
     data = sum(os.path.getsize(p) for p in (tmp_path / "ds").rglob("*.data"))
     assert len(_blocks(tmp_path / "cache")) >= data // BLOCK  # files of several blocks were split
+
+
+@pytest.mark.s3
+def test_s3_documents_and_their_index_pages_come_from_the_cache(s3_bucket, s3_options, counting_s3, tmp_path):
+    """Documents read their offsets through index pages: those are cached blocks too."""
+    url = f"s3://{s3_bucket}/docs"
+    with DocumentStorage(url, DocumentJsonFormat(), storage_options=s3_options).writer(
+        shard_size=40_000
+    ) as w:
+        for i in range(600):
+            w.append({"id": i, "text": "x" * (i % 97)})
+
+    def epoch(loader: StatefulDataLoader) -> tuple[list[Any], dict[str, Any]]:
+        before = loader.io_stats()
+        return [list(b) for b in loader], subtract_stats(loader.io_stats(), before)
+
+    def loader(**cache: Any) -> StatefulDataLoader:
+        storage = DocumentStorage(
+            url, DocumentJsonFormat(), storage_options=counting_s3.storage_options, **cache
+        )
+        return StatefulDataLoader.from_storage(
+            storage, batch_size=16, shuffle=True, seed=5, collate_fn=list, num_workers=2
+        )
+
+    plain = loader()
+    want = [epoch(plain)[0] for _ in range(2)]
+    cached = loader(cache_dir=tmp_path / "cache")
+    assert epoch(cached)[0] == want[0]
+    counting_s3.reset()
+    got, counts = epoch(cached)
+    assert got == want[1] and len(got) > 10
+    assert counting_s3.requests["GET"] == 0 and _gets(counts) == 0
+    assert _cache_entry(counts)["cache_hits"] > 0
+    shards = len(DocumentStorage(url, DocumentJsonFormat(), storage_options=s3_options).manifest.shards)
+    files = {p.name.rsplit("-", 1)[0] for p in _blocks(tmp_path / "cache")}
+    assert len(files) == 2 * shards  # each shard's data and its offsets index
 
 
 @pytest.mark.s3
