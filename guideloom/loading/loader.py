@@ -867,7 +867,9 @@ class StatefulDataLoader(_TorchdataLoader):
         Counted: this process's requests since the loader was made (thread workers and
         ``num_workers=0`` read here; so does anything else this process reads meanwhile), plus
         what each worker process reports with its batches. Local disk sends no requests and is
-        not counted. Not part of the state: a resumed loader counts from zero."""
+        not counted. A storage opened with ``cache_dir=`` adds an entry ``"cache <dir>"`` with no
+        requests and the cache's counters (``cache_hits``, ``cache_misses``, ``cache_bytes_read``,
+        ...; `guideloom.io.cache`). Not part of the state: a resumed loader counts from zero."""
         if not self._guideloom:
             raise TypeError(
                 "io_stats() counts the reads of a GuideLoom dataset view; this loader reads another dataset"

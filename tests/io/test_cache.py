@@ -24,6 +24,7 @@ import guideloom.io.cache as cache_module
 from guideloom import (
     DocumentJsonFormat,
     DocumentStorage,
+    Mixture,
     StatefulDataLoader,
     StreamDataset,
     StreamNumpyFormat,
@@ -202,6 +203,26 @@ def test_s3_resume_mid_epoch_with_the_cache(s3_bucket, s3_options, counting_s3, 
     assert _same(head + rest, want[1])
     assert counting_s3.requests["GET"] == 0 and _gets(counts) == 0
     assert _cache_entry(counts)["cache_misses"] == 0
+
+
+def test_a_mixture_of_cached_sources_shares_one_cache_dir(tmp_path, small_blocks):
+    for name in ("a", "b"):
+        _write(str(tmp_path / name))
+
+    def mixture(**cache: Any) -> StatefulDataLoader:
+        sources = {n: (StreamStorage(str(tmp_path / n), FMT, **cache), w) for n, w in (("a", 2), ("b", 1))}
+        return StatefulDataLoader.from_storage(
+            Mixture(sources), sequence_length=WINDOW, batch_size=8, shuffle=True, seed=1, num_workers=2
+        )
+
+    plain = mixture()
+    want = [_epoch(plain)[0] for _ in range(2)]
+    cached = mixture(cache_dir=tmp_path / "cache")
+    got1, _ = _epoch(cached)
+    got2, second = _epoch(cached)
+    assert _same(got1, want[0]) and _same(got2, want[1])
+    entry = _cache_entry(second)
+    assert entry["cache_misses"] == 0 and entry["cache_hits"] > 0
 
 
 # -- bounded, least recently used -----------------------------------------------------------------
