@@ -19,8 +19,8 @@ reservation would pass the bound.
 
 Never wrong bytes:
 
-* Each block is written to a temporary file and renamed into place, so its name never shows a
-  half-written block; a writer that crashes leaves a temporary file that the next eviction
+* Each block is written to a temporary file and renamed into place (the rename under the lock,
+  so a count of the files taken under it is exact), so its name never shows a half-written block; a writer that crashes leaves a temporary file that the next eviction
   removes (it counts against the bound until then).
 * A block file starts with a header: a magic number, the payload's length and its 64-bit
   xxh3 digest. Before a process first uses a block it checks the file's size against the size
@@ -255,7 +255,8 @@ class BlockCache:
             finally:
                 os.close(fd)
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            os.replace(tmp, path)
+            with self._locked():  # under the lock, so that a count of the files is exact
+                os.replace(tmp, path)
             tmp = None
         except OSError:
             stats.record_cache(self.store, cache_write_errors=1)
@@ -302,7 +303,10 @@ class BlockCache:
         now = time.time()
         tmp_dir = os.path.join(self.root, "tmp")
         for entry in _scan(tmp_dir):
-            st = entry.stat(follow_symlinks=False)
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:  # renamed into place meanwhile: listed below with the blocks
+                continue
             if now - st.st_mtime > _STALE_TEMP_S:
                 try:
                     os.unlink(entry.path)
@@ -314,7 +318,10 @@ class BlockCache:
             if not sub.is_dir(follow_symlinks=False) or sub.name == "tmp":
                 continue
             for entry in _scan(sub.path):
-                st = entry.stat(follow_symlinks=False)
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
                 blocks.append((st.st_atime_ns, st.st_size, entry.path))
                 used += st.st_size
         target = int(self.capacity * _LOW_WATER) - incoming - _LOCK_BYTES

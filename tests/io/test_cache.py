@@ -95,7 +95,15 @@ def _blocks(cache_dir: Path) -> list[Path]:
 
 
 def _dir_bytes(cache_dir: Path) -> int:
-    return sum(p.stat().st_size for p in _files(cache_dir))
+    """Bytes of the files under ``cache_dir`` (a file removed while this looks is left out)."""
+    total = 0
+    for base, _, names in os.walk(cache_dir):
+        for name in names:
+            try:
+                total += os.stat(os.path.join(base, name)).st_size
+            except FileNotFoundError:
+                pass
+    return total
 
 
 # -- a second epoch from the cache --------------------------------------------------------------
@@ -243,6 +251,27 @@ def test_eviction_keeps_the_directory_under_cache_bytes(tmp_path, small_blocks):
     counts = cached.io_stats()[f"cache {tmp_path / 'cache'}"]
     assert counts["cache_evictions"] > 0 and counts["cache_bytes_written"] > bound
     assert bound * 0.5 < _dir_bytes(tmp_path / "cache") <= bound
+
+
+def test_processes_evicting_at_once_stay_under_cache_bytes(tmp_path, small_blocks):
+    url = str(tmp_path / "ds")
+    _write(url, records=600)
+    bound = 5 * BLOCK
+    want = _epoch(_loader(url))[0]
+    cache_dir = tmp_path / "cache"
+    a = _loader(url, cache_dir=cache_dir, cache_bytes=bound, num_workers=2)
+    b = _loader(url, cache_dir=cache_dir, cache_bytes=bound, num_workers=2)
+    got_a, got_b, seen = [], [], []
+    looker = cache_module.BlockCache(str(cache_dir), bound, BLOCK)
+    for x, y in zip(a, b):  # four processes reserve, write and evict in one directory
+        got_a.append(x["tokens"].numpy().copy())
+        got_b.append(y["tokens"].numpy().copy())
+        with looker._locked():  # blocks take their names and leave under the lock
+            seen.append(_dir_bytes(cache_dir))
+    assert _same(got_a, want) and _same(got_b, want)
+    assert max(seen) <= bound and min(seen[len(seen) // 2 :]) > 0
+    evicted = sum(e.get("cache_evictions", 0) for e in (a.io_stats(), b.io_stats()) for e in e.values())
+    assert evicted > 0
 
 
 def test_the_least_recently_used_blocks_go_first(tmp_path):
