@@ -5,8 +5,9 @@
 #   make demo    python -m guideloom.demo
 #   make bench   python -m benchmarks
 #   make bench-peers  python -m benchmarks.peers: LitData and Guide Labs' GuideLoom 1.1 on the same
-#                corpus (optional, not in CI; builds their venvs once under $GUIDELOOM_PEERS_ENV,
-#                default ~/.cache/guideloom-peers; PEERS_ARGS passes options)
+#                corpus, then python -m benchmarks.ingest_peers: guideloom ingest beside datatrove's
+#                tokenization (optional, not in CI; builds their venvs once under $GUIDELOOM_PEERS_ENV,
+#                default ~/.cache/guideloom-peers; PEERS_ARGS passes options to the first)
 #   make docs    mkdocs build --strict
 #   make lint    ruff + mypy on guideloom
 #
@@ -100,6 +101,7 @@ bench: venv
 
 bench-peers: venv
 	$(PY) -m benchmarks.peers $(PEERS_ARGS)
+	$(PY) -m benchmarks.ingest_peers
 
 docs: venv
 	# Material 9.7+ prints a notice about MkDocs 2.0 on every build; the variable silences it.

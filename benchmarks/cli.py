@@ -43,6 +43,7 @@ ROWS = (
     "resume",
     "memory",
     "ingest",
+    "ingest-cluster",
     "ingest-kinds",
     "open",
     "write",
@@ -52,6 +53,7 @@ ROWS = (
     "boundaries",
     "throttle",
     "cache",
+    "trace",
 )
 S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle", "cache")
 
@@ -95,6 +97,7 @@ def run(
     """Run ``rows``; returns the JSON payload (rows, failures, machine, config)."""
     from benchmarks import (
         caching,
+        ingest_cluster,
         ingest_kinds,
         ingestion,
         local,
@@ -106,6 +109,7 @@ def run(
         scale,
         snapshots,
         throttling,
+        tracing,
         writing,
     )
     from benchmarks.s3env import running_endpoint
@@ -133,6 +137,7 @@ def run(
             "resume": lambda: resume.resume_rows(cfg),
             "memory": lambda: memory.memory_rows(cfg, s3_endpoint),
             "ingest": lambda: ingestion.ingest_rows(cfg),
+            "ingest-cluster": lambda: ingest_cluster.ingest_cluster_rows(cfg),
             "ingest-kinds": lambda: ingest_kinds.ingest_kind_rows(cfg),
             "open": lambda: opening.open_rows(cfg),
             "write": lambda: writing.write_rows(cfg),
@@ -142,6 +147,7 @@ def run(
             "boundaries": lambda: local.boundaries_rows(cfg),
             "throttle": lambda: throttling.throttle_rows(cfg, s3_endpoint),
             "cache": lambda: caching.cache_rows(cfg, s3_endpoint),
+            "trace": lambda: tracing.trace_rows(cfg),
         }
         for name in ROWS:
             if name not in rows:

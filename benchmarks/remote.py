@@ -115,7 +115,7 @@ def _theirs(
     )
 
 
-def _counted_pass(loader: Any, proxy: CountingProxy) -> dict[str, float]:
+def _counted_pass(loader: Any, proxy: CountingProxy) -> dict[str, Any]:
     """Requests and bytes of one pass at the proxy; ``gets_per_block`` counts GETs per
     ``BLOCK_SIZE`` windows delivered (one whole-block request each would be 1)."""
     proxy.reset()
@@ -125,7 +125,14 @@ def _counted_pass(loader: Any, proxy: CountingProxy) -> dict[str, float]:
         tokens += count_tokens(batch)
         windows += len(batch["tokens"] if isinstance(batch, dict) else batch)
     gets = [e for e in proxy.log if e.method == "GET"]
+    counted: dict[str, int] = {}  # what the loader's own io_stats says it sent (ours only)
+    for entry in (loader.io_stats() if hasattr(loader, "io_stats") else {}).values():
+        for kind, n in entry["requests"].items():
+            counted[kind] = counted.get(kind, 0) + n
+        counted["bytes_read"] = counted.get("bytes_read", 0) + entry["bytes_read"]
     return {
+        "io_stats": counted,
+        "gets": len(gets),
         "amplification": proxy.bytes_out / (tokens * 2),
         "gets_per_window": len(gets) / windows,
         "gets_per_block": len(gets) / (windows / BLOCK_SIZE),
@@ -188,6 +195,8 @@ def s3_rows(cfg: Config, endpoint: Any = None) -> list[Row]:
                 "gets_per_block": ours_counts["gets_per_block"],
                 "baseline_gets_per_window": theirs_counts["gets_per_window"],
                 "max_get_bytes": ours_counts["max_get_bytes"],
+                "io_stats_requests": ours_counts["io_stats"],  # the loader's count, beside the proxy's
+                "proxy_gets": ours_counts["gets"],
                 "shard_bytes": shard_bytes,
                 "tokens": storage.manifest.total_tokens,
                 "server": ep.backend,

@@ -475,10 +475,23 @@ def trace(
     option: list[str] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help=OPTION_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON Lines (every field) instead of a table."),
     first_step: int = typer.Option(0, "--first-step", help="The step number of epoch 0's first step."),
+    decode: int = typer.Option(
+        0,
+        "--decode",
+        metavar="N",
+        help="Also read each row and print its first N tokens decoded (0: read nothing).",
+    ),
+    tokenizer: str = typer.Option(
+        None,
+        "--tokenizer",
+        metavar="SPEC",
+        help="--decode: the tokenizer (default: the ingestion's, from the manifest).",
+    ),
 ) -> None:
     """Print, for every row of every step in --steps on every rank, the sample it read and
     where its bytes are (shard and byte range), from the state and the manifests alone: no data
-    is read and the loader is not replayed (see "Debugging a loss spike" in docs/training.md)."""
+    is read and the loader is not replayed (see "Debugging a loss spike" in docs/training.md).
+    With --decode N each row's sample is read and its first N tokens are printed as text."""
     import json as _json
 
     from guideloom.loading.mixture import Mixture
@@ -498,23 +511,86 @@ def trace(
                     raise ValueError(f"{arg!r} is not URL=WEIGHT (a mixture names each source's weight)")
                 weighted.append((open_url(url, options), float(raw)))
             data = Mixture(weighted)
+        if decode < 0:
+            raise ValueError(f"--decode takes a number of tokens >= 0, got {decode}")
         rows = trace_rows(state, data, _step_range(steps), first_step=first_step)
+        if decode:
+            rows = _decoded(rows, data, state, decode, tokenizer, options)
         if as_json:
             for row in rows:
                 typer.echo(_json.dumps(row))
             return
-        typer.echo(f"{'step':>8} {'rank':>4} {'row':>4}  {'sample':>9}  shard  bytes  source")
+        text_head = "  text" if decode else ""
+        typer.echo(f"{'step':>8} {'rank':>4} {'row':>4}  {'sample':>9}  shard  bytes  source{text_head}")
         for row in rows:
             rng = row["byte_range"]
             where = f"{rng[0]}-{rng[1]}" if rng else f"record {row.get('record_in_shard')}"
             more = f" (+{len(row['pieces']) - 1} shards)" if len(row.get("pieces") or []) > 1 else ""
+            text = f"  {row['text']!r}" if decode else ""
             typer.echo(
                 f"{row['step']:>8} {row['rank']:>4} {row['row']:>4}  {row['sample_index']:>9}  "
-                f"{row['shard']}  {where}{more}  {row['source']}"
+                f"{row['shard']}  {where}{more}  {row['source']}{text}"
             )
     except (GuideLoomError, ValueError, OSError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
+
+
+def _decoded(
+    rows: Any, data: Any, state: dict[str, Any], n: int, spec: str | None, options: dict[str, Any]
+) -> Any:
+    """``trace --decode N``: each row with ``tokens`` (its first ``n`` ids) and ``text`` (them
+    decoded), read through the views the loader read (one read per row)."""
+    from guideloom.loading.mixture import Mixture
+    from guideloom.loading.state import LoaderState
+    from guideloom.storage.openview import open_view
+
+    length = LoaderState.from_dict(state).identity.sequence_length
+    views: dict[Any, Any]
+    storages: dict[Any, Any]
+    if isinstance(data, Mixture):
+        mixed = data.dataset(length)
+        views = dict(zip(data.names, mixed.views))
+        storages = dict(zip(data.names, data.storages))
+    else:
+        views = {None: open_view(data, length)}
+        storages = {None: data}
+    decoders: dict[Any, Any] = {}
+    for row in rows:
+        key = row["source"] if isinstance(data, Mixture) else None
+        if key not in decoders:
+            decoders[key] = _decoder(storages[key], spec, options)
+        sample = views[key][row["sample_index"]]
+        ids = sample.get("tokens") if isinstance(sample, dict) else None
+        if ids is None:
+            raise ValueError(
+                f"--decode: the samples of {storages[key].url} hold no 'tokens' field to decode; "
+                "leave out --decode"
+            )
+        first = [int(t) for t in list(ids)[:n]]
+        yield {**row, "tokens": first, "text": decoders[key].decode(first)}
+
+
+def _decoder(storage: Any, spec: str | None, options: dict[str, Any]) -> Any:
+    """The tokenizer that decodes ``storage``'s tokens: ``spec``, else the ingestion's."""
+    from guideloom.workers.tokenizer import load_tokenizer
+
+    if spec is None:
+        meta = (storage.manifest.metadata or {}).get(_INGEST) or {}
+        spec = (meta.get("tokenizer") or {}).get("spec") if isinstance(meta, dict) else None
+        if not spec:
+            raise ValueError(
+                f"--decode: {storage.url} records no ingestion tokenizer (it was not written by "
+                "guideloom ingest); name the one that made its tokens: --tokenizer SPEC (e.g. "
+                "bytes, hf:PATH, tiktoken:NAME)"
+            )
+    try:
+        return load_tokenizer(spec, storage_options=options)
+    except GuideLoomError as err:
+        raise ValueError(
+            f"--decode: the tokenizer {spec} of {storage.url} cannot be loaded here ({err}); "
+            "name one that can: --tokenizer SPEC"
+        ) from None
 
 
 def _prices_file(path: str) -> dict[str, dict[str, float]]:
@@ -541,6 +617,13 @@ def _prices_file(path: str) -> dict[str, dict[str, float]]:
             f"--prices {path}: expected {{provider: {{get_per_1000: DOLLARS, egress_per_gb: DOLLARS}}}}, "
             'for example {"s3": {"get_per_1000": 0.0004, "egress_per_gb": 0}}'
         )
+    for name, values in data.items():
+        bad = {k: x for k, x in values.items() if x < 0}
+        if bad:
+            raise ValueError(
+                f"--prices {path}: provider {name!r} has a negative price ({', '.join(f'{k}: {x}' for k, x in bad.items())}); "
+                "prices are dollars >= 0 (0 for what your provider does not charge)"
+            )
     return {str(k): {n: float(x) for n, x in v.items()} for k, v in data.items()}
 
 
@@ -573,6 +656,13 @@ def estimate(
         if shuffle not in modes:
             raise ValueError(f"--shuffle {shuffle!r}: one of off, block, full")
         own = _prices_file(prices) if prices else None
+        unknown = sorted(set(own or {}) - set(PRICES) - {provider})
+        if unknown:
+            raise ValueError(
+                f"--prices {prices} names provider {unknown[0]!r}, which is neither a known one "
+                f"({', '.join(sorted(PRICES))}) nor the --provider priced ({provider}); fix its "
+                f"name, or price it: --provider {unknown[0]}"
+            )
         storage = open_url(url, parse_options(option))
         result = plan(
             storage, sequence_length=sequence_length, batch_size=batch_size, shuffle=modes[shuffle],

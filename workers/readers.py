@@ -218,7 +218,8 @@ class JsonlReader(LineReader):
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as err:
-            detail = f"malformed JSON: {err.msg} at column {err.colno}"
+            # Python's message may end in "at" already ("Invalid control character at")
+            detail = f"malformed JSON: {err.msg.removesuffix(' at')} at column {err.colno}"
             return BadRecord("malformed_json", detail, line=line, offset=offset)
         if not isinstance(obj, dict):
             detail = f"a JSON {type(obj).__name__}, not an object"

@@ -62,6 +62,8 @@ class StreamNumpyFormat(Format):
             parsed.append((name, dtype.newbyteorder("<") if dtype.itemsize > 1 else dtype))
         self.fields: dict[str, np.dtype] = dict(parsed)
         self.dtype = np.dtype(parsed)  # packed structured dtype: one element per token
+        # one field: a record {name: 1-D array of exactly its dtype} is copied as it is
+        self._single = parsed[0] if len(parsed) == 1 else None
 
     @property
     def itemsize(self) -> int:
@@ -114,6 +116,11 @@ class StreamNumpyFormat(Format):
             RecordError: Missing or unknown fields, fields of different lengths, an array that
                 is not 1-D, or a value that does not fit its dtype (named with the field).
         """
+        single = self._single
+        if single is not None and type(record) is dict and len(record) == 1:
+            arr = record.get(single[0])  # the common case, e.g. {"tokens": uint16 array}
+            if type(arr) is np.ndarray and arr.ndim == 1 and arr.dtype == single[1]:
+                return arr.copy().view(self.dtype)  # a copy: the caller may reuse its array
         if not isinstance(record, Mapping):
             raise RecordError(
                 f"{where}: a stream record is a dict of 1-D arrays with fields "

@@ -194,7 +194,7 @@ class Location:
             except ImportError as err:
                 raise UnknownProtocolError(
                     f"{self.display_url}: the package for this protocol is not installed ({err}); "
-                    "for s3:// install guideloom[s3] (s3fs)"
+                    f"{_install_hint(self.url)}"
                 ) from err
             except ValueError as err:
                 if "Protocol not known" in str(err):
@@ -802,3 +802,18 @@ def _temp_beside(path: str) -> str:
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
     return os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+
+
+_EXTRAS = {"s3": ("s3", "s3fs"), "s3a": ("s3", "s3fs"), "gs": ("gcs", "gcsfs"), "gcs": ("gcs", "gcsfs"),
+           "az": ("azure", "adlfs"), "abfs": ("azure", "adlfs"), "abfss": ("azure", "adlfs")}  # fmt: skip
+
+
+def _install_hint(url: str) -> str:
+    """What to install for ``url``'s protocol (the extra that brings its fsspec backend)."""
+    protocol = url.partition("://")[0] if "://" in url else ""
+    extra = _EXTRAS.get(protocol)
+    if extra is None:
+        return "install the fsspec backend for this protocol (see fsspec's list of implementations)"
+    return (
+        f"for {protocol}:// install guideloom[{extra[0]}] ({extra[1]}): pip install 'guideloom[{extra[0]}]'"
+    )

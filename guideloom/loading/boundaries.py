@@ -25,7 +25,7 @@ Where documents start is one of:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,7 +33,15 @@ import torch
 
 from guideloom.types import DatasetView, Layout
 
-__all__ = ["IGNORE_INDEX", "BoundaryView", "boundary_arrays", "cu_seqlens_of", "with_cu_seqlens"]
+__all__ = [
+    "IGNORE_INDEX",
+    "BoundaryView",
+    "MixtureMarks",
+    "boundary_arrays",
+    "cu_seqlens_of",
+    "flat_starts",
+    "with_cu_seqlens",
+]
 
 IGNORE_INDEX = -100
 """The label of a token no loss is taken on (what ``torch.nn.functional.cross_entropy`` ignores)."""
@@ -182,22 +190,74 @@ class BoundaryView:
     def _read_with_starts(self, indexes: Sequence[int]) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """The windows and the flat positions (over ``rows * L``) where documents start."""
         windows: dict[str, np.ndarray] = self.view.read_batch(indexes)
-        tokens = windows["tokens"]
-        rows, length = tokens.shape
-        if self.boundaries == "records":
-            positions, counts = self.view.record_starts_batch(indexes)
-            starts = positions + np.repeat(np.arange(rows, dtype=np.int64) * length, counts)
-        else:
-            if self.boundaries == "eos":
-                after = np.flatnonzero(tokens[:, :-1] == self.eos_id)
-            else:
-                values = windows[self.boundaries]
-                after = np.flatnonzero(values[:, 1:] != values[:, :-1])
-            # (rows, L - 1) coordinates of the token before a start -> flat start positions
-            starts = after + after // (length - 1) + 1 if length > 1 else after
-        return windows, starts
+        return windows, flat_starts(
+            windows, self.boundaries, self.eos_id, self.view.record_starts_batch, indexes
+        )
 
     def _marked(self, windows: dict[str, np.ndarray], starts: np.ndarray) -> dict[str, np.ndarray]:
+        mask = windows.get(self._mask_field) if self._mask_field else None
+        windows.update(boundary_arrays(windows["tokens"], starts, mask, self.labels))
+        return windows
+
+
+def flat_starts(
+    windows: dict[str, np.ndarray],
+    boundaries: str,
+    eos_id: int | None,
+    record_starts: Callable[[Any], tuple[np.ndarray, np.ndarray]],
+    indexes: Any,
+) -> np.ndarray:
+    """The flat positions (over ``rows * L``) where documents start in ``windows`` (read for
+    ``indexes``): from ``record_starts(indexes)`` for ``"records"``, else from the tokens."""
+    tokens = windows["tokens"]
+    rows, length = tokens.shape
+    if boundaries == "records":
+        positions, counts = record_starts(indexes)
+        return positions + np.repeat(np.arange(rows, dtype=np.int64) * length, counts)  # type: ignore[no-any-return]
+    if boundaries == "eos":
+        after = np.flatnonzero(tokens[:, :-1] == eos_id)
+    else:
+        values = windows[boundaries]
+        after = np.flatnonzero(values[:, 1:] != values[:, :-1])
+    # (rows, L - 1) coordinates of the token before a start -> flat start positions
+    return after + after // (length - 1) + 1 if length > 1 else after  # type: ignore[no-any-return]
+
+
+class MixtureMarks:
+    """`BoundaryView`'s marking for the stream sources of a mixture (``from_storage(mixture,
+    boundaries=...)``): set as a `guideloom.loading.mixture.MixtureDataset`'s ``marks``, it adds
+    ``position_ids`` (and ``labels``) to every read, from each source's record starts, ``eos_id``
+    or field. Every source is checked as `boundary_settings` checks one stream; with ``"eos"``
+    every source must end documents with the same id (given, or each manifest's)."""
+
+    def __init__(
+        self, views: Sequence[Any], names: Sequence[str], boundaries: str, labels: bool, eos_id: int | None
+    ) -> None:
+        settings = []
+        for name, view in zip(names, views):
+            try:
+                settings.append(boundary_settings(view, boundaries, labels, eos_id))
+            except ValueError as err:
+                raise ValueError(f"source {name!r} of the mixture: {err}") from None
+        ids = {s[2] for s in settings}
+        if len(ids) > 1:
+            detail = ", ".join(f"{n!r}: {s[2]}" for n, s in zip(names, settings))
+            raise ValueError(
+                f"boundaries='eos': the mixture's sources end documents with different ids ({detail}); "
+                "pass eos_id=<id> if they share a tokenizer, or use boundaries='records'"
+            )
+        self.boundaries, self.labels, self.eos_id = settings[0]
+        fields = getattr(getattr(views[0], "stream_format", None), "fields", {})
+        self._mask_field = "loss_mask" if "loss_mask" in fields else None
+
+    def mark(
+        self,
+        windows: dict[str, np.ndarray],
+        record_starts: Callable[[Any], tuple[np.ndarray, np.ndarray]],
+        indexes: Any,
+    ) -> dict[str, np.ndarray]:
+        """``windows`` (read for ``indexes``) with ``position_ids`` (and ``labels``) added."""
+        starts = flat_starts(windows, self.boundaries, self.eos_id, record_starts, indexes)
         mask = windows.get(self._mask_field) if self._mask_field else None
         windows.update(boundary_arrays(windows["tokens"], starts, mask, self.labels))
         return windows

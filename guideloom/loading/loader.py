@@ -460,6 +460,11 @@ class StatefulDataLoader(_TorchdataLoader):
         eos_id: int | None = None,
         sources: bool = False,
         follow: bool = False,
+        skip: int | None = None,
+        take: int | None = None,
+        holdout: float | None = None,
+        holdout_seed: int = 0,
+        held_out: bool = False,
         shuffle_block_size: int | None = None,
         shuffle_buffer_blocks: int | None = None,
         shuffle_run_size: int | None = None,
@@ -497,6 +502,14 @@ class StatefulDataLoader(_TorchdataLoader):
         then ``{"documents": [records], "source": ..., "source_index": ...}``. Off by default, so
         batches keep their keys. `source_counts` works either way. See
         `guideloom.loading.mixture_sources` and docs/mixing.md.
+
+        ``skip``, ``take``, ``holdout`` (one storage): read a deterministic subset of its samples
+        (`guideloom.storage.subset`). ``holdout=f`` splits the samples by a split seeded by
+        ``holdout_seed`` that is the same in every run, on every rank and at every world size:
+        the loader reads the kept ``1 - f`` (``held_out=False``) or the held-out ``f``
+        (``held_out=True``); then ``skip`` leaves out that part's first samples and ``take``
+        keeps its next ones. The order, the ranks' shares and resume are the subset's, as for
+        any view; a state saved on one subset is refused on another.
 
         ``sequence_length`` (tokens per window) is required for streams and refused for
         documents. ``shuffle``: ``False`` (sequential), ``True`` / ``"full"`` (a full random
@@ -551,6 +564,13 @@ class StatefulDataLoader(_TorchdataLoader):
                 batch (see above); off by default.
             follow: Move to the storage's current snapshot at every epoch boundary (not for a
                 `Mixture`, nor with `persistent_workers=True`).
+            skip: Leave out the first `skip` samples (of the held-out split's part, with
+                `holdout`).
+            take: Read at most `take` samples (after `skip`).
+            holdout: The fraction of samples a seeded split holds out (in steps of 0.001); the
+                loader reads the rest, or with `held_out=True` those.
+            holdout_seed: The seed of the `holdout` split.
+            held_out: With `holdout`: read the held-out samples instead of the kept ones.
             shuffle_block_size: `shuffle="block"`: samples per block (default 64).
             shuffle_buffer_blocks: `shuffle="block"`: blocks per shuffle buffer (default 4).
             shuffle_run_size: `shuffle="block"`: consecutive samples kept together inside a
@@ -593,6 +613,7 @@ class StatefulDataLoader(_TorchdataLoader):
         """
         cache = {"cache_dir": cache_dir, "cache_bytes": cache_bytes}
         cache = {name: value for name, value in cache.items() if value is not None}
+        subset = _subset_of(skip, take, holdout, holdout_seed, held_out)  # checked before any read
         if isinstance(storage, (str, os.PathLike)):
             storage = open_url(storage, storage_options, **cache)
         elif storage_options is not None:
@@ -623,11 +644,14 @@ class StatefulDataLoader(_TorchdataLoader):
         if kwargs.get("in_order", True) is not True:
             raise ValueError("in_order=False is not supported: it breaks exact resume")
         if follow and isinstance(storage, Mixture):
-            raise ValueError(
-                "follow=True is not supported on a Mixture: its sources' snapshots are not "
-                "followed; build the mixture again (on the sources' current snapshots) for a "
-                "new run, or follow one storage"
-            )
+            views = [n for n, item in zip(storage.names, storage.items) if not isinstance(item, Storage)]
+            if views:
+                raise ValueError(
+                    f"follow=True reopens a mixture's sources at their current snapshots, but "
+                    f"source {views[0]!r} was given as a view, which cannot be reopened: give the "
+                    "mixture that source's storage (a view's limits go in the source's third "
+                    "item: {'samples': N})"
+                )
         if follow and kwargs.get("persistent_workers"):
             raise ValueError(
                 "follow=True needs workers that start anew each epoch (they receive the new "
@@ -640,19 +664,22 @@ class StatefulDataLoader(_TorchdataLoader):
                 "is one dataset (every row's source is 0, its sample index the row's index); leave "
                 "sources out (loader.source_counts() works without it)"
             )
+        if subset is not None and isinstance(storage, Mixture):
+            raise ValueError(
+                "skip=, take= and holdout= read a subset of one storage; for a Mixture give each "
+                "source its limit (Mixture({name: (storage, weight, {'samples': N})})) or a "
+                "subset view (storage's view .take(N), .skip(N), .holdout(f)[0])"
+            )
         if isinstance(storage, Mixture):  # several storages, weighted: see docs/mixing.md
             view = storage.dataset(sequence_length, sources=bool(sources))
         elif isinstance(storage, Storage):
-            view = open_view(storage, sequence_length)
+            view = (
+                subset(open_view(storage, sequence_length)) if subset else open_view(storage, sequence_length)
+            )
         else:
             raise TypeError(f"from_storage takes a GuideLoom storage, got {type(storage).__name__}")
         marks = boundaries is not None or labels or eos_id is not None
         if marks:
-            if isinstance(storage, Mixture):
-                raise ValueError(
-                    "boundaries= and labels= are not supported on a Mixture yet; load each "
-                    "source with them, or mark documents in your training step"
-                )
             view = _marked(view, boundaries, labels, eos_id)
         if follow and (world_size or 1) > 1 and not (dist.is_available() and dist.is_initialized()):
             raise ValueError(
@@ -685,6 +712,7 @@ class StatefulDataLoader(_TorchdataLoader):
                 else:
                     opened = storage.at_snapshot(snapshot)
                 fresh = open_view(opened, sequence_length)
+                fresh = subset(fresh) if subset else fresh
                 return _marked(fresh, boundaries, labels, eos_id) if marks else fresh
 
             loader._reopen = reopen
@@ -694,9 +722,11 @@ class StatefulDataLoader(_TorchdataLoader):
 
             def reopen_sources(snapshots: Sequence[str | None]) -> DatasetView:
                 """The mixture's view with each source at ``snapshots[i]`` (a saved state's)."""
-                return mixture.at_snapshots(snapshots).dataset(sequence_length, sources=bool(sources))
+                fresh = mixture.at_snapshots(snapshots).dataset(sequence_length, sources=bool(sources))
+                return _marked(fresh, boundaries, labels, eos_id) if marks else fresh
 
             loader._reopen_sources = reopen_sources
+            loader._follow = bool(follow)
         return loader
 
     # -- snapshots: resuming a pinned one, following the current one ----------------------------
@@ -723,7 +753,11 @@ class StatefulDataLoader(_TorchdataLoader):
         )
 
     def _follow_current(self) -> None:
-        """``follow=True`` at an epoch boundary: move to the storage's current snapshot."""
+        """``follow=True`` at an epoch boundary: move to the storage's current snapshot (a
+        mixture: each source's)."""
+        if self._follow and self._reopen_sources is not None:
+            self._follow_sources()
+            return
         if not self._follow or self._reopen is None:
             return
         if self.world_size == 1:
@@ -736,6 +770,21 @@ class StatefulDataLoader(_TorchdataLoader):
         dist.broadcast_object_list(picked, src=0)
         if picked[0] is not None and picked[0] != self._identity.snapshot:
             self._switch(self._reopen(picked[0]))
+
+    def _follow_sources(self) -> None:
+        """A mixture's ``follow=True``: rebuild it on its sources' current snapshots (rank 0
+        reads them and broadcasts the ids, so every rank reads the same ones)."""
+        assert self._mixture is not None and self._reopen_sources is not None
+        picked: list[Any] = [None]
+        if self.rank == 0 or self.world_size == 1:
+            for storage in self._mixture.mixture.storages:
+                storage.refresh()
+            picked = [[getattr(s.current_snapshot, "id", None) for s in self._mixture.mixture.storages]]
+        if self.world_size > 1:
+            dist.broadcast_object_list(picked, src=0)
+        current = self._identity.source_snapshots
+        if picked[0] is not None and tuple(picked[0]) != tuple(current or ()):
+            self._switch(self._reopen_sources(picked[0]))
 
     def _pin_saved_sources(self, snapshots: tuple[str | None, ...] | None) -> None:
         """A mixture's state: reopen each source at the snapshot the state was saved on, where
@@ -1065,8 +1114,49 @@ def _refuse_guideloom_only(dataset: Any, takes_order: list[str], shuffle: Any, g
     )
 
 
+def _subset_of(
+    skip: int | None, take: int | None, holdout: float | None, seed: int, held_out: bool
+) -> Callable[[Any], Any] | None:
+    """What `from_storage`'s ``skip``, ``take`` and ``holdout`` make of a view (None: all of it)."""
+    from guideloom.storage import subset
+
+    if holdout is None and held_out:
+        raise ValueError("held_out=True reads a holdout split's held-out part: give holdout=FRACTION too")
+    if skip is None and take is None and holdout is None:
+        return None
+    if holdout is not None:
+        subset.holdout(_NoView(), holdout, seed=seed)  # check the arguments before any read
+    for name, n in (("skip", skip), ("take", take)):
+        if n is not None:
+            subset._count(name, n)
+
+    def apply(view: Any) -> Any:
+        if holdout is not None:
+            view = subset.holdout(view, holdout, seed=seed)[1 if held_out else 0]
+        if skip:
+            view = subset.skip(view, skip)
+        if take is not None:
+            view = subset.take(view, take)
+        return view
+
+    return apply
+
+
+class _NoView:
+    """An empty stand-in view, for checking a subset's arguments before a dataset is read."""
+
+    def __len__(self) -> int:
+        return 0
+
+
 def _marked(view: Any, boundaries: str | None, labels: bool, eos_id: int | None) -> Any:
-    """``view`` with document boundaries (and labels) marked (`from_storage`'s options)."""
-    from guideloom.loading.boundaries import BoundaryView
+    """``view`` with document boundaries (and labels) marked (`from_storage`'s options); a
+    mixture's view is marked in place (its ``marks``), so that it stays the loader's mixture."""
+    from guideloom.loading.boundaries import BoundaryView, MixtureMarks
+
+    if isinstance(view, MixtureDataset):
+        settings = ("records" if boundaries is None else boundaries, labels, eos_id)
+        view.marks = MixtureMarks(view.views, view.mixture.names, *settings)
+        return view
 
     return BoundaryView(view, "records" if boundaries is None else boundaries, labels=labels, eos_id=eos_id)

@@ -60,6 +60,7 @@ from guideloom.loading.mixture_plan import (
 )
 from guideloom.loading.state import LoaderState
 from guideloom.storage import Storage, open_view
+from guideloom.storage.subset import Subset, take
 from guideloom.storage.view import View
 from guideloom.types import DatasetView
 
@@ -160,12 +161,15 @@ class Mixture:
         items: list[Any] = []
         storages: list[Storage] = []
         weights: list[Any] = []
+        limits: list[tuple[int | None, float]] = []
         for key, pair in pairs:
-            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            if not isinstance(pair, (tuple, list)) or len(pair) not in (2, 3):
                 raise MixtureError(
-                    f"source {key!r}: expected a (storage, weight) pair, got {type(pair).__name__}"
+                    f"source {key!r}: expected a (storage, weight) pair or a (storage, weight, "
+                    f"{{'samples': N, 'repeat': R}}) triple, got {type(pair).__name__}"
                 )
-            item, weight = pair
+            item, weight = pair[0], pair[1]
+            limits.append(_limits(key, pair[2] if len(pair) == 3 else {}))
             storage = _storage_of(item)
             if storage is None:
                 raise MixtureError(
@@ -177,6 +181,8 @@ class Mixture:
             weights.append(weight)
         self.names = tuple(names)
         self.items = tuple(items)
+        self.samples: tuple[int | None, ...] = tuple(n for n, _ in limits)
+        self.repeat: tuple[float, ...] = tuple(r for _, r in limits)
         self.storages = tuple(storages)
         for name, w in zip(names, weights):
             if (
@@ -246,11 +252,12 @@ class Mixture:
             raise ValueError(f"{len(snapshots)} snapshots for the {len(self.items)} sources of a mixture")
         given, options = self._given
         pairs = list(given.items()) if isinstance(given, Mapping) else list(enumerate(given))
-        moved: list[tuple[Any, tuple[Any, float]]] = []
-        for (key, (item, weight)), name, storage, pin in zip(pairs, self.names, self.storages, snapshots):
+        moved: list[tuple[Any, tuple[Any, ...]]] = []
+        for (key, pair), name, storage, pin in zip(pairs, self.names, self.storages, snapshots):
+            item, rest = pair[0], tuple(pair[1:])
             now = getattr(storage.current_snapshot, "id", None)
             if pin is None or pin == now:
-                moved.append((key, (item, weight)))
+                moved.append((key, (item, *rest)))
                 continue
             if not isinstance(item, Storage):
                 raise ResumeStateError(
@@ -260,10 +267,10 @@ class Mixture:
                     f"({type(storage).__name__}(url, fmt, snapshot={pin!r}))"
                 )
             try:
-                moved.append((key, (item.at_snapshot(pin), weight)))
+                moved.append((key, (item.at_snapshot(pin), *rest)))
             except DatasetNotFoundError as err:
                 if not _expired(item, pin):  # not a snapshot of this source's dataset:
-                    moved.append((key, (item, weight)))  # the identity check names what differs
+                    moved.append((key, (item, *rest)))  # the identity check names what differs
                     continue
                 raise ResumeStateError(
                     f"the loader state was saved with source {name!r} of the mixture at snapshot "
@@ -343,6 +350,7 @@ class Mixture:
                 views.append(open_view(item, sequence_length))
             except ValueError as err:
                 raise MixtureError(f"source {name!r}: {err}") from None
+        views = [v if n is None else take(v, n) for v, n in zip(views, self.samples)]
         lengths = {v.sequence_length for v in views}
         if len(lengths) > 1:
             detail = ", ".join(f"{n!r}: {v.sequence_length}" for n, v in zip(self.names, views))
@@ -357,7 +365,14 @@ class Mixture:
         sizes = tuple(len(v) for v in views)
         starts = self._starts(sizes, lengths.pop())
         plan = MixturePlan(
-            self.names, sizes, self.weights, self.stopping_strategy, starts, self.mean_tokens, self.schedule
+            self.names,
+            sizes,
+            self.weights,
+            self.stopping_strategy,
+            starts,
+            self.mean_tokens,
+            self.schedule,
+            self.repeat,
         )
         if sources:
             from guideloom.loading.mixture_sources import SourcedMixtureDataset
@@ -392,6 +407,7 @@ class Mixture:
             mixed["stopping_strategy"],
             tuple(o[2] for o in old),
             schedule=mixed.get("schedule", "tree"),
+            repeat=tuple(mixed.get("repeat", ())),
         )
         return tuple(plan.drawn_after(saved.epoch, saved.position))
 
@@ -424,7 +440,33 @@ def _storage_of(item: Any) -> Storage | None:
     """The storage of a mixture source given as a storage or as a view of one (None: neither)."""
     if isinstance(item, Storage):
         return item
-    return item.storage if isinstance(item, View) else None
+    return item.storage if isinstance(item, (View, Subset)) else None
+
+
+def _limits(key: Any, given: Any) -> tuple[int | None, float]:
+    """A source's ``{"samples": N, "repeat": R}`` limits, checked: (samples or None, repeat)."""
+    if not isinstance(given, Mapping) or set(given) - {"samples", "repeat"}:
+        raise MixtureError(
+            f"source {key!r}: the third item of a source holds its limits, a dict with 'samples' "
+            f"(read at most its first N samples) and/or 'repeat' (passes over it that use it up), "
+            f"got {given!r}"
+        )
+    samples, repeat = given.get("samples"), given.get("repeat", 1.0)
+    if samples is not None and (
+        isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 1
+    ):
+        raise MixtureError(
+            f"source {key!r}: 'samples' must be a whole number of samples >= 1, got {samples!r}"
+        )
+    if (
+        isinstance(repeat, bool)
+        or not isinstance(repeat, (int, float, np.integer, np.floating))
+        or not (np.isfinite(float(repeat)) and repeat > 0)
+    ):
+        raise MixtureError(
+            f"source {key!r}: 'repeat' must be a positive number of passes (e.g. 2 or 0.5), got {repeat!r}"
+        )
+    return (None if samples is None else int(samples)), float(repeat)
 
 
 def _expired(storage: Storage, snapshot: str) -> bool:

@@ -58,6 +58,9 @@ class MixtureDataset:
             json.dumps(ident, sort_keys=True).encode(), digest_size=8
         ).hexdigest()
         self.url = "mixture of " + ", ".join(f"{n!r}" for n in mixture.names)
+        # boundaries= on a mixture: a guideloom.loading.boundaries.MixtureMarks that adds
+        # position_ids (and labels) to every read of windows (from_storage sets it)
+        self.marks: Any = None
 
     def __len__(self) -> int:
         return int(self._starts[-1])
@@ -90,7 +93,35 @@ class MixtureDataset:
     def read_windows(self, indexes: Sequence[int]) -> dict[str, np.ndarray]:
         """Stream windows ``indexes`` as ``{field: (len(indexes), sequence_length) array}``."""
         src, local = self._split(indexes)
-        return self._read_split(src, local)
+        return self._marked(self._read_split(src, local), src, local)
+
+    def _marked(
+        self, windows: dict[str, np.ndarray], src: np.ndarray, local: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """``windows`` with the ``marks`` (document boundaries), where set."""
+        if self.marks is None:
+            return windows
+        return self.marks.mark(windows, lambda _: self._record_starts_split(src, local), None)  # type: ignore[no-any-return]
+
+    def record_starts_batch(self, indexes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Where records start in windows ``indexes`` (each source's own; see
+        `guideloom.StreamDataset.record_starts_batch`): ``(positions, counts)``, int64."""
+        return self._record_starts_split(*self._split(indexes))
+
+    def _record_starts_split(self, src: np.ndarray, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        counts = np.zeros(src.size, dtype=np.int64)
+        rows, positions = [], []
+        for i in np.unique(src).tolist():
+            sel = np.flatnonzero(src == i)
+            pos, per = self.views[i].record_starts_batch(local[sel])  # type: ignore[attr-defined]
+            counts[sel] = per
+            rows.append(np.repeat(sel, per))
+            positions.append(pos)
+        if not rows:
+            return np.zeros(0, dtype=np.int64), counts
+        row_of = np.concatenate(rows)
+        order = np.argsort(row_of, kind="stable")  # each row's starts stay in their order
+        return np.concatenate(positions)[order].astype(np.int64, copy=False), counts
 
     def _read_split(self, src: np.ndarray, local: np.ndarray) -> dict[str, np.ndarray]:
         """Windows ``local`` of sources ``src`` (what `_split` gives), in that order."""

@@ -10,6 +10,7 @@ See `guideloom.loading.mixture` for how a mixture epoch is ordered.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -55,6 +56,9 @@ class MixturePlan:
             shares of tokens (the table then shows each source's share of tokens too).
         schedule: The interleave's schedule: ``"auto"``, ``"tree"`` or ``"quota"`` (see
             `guideloom.loading.interleave`).
+        repeat: Passes over each source that count as using it up (the sources' ``repeat``
+            limits; 1 each when empty): the epoch ends when every source (``"all_exhausted"``)
+            or the first (``"first_exhausted"``) has given ``ceil(repeat * size)`` samples.
 
     Raises:
         MixtureError: An unknown strategy or schedule, or a source with no samples.
@@ -67,6 +71,7 @@ class MixturePlan:
     starts: tuple[int, ...] = field(default=())
     mean_tokens: tuple[float, ...] = field(default=())
     schedule: str = "auto"
+    repeat: tuple[float, ...] = field(default=())
 
     def __post_init__(self) -> None:
         try:
@@ -81,6 +86,8 @@ class MixturePlan:
             )
         if not self.starts:
             object.__setattr__(self, "starts", (0,) * len(self.sizes))
+        if not self.repeat:
+            object.__setattr__(self, "repeat", (1.0,) * len(self.sizes))
         for name, size in zip(self.names, self.sizes):
             if size < 1:
                 raise MixtureError(f"source {name!r} has no samples: an empty source cannot be mixed")
@@ -92,7 +99,8 @@ class MixturePlan:
     @cached_property
     def epoch_length(self) -> int:
         """Positions (samples) in one mixture epoch."""
-        return self.interleave.first_reaching(self.sizes, every=self.stopping_strategy == "all_exhausted")
+        targets = tuple(max(1, math.ceil(r * n)) for r, n in zip(self.repeat, self.sizes))
+        return self.interleave.first_reaching(targets, every=self.stopping_strategy == "all_exhausted")
 
     @cached_property
     def draws(self) -> tuple[int, ...]:
@@ -144,6 +152,8 @@ class MixturePlan:
         }
         if self.interleave.schedule != "tree":
             out["schedule"] = self.interleave.schedule
+        if any(r != 1 for r in self.repeat):  # recorded only when set: older states still match
+            out["repeat"] = [float(r) for r in self.repeat]
         return out
 
     def lines(self, preview: int = 64) -> list[str]:

@@ -68,7 +68,7 @@ class SourcedMixtureDataset(MixtureDataset):
 
     def read_windows(self, indexes: Sequence[int]) -> dict[str, np.ndarray]:
         src, local = self._split(indexes)  # once, for the read and the keys
-        out = self._read_split(src, local)
+        out = self._marked(self._read_split(src, local), src, local)
         out[SOURCE_KEY] = src
         out[SOURCE_INDEX_KEY] = local
         return out

@@ -198,6 +198,12 @@ class OrderIdentity:
                         f" build the loader on the pinned snapshot: from_storage(XStorage({where},"
                         f" snapshot={self.snapshot!r}), ...)."
                     )
+                elif name == "fingerprint" and _subset_base(saved) == _subset_base(now):
+                    hint = (
+                        f" The state was saved on another subset of the same dataset ("
+                        f"{_subset_part(saved)} then, {_subset_part(now)} now): give from_storage"
+                        " the skip=, take=, holdout= (and holdout_seed=, held_out=) of that run."
+                    )
                 elif name == "fingerprint":
                     hint = (
                         " The state was saved over a dataset with other content; moving the same"
@@ -400,14 +406,22 @@ def _mixture_section(section: Any) -> dict[str, Any] | None:
             for s in section["sources"]
         )
         and section.get("schedule", "quota") == "quota"
+        and (
+            "repeat" not in section
+            or (
+                isinstance(section["repeat"], list)
+                and len(section["repeat"]) == len(section["sources"])
+                and all(isinstance(r, (int, float)) and r > 0 for r in section["repeat"])
+            )
+        )
     )
     if not ok:
         raise ResumeStateError(
             "corrupt loader state: 'mixture' should hold stopping_strategy, sources "
             "([samples, weight, start] per source), fingerprints and, when it is not 'tree', "
-            "schedule ('quota')"
+            "schedule ('quota'), and repeat (passes per source) where a source has one"
         )
-    keys = ("stopping_strategy", "sources", "fingerprints", "schedule")
+    keys = ("stopping_strategy", "sources", "fingerprints", "schedule", "repeat")
     return {k: section[k] for k in keys if k in section}
 
 
@@ -448,6 +462,12 @@ def mixture_difference(
             f"the loader state was saved from a mixture of {len(old)} sources, but this one has {len(new)}."
             + fix
         )
+    ones = [1.0] * len(new)
+    if saved.get("repeat", ones) != current.get("repeat", ones):
+        return (
+            f"the loader state was saved with the sources' repeat limits {saved.get('repeat', ones)}, "
+            f"but this mixture has {current.get('repeat', ones)} (in source order)." + fix
+        )
     label = [f"source {names[i]!r}" if i < len(names) else f"source {i}" for i in range(len(new))]
     for i, (o, n, fo, fn) in enumerate(zip(old, new, saved["fingerprints"], current["fingerprints"])):
         if fo != fn:
@@ -483,3 +503,14 @@ def _source_snapshots(value: Any) -> tuple[str | None, ...] | None:
             f"corrupt loader state: source_snapshots must be a list of snapshot ids, got {value!r}"
         )
     return tuple(value)
+
+
+def _subset_base(fingerprint: Any) -> str:
+    """A fingerprint without the subset named in it (`guideloom.storage.subset.Subset`)."""
+    return str(fingerprint).split("[", 1)[0]
+
+
+def _subset_part(fingerprint: Any) -> str:
+    """The subset a fingerprint names ("all of it" when none)."""
+    text = str(fingerprint)
+    return text.split("[", 1)[1].rstrip("]") if "[" in text else "all of it"

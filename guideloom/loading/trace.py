@@ -28,6 +28,7 @@ from guideloom.loading.schedule import EpochSchedule
 from guideloom.loading.state import LoaderState, OrderIdentity
 from guideloom.storage import Storage
 from guideloom.storage.openview import open_view
+from guideloom.storage.subset import Subset
 
 __all__ = ["TraceArrays", "trace", "trace_arrays"]
 
@@ -150,6 +151,8 @@ class _Tracer:
     def where(self, source: int, sample: int) -> dict[str, Any]:
         """The shard(s) and byte ranges of one sample of one source's view."""
         view: Any = self.mixture.views[source] if self.mixture is not None else self.view
+        while isinstance(view, Subset):  # a subset's sample is its view's sample base_indexes says
+            sample, view = int(view.base_indexes([sample])[0]), view.view
         storage = view.storage
         table = storage.manifest.shard_table
         if view.layout == "documents":

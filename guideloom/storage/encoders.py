@@ -218,6 +218,22 @@ class _RecordStarts(ShardEncoder):
 
     def append_batch(self, shard: ShardBuffer, records: Any, lengths: Any, where: str, first: int) -> int:
         elements, lens = self._elements_of_batch(records, lengths, where, first)
+        self.add_elements(shard, elements, lens)
+        return len(lens)
+
+    def batch_elements(
+        self, records: Any, lengths: Any, where: str, first: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A batch checked and joined, nothing added yet: ``(elements, lengths)`` for
+        `add_elements` (the writer adds them in parts that fill its shards).
+
+        Raises:
+            RecordError: The format refuses a record, or the lengths are wrong.
+        """
+        return self._elements_of_batch(records, lengths, where, first)
+
+    def add_elements(self, shard: ShardBuffer, elements: np.ndarray, lens: np.ndarray) -> None:
+        """Add records of ``lens`` tokens, whose elements are ``elements`` joined, to ``shard``."""
         if self._starts:
             self._start_arrays.append(np.asarray(self._starts, dtype=np.int64))
             self._starts = []
@@ -228,7 +244,6 @@ class _RecordStarts(ShardEncoder):
         self._start_arrays.append(starts + shard.tokens)
         shard.add("data", elements.data.cast("B"))
         shard.tokens += len(elements)
-        return len(lens)
 
     def _finish_starts(self, shard: ShardBuffer) -> None:
         parts = [*self._start_arrays, np.asarray(self._starts, dtype=np.int64)]
@@ -247,14 +262,68 @@ class StreamEncoder(_RecordStarts):
         super().__init__(format)
         self._to_elements = format.to_elements
         self.element_size = format.itemsize
+        # A one-field stream's records of exactly its dtype (the common case, one `append` per
+        # document) are copied into one buffer per shard, written as one chunk: one copy and no
+        # array per record, one write per shard (see `_pack_record`).
+        self._single: tuple[str, np.dtype] | None = getattr(format, "_single", None)
+        self.size_hint = 1 << 20  # bytes the first buffer of a shard holds (the writer sets it)
+        self._pack = np.empty(0, np.uint8)
+        self._packed = 0  # bytes in _pack
+        self._sealed = 0  # bytes of _pack already handed to the shard as chunks
+
+    def new_shard(self) -> ShardBuffer:
+        self._pack = np.empty(0, np.uint8)
+        self._packed = self._sealed = 0
+        return super().new_shard()
 
     def append(self, shard: ShardBuffer, record: Any, spans: Sequence[Any] | None, where: str) -> None:
+        single = self._single
+        if single is not None and type(record) is dict and len(record) == 1:
+            values = record.get(single[0])
+            if type(values) is np.ndarray and values.ndim == 1 and values.dtype == single[1]:
+                self._pack_record(shard, values)
+                return
         elements = self._to_elements(record, where)
+        self._seal(shard)
         self._starts.append(shard.tokens)
         shard.add("data", elements.data.cast("B"))
         shard.tokens += len(elements)
 
+    def _pack_record(self, shard: ShardBuffer, values: np.ndarray) -> None:
+        """Copy one record of the single field's dtype into the shard's buffer."""
+        n = values.nbytes
+        end = self._packed + n
+        if end > self._pack.size:
+            self._grow(n)
+            end = self._packed + n
+        self._pack[self._packed : end].view(values.dtype)[:] = values
+        self._packed = end
+        self._starts.append(shard.tokens)
+        shard.tokens += len(values)
+        shard.nbytes += n
+
+    def _grow(self, need: int) -> None:
+        """A larger buffer for what is not sealed yet plus ``need`` bytes (sealed chunks keep
+        the old buffer alive until the shard is written)."""
+        unsealed = self._pack[self._sealed : self._packed]
+        size = max(self.size_hint, 2 * self._pack.size, len(unsealed) + need)
+        fresh = np.empty(size, np.uint8)
+        fresh[: len(unsealed)] = unsealed
+        self._pack, self._packed, self._sealed = fresh, len(unsealed), 0
+
+    def _seal(self, shard: ShardBuffer) -> None:
+        """Hand the buffer's bytes not yet handed over to the shard, as one chunk (already
+        counted in its size), before anything else is added to its data."""
+        if self._packed > self._sealed:
+            shard.chunks["data"].append(self._pack[self._sealed : self._packed].data)
+            self._sealed = self._packed
+
+    def add_elements(self, shard: ShardBuffer, elements: np.ndarray, lens: np.ndarray) -> None:
+        self._seal(shard)
+        super().add_elements(shard, elements, lens)
+
     def finish(self, shard: ShardBuffer) -> None:
+        self._seal(shard)
         self._finish_starts(shard)
 
 

@@ -17,7 +17,9 @@ from typing import Any, ClassVar, cast
 import numpy as np
 
 from guideloom.io.shards import open_shard_reader
+from guideloom.storage import subset
 from guideloom.storage.base import Storage
+from guideloom.storage.subset import Subset
 from guideloom.types import LAYOUTS, Layout, ShardReader
 
 __all__ = ["View", "run_lengths"]
@@ -185,6 +187,43 @@ class View:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.storage.url!r}, len={self._len})"
+
+    # -- subsets (guideloom.storage.subset) -------------------------------------------------------
+
+    def skip(self, n: int) -> Subset:
+        """This view without its first ``n`` samples.
+
+        Args:
+            n: Samples to leave out from the start.
+
+        Returns:
+            A `guideloom.storage.subset.Subset` view of the rest.
+        """
+        return subset.skip(self, n)
+
+    def take(self, n: int) -> Subset:
+        """This view's first ``n`` samples.
+
+        Args:
+            n: Samples to keep.
+
+        Returns:
+            A `guideloom.storage.subset.Subset` view of them.
+        """
+        return subset.take(self, n)
+
+    def holdout(self, fraction: float, *, seed: int = 0) -> tuple[Subset, Subset]:
+        """This view split into ``(kept, held_out)`` by a seeded split that is the same in
+        every run, on every rank and at every world size.
+
+        Args:
+            fraction: The share held out, in steps of 0.001.
+            seed: The split's seed.
+
+        Returns:
+            Two `guideloom.storage.subset.Subset` views that together hold each sample once.
+        """
+        return subset.holdout(self, fraction, seed=seed)
 
 
 def run_lengths(heads: np.ndarray, n: int) -> np.ndarray:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Protocol
 
+import numpy as np
 import xxhash
 
 import guideloom.layout as layout
@@ -119,6 +120,8 @@ class Writer:
         self._on_complete = on_complete
         self._shards: list[ShardInfo] = []
         self._encoder = encoder_for(storage.layout, storage.format)
+        if hasattr(self._encoder, "size_hint"):  # a shard's buffer, sized once for a whole shard
+            self._encoder.size_hint = min(self.shard_size + (64 << 10), 256 << 20)
         self._buffer = self._encoder.new_shard()
         self._records = 0
         self._closed = False
@@ -176,9 +179,9 @@ class Writer:
         Streams take either ``records`` a dict of flat 1-D arrays (every field of the format,
         all records' values joined end to end) with ``lengths`` the tokens of each record, or
         a list of records (dicts of 1-D arrays, as `append` takes them). Each record's start is
-        recorded (the stream's record starts); the batch goes into the shard being filled as a
-        whole, which is written out when it reaches `shard_size` bytes (so a batch is never
-        split across shards, as one record is not). Documents: a list of records, appended one
+        recorded (the stream's record starts); the batch fills shards as appending its records
+        one by one would: a shard is written out after the record that brings it to `shard_size`
+        bytes, and the batch's next records start the next shard (a record is never split). Documents: a list of records, appended one
         by one. Streams with metadata: records without spans (use `append` for spans).
 
         Args:
@@ -211,12 +214,24 @@ class Writer:
                 self.append(record)
                 count += 1
             return count
-        buf = self._buffer
-        count = encoder.append_batch(buf, records, lengths, self._where, self._records)
-        buf.records += count
-        self._records += count
-        if buf.nbytes >= self.shard_size:
-            self._flush()
+        elements, lens = encoder.batch_elements(records, lengths, self._where, self._records)  # type: ignore[attr-defined]
+        count = len(lens)
+        ends = np.cumsum(lens)  # each record's end, in tokens of the batch
+        itemsize = encoder.element_size
+        done = tok = 0
+        while done < count:
+            # the records that fill the shard being written: up to the first whose end reaches
+            # shard_size (at least one), as appending them one by one would cut
+            room = max(1, -(-(self.shard_size - self._buffer.nbytes) // itemsize))
+            stop = min(count, max(int(np.searchsorted(ends, tok + room)), done) + 1)
+            end = int(ends[stop - 1])
+            buf = self._buffer
+            encoder.add_elements(buf, elements[tok:end], lens[done:stop])  # type: ignore[attr-defined]
+            buf.records += stop - done
+            self._records += stop - done
+            if buf.nbytes >= self.shard_size:
+                self._flush()
+            done, tok = stop, end
         return count
 
     # -- shards -----------------------------------------------------------------------------

@@ -51,6 +51,24 @@ def test_bad_settings_are_named(tmp_path):
     assert result.exit_code == 2 and "get_per_1000" in result.output and "for example" in result.output
     result = CliRunner().invoke(app, [*base, "--provider", "r2"])
     assert result.exit_code == 2 and "no prices for provider 'r2'" in result.output
+    negative = tmp_path / "negative.yaml"
+    negative.write_text("s3:\n  get_per_1000: -0.4\n  egress_per_gb: 0\n")
+    result = CliRunner().invoke(app, [*base, "--prices", str(negative)])
+    assert (
+        result.exit_code == 2 and "provider 's3' has a negative price (get_per_1000: -0.4)" in result.output
+    )
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("gcp:\n  get_per_1000: 0.4\n  egress_per_gb: 0.12\n")
+    result = CliRunner().invoke(app, [*base, "--prices", str(typo)])
+    assert (
+        result.exit_code == 2
+        and "names provider 'gcp'" in result.output
+        and "--provider gcp" in result.output
+    )
+    result = CliRunner().invoke(
+        app, [*base, "--prices", str(typo), "--provider", "gcp"]
+    )  # the fix, as written
+    assert result.exit_code == 0 and "price: $" in result.output, result.output
     result = CliRunner().invoke(app, ["estimate", storage.url])
     assert result.exit_code == 2 and "is a stream: give sequence_length=" in result.output
     result = CliRunner().invoke(app, [*base, "--num-workers", "-1"])

@@ -17,6 +17,26 @@ def test_unknown_protocol():
         StreamStorage("nosuch://bucket/x", FMT)
 
 
+@pytest.mark.parametrize(
+    ("url", "module", "extra"),
+    [("s3://b/x", "s3fs", "s3"), ("gs://b/x", "gcsfs", "gcs"), ("az://c/x", "adlfs", "azure")],
+)
+def test_a_store_whose_extra_is_missing_names_the_extra_to_install(url, module, extra):
+    import subprocess
+    import sys
+
+    code = (
+        f"import sys; sys.modules[{module!r}] = None  # as if it were not installed\n"
+        "import numpy as np\n"
+        "from guideloom import StreamNumpyFormat, StreamStorage\n"
+        f"StreamStorage({url!r}, StreamNumpyFormat({{'tokens': np.uint16}}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert f"UnknownProtocolError: {url}: the package for this protocol is not installed" in done.stderr
+    assert f"install guideloom[{extra}] ({module}): pip install 'guideloom[{extra}]'" in done.stderr
+
+
 def test_redact_url_drops_credentials():
     assert redact_url("s3://AKIA:supersecret@bucket/x?token=abc") == "s3://bucket/x"
     assert redact_url("/local/path") == "/local/path"

@@ -111,7 +111,7 @@ def test_expired_snapshot_names_it_and_the_oldest_kept(grown: StreamStorage) -> 
     assert "without loading the state" in message and "keep_last" in message
 
 
-def test_follow_refused_on_mixture_and_persistent_workers(grown: StreamStorage) -> None:
+def test_follow_refused_with_persistent_workers(grown: StreamStorage) -> None:
     with pytest.raises(ValueError, match="persistent_workers"):
         _loader(StreamStorage(grown.url, FMT), follow=True, num_workers=1, persistent_workers=True)
 

@@ -188,3 +188,61 @@ def test_trace_records_through_a_remote_reader(tmp_path: Any) -> None:
     for row in rows:
         start = row["sample_index"] * 16
         assert row["records"] == sorted({t // 37 for t in range(start, start + 16)})
+
+
+def test_trace_decode_prints_each_rows_first_tokens_with_the_ingestion_tokenizer(tmp_path: Any) -> None:
+    from typer.testing import CliRunner
+
+    from guideloom.cli import app
+    from guideloom.workers.tokenizer import load_tokenizer
+
+    tok = load_tokenizer("bytes")
+    texts = [f"document {i}: the quick brown fox, number {i}." for i in range(40)]
+    fmt = StreamNumpyFormat({"tokens": np.uint16})
+    storage = StreamStorage(str(tmp_path / "s"), fmt)
+    with storage.writer(metadata={"ingest": {"tokenizer": tok.describe()}}) as writer:
+        for ids in tok.encode_batch(texts):
+            writer.append({"tokens": np.append(ids, tok.eos_id).astype(np.uint16)})
+    bare = StreamStorage(str(tmp_path / "bare"), fmt)
+    with bare.writer() as writer:
+        writer.append({"tokens": np.arange(200, dtype=np.uint16)})
+
+    loader = StatefulDataLoader.from_storage(storage, sequence_length=24, batch_size=2, shuffle=True, seed=1)
+    state_file = tmp_path / "state.json"
+    state_file.write_text(json.dumps(loader.state_dict()))
+    yielded = list(loader)
+    args = ["trace", str(state_file), storage.url, "--steps", "2-3", "--decode", "10"]
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.output.splitlines()]
+    assert len(rows) == 4
+    for row in rows:
+        ids = yielded[row["step"]]["tokens"][row["row"]][:10].tolist()
+        assert row["tokens"] == ids and row["text"] == tok.decode(ids)
+    table = CliRunner().invoke(app, args)
+    assert table.exit_code == 0 and repr(rows[0]["text"]) in table.output, table.output
+
+    bare_loader = StatefulDataLoader.from_storage(bare, sequence_length=24, batch_size=2)
+    bare_state = tmp_path / "bare.json"
+    bare_state.write_text(json.dumps(bare_loader.state_dict()))
+    missing = CliRunner().invoke(app, ["trace", str(bare_state), bare.url, "--steps", "0", "--decode", "5"])
+    assert missing.exit_code == 2 and "records no ingestion tokenizer" in missing.output
+    assert "--tokenizer SPEC" in missing.output
+    given = CliRunner().invoke(
+        app,
+        [
+            "trace",
+            str(bare_state),
+            bare.url,
+            "--steps",
+            "0",
+            "--decode",
+            "5",
+            "--tokenizer",
+            "bytes",
+            "--json",
+        ],
+    )
+    assert given.exit_code == 0, given.output
+    first = json.loads(given.output.splitlines()[0])
+    assert first["text"] == tok.decode(first["tokens"]) and len(first["tokens"]) == 5

@@ -127,22 +127,34 @@ def test_record_starts_property(tmp_path_factory, lengths, modes, shard_size, le
             assert positions[bounds[w] : bounds[w + 1]].tolist() == _expected(lengths, w, length)
 
 
-def test_a_batch_fills_one_shard_as_one_record_did(tmp_path) -> None:
-    """append_batch puts the batch into the shard being filled as a whole: the token files are
-    those of appending the joined records as one record (ingestion relies on it)."""
-    records = [_record(n, n) for n in (30, 5, 60, 2, 11)]
+def test_a_batch_fills_shards_as_its_records_appended_one_by_one_do(tmp_path) -> None:
+    """append_batch cuts shards where appending its records one by one would: after the record
+    that brings a shard to shard_size (never inside a record), so shards stay near shard_size
+    however large the batches are."""
+    lengths = [30, 5, 60, 2, 11, 0, 44, 3]
+    records = [_record(n, k) for k, n in enumerate(lengths)]
     flat = {f: np.concatenate([r[f] for r in records]) for f in FORMAT.fields}
-    one = StreamStorage(tmp_path / "one", FORMAT)
-    many = StreamStorage(tmp_path / "many", FORMAT)
-    with one.writer(shard_size=700) as w:
-        for _ in range(4):
-            w.append(flat)
-    with many.writer(shard_size=700) as w:
-        for _ in range(4):
-            w.append_batch(flat, lengths=[30, 5, 60, 2, 11])
-    a, b = one.manifest.shard_table, many.manifest.shard_table
-    assert a.files["data"].checksum == b.files["data"].checksum and len(a) == 2
-    assert b.records == [15, 5] and a.records == [3, 1]
+    single = StreamStorage(tmp_path / "single", FORMAT)
+    batched = StreamStorage(tmp_path / "batched", FORMAT)
+    listed = StreamStorage(tmp_path / "listed", FORMAT)
+    with single.writer(shard_size=300) as w:
+        for _ in range(5):
+            for r in records:
+                w.append(r)
+    with batched.writer(shard_size=300) as w:
+        for _ in range(5):
+            w.append_batch(flat, lengths=lengths)
+    with listed.writer(shard_size=300) as w:
+        w.append_batch(records * 5)  # one batch of every record
+    a = single.manifest.shard_table
+    itemsize = FORMAT.itemsize
+    assert len(a) > 5
+    for other in (batched, listed):
+        b = other.manifest.shard_table
+        assert b.records == a.records and b.tokens == a.tokens
+        assert b.files["data"].checksum == a.files["data"].checksum
+        assert b.files["starts"].checksum == a.files["starts"].checksum
+    assert max(a.tokens) * itemsize <= 300 + max(lengths) * itemsize  # at most one record over
 
 
 def test_streams_with_metadata_record_starts_too(tmp_path) -> None:

@@ -84,6 +84,13 @@ def test_bad_records_say_what_and_where(write_jsonl):
     assert items[6:] == [Doc(""), Doc("")]  # blank line and empty text: empty documents
 
 
+def test_a_control_character_in_a_string_is_named_once_with_its_column(write_jsonl):
+    path = write_jsonl("ctl.jsonl", ['{"text": "a\tb"}'])  # a raw tab inside the string
+    (f,) = expand_inputs([str(path)], "auto", {})
+    (bad,) = _read(f, Segment(0, 0, f.size))
+    assert bad.detail == "malformed JSON: Invalid control character at column 12"
+
+
 def test_line_numbers_of_a_segment_that_starts_mid_file(write_jsonl, doc_rows):
     path = write_jsonl("m.jsonl", [json.dumps(r) for r in doc_rows(10)] + ['{"text": 1}'])
     (f,) = expand_inputs([str(path)], "auto", {})
