@@ -54,9 +54,10 @@ ROWS = (
     "snapshots",
     "boundaries",
     "throttle",
+    "cache",
     "trace",
 )
-S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle")
+S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle", "cache")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -97,6 +98,7 @@ def run(
 ) -> dict[str, Any]:
     """Run ``rows``; returns the JSON payload (rows, failures, machine, config)."""
     from benchmarks import (
+        caching,
         cloud,
         ingest_cluster,
         ingest_kinds,
@@ -149,6 +151,7 @@ def run(
             "snapshots": lambda: snapshots.snapshot_rows(cfg),
             "boundaries": lambda: local.boundaries_rows(cfg),
             "throttle": lambda: throttling.throttle_rows(cfg, s3_endpoint),
+            "cache": lambda: caching.cache_rows(cfg, s3_endpoint),
             "trace": lambda: tracing.trace_rows(cfg),
         }
         for name in ROWS:

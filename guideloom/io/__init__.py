@@ -5,7 +5,8 @@ deadline, error translation), the shard readers every view reads through (`open_
 positioned reads on local disk, merged concurrent range requests elsewhere), and the one rule
 for showing URLs (`redact_url`). Range planning lives in `guideloom.io.ranges`, the S3 client
 pieces in `guideloom.io.s3`, what backend errors mean in `guideloom.io.failures`, the
-requests and bytes sent to each store in `guideloom.io.stats` (`io_stats`).
+requests and bytes sent to each store in `guideloom.io.stats` (`io_stats`), and the opt-in
+local block cache (``cache_dir=``) in `guideloom.io.cache`.
 """
 
 from guideloom.io.location import Location

@@ -31,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 from guideloom.errors import ShardCorruptError, ShardNotFoundError
+from guideloom.io.cache import BlockCache, CachedShardReader
 from guideloom.io.location import Location
 from guideloom.types import FileTable
 
@@ -54,11 +55,15 @@ def _count_fork() -> None:
 os.register_at_fork(after_in_child=_count_fork)
 
 
-def open_shard_reader(location: Location, table: FileTable) -> LocalShardReader | RemoteShardReader:
-    """The reader for ``location``'s files: positioned reads on local disk, range requests elsewhere."""
-    if location.is_local:
-        return LocalShardReader(location, table)
-    return RemoteShardReader(location, table)
+def open_shard_reader(
+    location: Location, table: FileTable, cache: BlockCache | None = None
+) -> LocalShardReader | RemoteShardReader | CachedShardReader:
+    """The reader for ``location``'s files: positioned reads on local disk, range requests
+    elsewhere; with a ``cache`` (`guideloom.io.cache`), that reader behind the local block cache."""
+    reader = LocalShardReader(location, table) if location.is_local else RemoteShardReader(location, table)
+    if cache is None:
+        return reader
+    return CachedShardReader(reader, cache, f"{location.url}\0{location.endpoint}")
 
 
 STALE_HINT = (

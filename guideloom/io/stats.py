@@ -9,6 +9,11 @@ A store that throttled (`guideloom.io.throttle`) also has ``throttled`` (throttl
 seen) and ``concurrency_min`` (the lowest limit of requests in flight the process came down to);
 merging adds the first and takes the smallest of the second.
 
+The local block cache (`guideloom.io.cache`, opt-in) has an entry of its own, ``"cache <dir>"``,
+with no requests and its counters: ``cache_hits``, ``cache_misses``, ``cache_bytes_read``,
+``cache_bytes_written``, ``cache_evictions``, ``cache_rejected``, ``cache_write_errors``
+(`record_cache`); they add up like the bytes.
+
 `io_stats` returns this process's counts. A forked process (a DataLoader worker) starts from
 zero; `StatefulDataLoader.io_stats` adds what its worker processes report with their batches.
 """
@@ -20,11 +25,31 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["IOStats", "io_stats", "merge_stats", "record", "record_throttled", "subtract_stats"]
+__all__ = [
+    "IOStats",
+    "io_stats",
+    "merge_stats",
+    "record",
+    "record_cache",
+    "record_throttled",
+    "subtract_stats",
+]
 
 IOStats = dict[str, dict[str, Any]]
 """``{store: {"requests": {kind: n}, "bytes_read": n, "bytes_written": n, "retries": n}}``, plus
-``"throttled": n`` and ``"concurrency_min": n`` for a store that throttled."""
+``"throttled": n`` and ``"concurrency_min": n`` for a store that throttled, and the counters of
+`CACHE_KEYS` for a local block cache."""
+
+# The counters of a local block cache (`guideloom.io.cache`), summed like the bytes.
+CACHE_KEYS = (
+    "cache_hits",
+    "cache_misses",
+    "cache_bytes_read",
+    "cache_bytes_written",
+    "cache_evictions",
+    "cache_rejected",
+    "cache_write_errors",
+)
 
 _LOCK = threading.Lock()
 _COUNTS: IOStats = {}
@@ -63,6 +88,16 @@ def record_throttled(store: str, limit: int) -> None:
         entry["concurrency_min"] = min(entry.get("concurrency_min", limit), limit)
 
 
+def record_cache(store: str, **counts: int) -> None:
+    """Add ``counts`` (keys of `CACHE_KEYS`) to the block cache ``store``'s entry."""
+    with _LOCK:
+        entry = _mine().get(store)
+        if entry is None:
+            entry = _mine()[store] = {"requests": {}, "bytes_read": 0, "bytes_written": 0, "retries": 0}
+        for key, n in counts.items():
+            entry[key] = entry.get(key, 0) + n
+
+
 def io_stats() -> IOStats:
     """This process's counts so far (a copy)."""
     with _LOCK:
@@ -79,6 +114,9 @@ def merge_stats(parts: Iterable[Mapping[str, Mapping[str, Any]]]) -> IOStats:
                 into["requests"][kind] = into["requests"].get(kind, 0) + n
             for key in ("bytes_read", "bytes_written", "retries"):
                 into[key] += entry.get(key, 0)
+            for key in CACHE_KEYS:
+                if key in entry:
+                    into[key] = into.get(key, 0) + entry[key]
             if entry.get("throttled"):
                 into["throttled"] = into.get("throttled", 0) + entry["throttled"]
             if "concurrency_min" in entry:  # the lowest of any part, never a sum
@@ -99,8 +137,10 @@ def subtract_stats(now: Mapping[str, Mapping[str, Any]], before: Mapping[str, Ma
         requests = {k: n for k, n in requests.items() if n}
         delta = {key: entry[key] - old.get(key, 0) for key in ("bytes_read", "bytes_written", "retries")}
         throttled = entry.get("throttled", 0) - old.get("throttled", 0)
-        if requests or any(delta.values()) or throttled:
+        cached = {key: entry[key] - old.get(key, 0) for key in CACHE_KEYS if key in entry}
+        if requests or any(delta.values()) or throttled or any(cached.values()):
             out[store] = {"requests": requests, **delta}
+            out[store].update({key: n for key, n in cached.items()})
             if throttled:
                 out[store]["throttled"] = throttled
                 out[store]["concurrency_min"] = entry["concurrency_min"]

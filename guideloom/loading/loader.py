@@ -471,6 +471,8 @@ class StatefulDataLoader(_TorchdataLoader):
         read_ahead: int | None = None,
         read_ahead_bytes: int | None = None,
         storage_options: dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_bytes: int | None = None,
         **kwargs: Any,
     ) -> StatefulDataLoader:
         """A loader over ``storage`` wrapped in its matching view.
@@ -580,6 +582,11 @@ class StatefulDataLoader(_TorchdataLoader):
                 4 MiB).
             storage_options: fsspec options for a `storage` given as a URL (refused with a
                 storage object, which has its own).
+            cache_dir: For a `storage` given as a URL: a local folder for the opt-in block
+                cache (see the storage classes' `cache_dir`; a storage object takes it when it
+                is opened). Default: no cache.
+            cache_bytes: For a `storage` given as a URL, with `cache_dir`: the cache's bound in
+                bytes (default the smaller of 16 GiB and half the free space of `cache_dir`).
             **kwargs: torchdata's own options
                 (`prefetch_factor` in batches per worker, `persistent_workers`,
                 `multiprocessing_context`, `timeout` in seconds, `worker_init_fn`, ...).
@@ -604,13 +611,21 @@ class StatefulDataLoader(_TorchdataLoader):
                 storage (not a `Mixture`); or another setting out
                 of range (see the class).
         """
+        cache = {"cache_dir": cache_dir, "cache_bytes": cache_bytes}
+        cache = {name: value for name, value in cache.items() if value is not None}
         subset = _subset_of(skip, take, holdout, holdout_seed, held_out)  # checked before any read
         if isinstance(storage, (str, os.PathLike)):
-            storage = open_url(storage, storage_options)
+            storage = open_url(storage, storage_options, **cache)
         elif storage_options is not None:
             raise TypeError(
                 "storage_options= is for a storage given as a URL; a storage object was opened "
                 "with its own: pass the URL instead, or leave storage_options out"
+            )
+        elif cache:
+            raise TypeError(
+                "cache_dir= and cache_bytes= are for a storage given as a URL; a storage object "
+                "has its cache from when it was opened: open it with them "
+                "(StreamStorage(url, format, cache_dir=...)) or pass the URL instead"
             )
         given = {
             "shuffle_block_size": shuffle_block_size,
@@ -901,7 +916,9 @@ class StatefulDataLoader(_TorchdataLoader):
         Counted: this process's requests since the loader was made (thread workers and
         ``num_workers=0`` read here; so does anything else this process reads meanwhile), plus
         what each worker process reports with its batches. Local disk sends no requests and is
-        not counted. Not part of the state: a resumed loader counts from zero."""
+        not counted. A storage opened with ``cache_dir=`` adds an entry ``"cache <dir>"`` with no
+        requests and the cache's counters (``cache_hits``, ``cache_misses``, ``cache_bytes_read``,
+        ...; `guideloom.io.cache`). Not part of the state: a resumed loader counts from zero."""
         if not self._guideloom:
             raise TypeError(
                 "io_stats() counts the reads of a GuideLoom dataset view; this loader reads another dataset"

@@ -27,6 +27,7 @@ from guideloom.formats import (
     StreamWithMetaStorageFormat,
 )
 from guideloom.io import Location
+from guideloom.io.cache import block_cache
 from guideloom.manifest import Manifest, PartRecord, ShardInfo, StorageClassName
 from guideloom.manifest.snapshots import Snapshot
 from guideloom.storage.checks import (
@@ -58,6 +59,8 @@ class Storage:
         *,
         storage_options: dict[str, Any] | None = None,
         snapshot: str | int | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_bytes: int | None = None,
     ) -> None:
         """Open the dataset at ``url``, or prepare an empty location for writing.
 
@@ -77,6 +80,13 @@ class Storage:
             snapshot: Open this snapshot (an id from `snapshots()` or `guideloom log`, or its
                 sequence number) instead of the current one. Such a storage only reads: it
                 cannot write, commit, roll back or expire.
+            cache_dir: A folder on local disk for the opt-in block cache of what views read
+                (`guideloom.io.cache`): 1 MiB blocks of shard and index files, shared by the
+                processes of the node, checked against the manifest before use, so a second
+                epoch sends no data requests. None (the default): no cache, nothing on disk.
+            cache_bytes: The most bytes the cache's files may take (least recently used blocks
+                are evicted); default the smaller of 16 GiB and half the free space of
+                `cache_dir`. Only with `cache_dir`.
 
         Raises:
             SchemaMismatchError: The dataset at `url` was written with another storage class or
@@ -89,6 +99,8 @@ class Storage:
             TypeError: `format` is not of the kind this storage class stores.
             DatasetNotFoundError: `snapshot` names no kept snapshot (the message lists the
                 nearest ids).
+            ValueError: `cache_bytes` without `cache_dir`, a negative `cache_bytes`, or a
+                `cache_dir` that is a file or cannot be created.
         """
         if not isinstance(format, self.format_type):
             raise TypeError(
@@ -98,6 +110,7 @@ class Storage:
                 "StreamWithMetaStorage + StreamWithMetaStorageFormat)"
             )
         self.format = format
+        self.block_cache = block_cache(cache_dir, cache_bytes)  # None: off (the default)
         self.location = Location(url, storage_options)
         self._manifest: Manifest | None = None
         self._snapshot: Snapshot | None = None
@@ -194,8 +207,14 @@ class Storage:
             DatasetNotFoundError: `snapshot` is not kept (the message names the oldest kept
                 snapshot when it has expired, or lists the nearest ids).
         """
+        cache = self.block_cache
         return type(self)(
-            self.location.url, self.format, storage_options=self.location.storage_options, snapshot=snapshot
+            self.location.url,
+            self.format,
+            storage_options=self.location.storage_options,
+            snapshot=snapshot,
+            cache_dir=cache.directory if cache else None,
+            cache_bytes=cache.capacity if cache else None,
         )
 
     def snapshots(self) -> list[Snapshot]:

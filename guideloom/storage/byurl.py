@@ -117,7 +117,7 @@ def open_url(
     Args:
         url: A committed dataset's root: a local path or any fsspec URL (``s3://...``).
         storage_options: fsspec options (endpoint, credentials), as for the storage classes.
-        **kwargs: Passed to the storage class (``snapshot=``).
+        **kwargs: Passed to the storage class (``snapshot=``, ``cache_dir=``, ``cache_bytes=``).
 
     Returns:
         A `DocumentStorage`, `StreamStorage` or `StreamWithMetaStorage`.

@@ -39,7 +39,9 @@ class View:
         self._check_storage(storage)
         self.storage = storage
         self.manifest = storage.manifest
-        self.reader: ShardReader = open_shard_reader(storage.location, self.manifest.shard_table)
+        self.reader: ShardReader = open_shard_reader(
+            storage.location, self.manifest.shard_table, getattr(storage, "block_cache", None)
+        )
         self._len = 0
 
     @classmethod
