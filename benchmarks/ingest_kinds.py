@@ -34,23 +34,35 @@ def _sentence(rng: Any, n: int) -> str:
     return " ".join(WORDS[int(i)] for i in rng.integers(0, len(WORDS), n)) + "."
 
 
-def _tokenizer_dir(directory: Path, texts: list[str]) -> Path:
+def train_bpe(
+    folder: Path, texts: list[str], vocab_size: int, special_tokens: list[str], eos_token: str | None = None
+) -> Path:
+    """A byte-level BPE of ``vocab_size`` ids trained on ``texts``, saved as ``folder``'s
+    ``tokenizer.json`` (and a ``tokenizer_config.json`` naming ``eos_token``, where given): a
+    folder ``hf:FOLDER`` loads."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=2000,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        vocab_size=vocab_size,
+        special_tokens=special_tokens,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(texts[:2000], trainer)
-    folder = directory / "bench-tokenizer"
+    tok.train_from_iterator(texts, trainer)
     folder.mkdir(parents=True, exist_ok=True)
     tok.save(str(folder / "tokenizer.json"))
+    if eos_token is not None:
+        (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": eos_token}))
     return folder
+
+
+def _tokenizer_dir(directory: Path, texts: list[str]) -> Path:
+    return train_bpe(
+        directory / "bench-tokenizer", texts[:2000], 2000, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    )
 
 
 _TOKENS: dict[str, int] = {}  # tokens each kind of job wrote (the rows' extra figures)

@@ -39,6 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.harness import Row, stats, table_lines  # noqa: E402
+from benchmarks.ingest_bench import _corpus  # noqa: E402
+from benchmarks.ingest_kinds import train_bpe  # noqa: E402
 
 __all__ = ["main", "measure"]
 
@@ -71,38 +73,6 @@ def _env(cache: Path) -> Path:
         subprocess.run([sys.executable, "-m", "venv", str(cache / "datatrove")], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", DATATROVE, "tokenizers"], check=True)
     return python
-
-
-def _corpus(folder: Path, scale: int) -> tuple[list[Path], list[str]]:
-    folder.mkdir(parents=True, exist_ok=True)
-    paths, texts = [], []
-    for src in sorted((ROOT / "workers" / "data").glob("*.jsonl")):
-        lines = [line for line in src.read_text().splitlines() if line]
-        for i in range(scale):
-            dst = folder / f"{src.stem}-{i:03d}.jsonl"
-            dst.write_text("\n".join(lines) + "\n")
-            paths.append(dst)
-        texts += [json.loads(line)["text"] for line in lines]
-    return paths, texts
-
-
-def _tokenizer(folder: Path, texts: list[str]) -> Path:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=8000,
-        special_tokens=[EOS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer)
-    folder.mkdir(parents=True, exist_ok=True)
-    tok.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": EOS}))
-    return folder
 
 
 def machine_cpu_s() -> float:
@@ -187,8 +157,9 @@ def measure(scale: int, workers: tuple[int, ...], repeats: int, cache: Path) -> 
     rows: list[Row] = []
     try:
         src = tmp / "corpus"
-        paths, texts = _corpus(src, scale)
-        tok = _tokenizer(tmp / "tokenizer", texts)
+        src.mkdir()
+        paths, texts = _corpus(src, scale)  # the `ingest` row's corpus: the shipped text, scale times
+        tok = train_bpe(tmp / "tokenizer", texts[: len(texts) // scale], 8000, [EOS], eos_token=EOS)
         for n in workers:
             dt = [_datatrove(python, src, tmp / f"dt-{n}", tok, n) for _ in range(repeats)]
             cold = [_guideloom_cold(paths, tmp / f"gl-cold-{n}", tok, n) for _ in range(repeats)]
