@@ -37,6 +37,7 @@ __all__ = [
     "IGNORE_INDEX",
     "BoundaryView",
     "MixtureMarks",
+    "add_marks",
     "boundary_arrays",
     "cu_seqlens_of",
     "flat_starts",
@@ -131,8 +132,7 @@ class BoundaryView:
         """Check the settings against ``view``'s dataset; see `boundary_settings`."""
         self.view = view
         self.boundaries, self.labels, self.eos_id = boundary_settings(view, boundaries, labels, eos_id)
-        fields = getattr(getattr(view, "stream_format", None), "fields", {})
-        self._mask_field = "loss_mask" if "loss_mask" in fields else None
+        self._mask_field = _mask_field_of(view)
 
     # -- guideloom.types.DatasetView ---------------------------------------------------------
 
@@ -191,28 +191,26 @@ class BoundaryView:
         """The windows and the flat positions (over ``rows * L``) where documents start."""
         windows: dict[str, np.ndarray] = self.view.read_batch(indexes)
         return windows, flat_starts(
-            windows, self.boundaries, self.eos_id, self.view.record_starts_batch, indexes
+            windows, self.boundaries, self.eos_id, lambda: self.view.record_starts_batch(indexes)
         )
 
     def _marked(self, windows: dict[str, np.ndarray], starts: np.ndarray) -> dict[str, np.ndarray]:
-        mask = windows.get(self._mask_field) if self._mask_field else None
-        windows.update(boundary_arrays(windows["tokens"], starts, mask, self.labels))
-        return windows
+        return add_marks(windows, starts, self._mask_field, self.labels)
 
 
 def flat_starts(
     windows: dict[str, np.ndarray],
     boundaries: str,
     eos_id: int | None,
-    record_starts: Callable[[Any], tuple[np.ndarray, np.ndarray]],
-    indexes: Any,
+    record_starts: Callable[[], tuple[np.ndarray, np.ndarray]],
 ) -> np.ndarray:
-    """The flat positions (over ``rows * L``) where documents start in ``windows`` (read for
-    ``indexes``): from ``record_starts(indexes)`` for ``"records"``, else from the tokens."""
+    """The flat positions (over ``rows * L``) where documents start in ``windows``: from
+    ``record_starts()`` (the windows' ``(positions, counts)``) for ``"records"``, else from the
+    tokens."""
     tokens = windows["tokens"]
     rows, length = tokens.shape
     if boundaries == "records":
-        positions, counts = record_starts(indexes)
+        positions, counts = record_starts()
         return positions + np.repeat(np.arange(rows, dtype=np.int64) * length, counts)  # type: ignore[no-any-return]
     if boundaries == "eos":
         after = np.flatnonzero(tokens[:, :-1] == eos_id)
@@ -247,20 +245,30 @@ class MixtureMarks:
                 "pass eos_id=<id> if they share a tokenizer, or use boundaries='records'"
             )
         self.boundaries, self.labels, self.eos_id = settings[0]
-        fields = getattr(getattr(views[0], "stream_format", None), "fields", {})
-        self._mask_field = "loss_mask" if "loss_mask" in fields else None
+        self._mask_field = _mask_field_of(views[0])
 
     def mark(
-        self,
-        windows: dict[str, np.ndarray],
-        record_starts: Callable[[Any], tuple[np.ndarray, np.ndarray]],
-        indexes: Any,
+        self, windows: dict[str, np.ndarray], record_starts: Callable[[], tuple[np.ndarray, np.ndarray]]
     ) -> dict[str, np.ndarray]:
-        """``windows`` (read for ``indexes``) with ``position_ids`` (and ``labels``) added."""
-        starts = flat_starts(windows, self.boundaries, self.eos_id, record_starts, indexes)
-        mask = windows.get(self._mask_field) if self._mask_field else None
-        windows.update(boundary_arrays(windows["tokens"], starts, mask, self.labels))
-        return windows
+        """``windows`` with ``position_ids`` (and ``labels``) added; ``record_starts()`` gives
+        their record starts (used with ``"records"``)."""
+        starts = flat_starts(windows, self.boundaries, self.eos_id, record_starts)
+        return add_marks(windows, starts, self._mask_field, self.labels)
+
+
+def add_marks(
+    windows: dict[str, np.ndarray], starts: np.ndarray, mask_field: str | None, labels: bool
+) -> dict[str, np.ndarray]:
+    """``windows`` with the `boundary_arrays` of documents starting at ``starts`` added."""
+    mask = windows.get(mask_field) if mask_field else None
+    windows.update(boundary_arrays(windows["tokens"], starts, mask, labels))
+    return windows
+
+
+def _mask_field_of(view: Any) -> str | None:
+    """``"loss_mask"`` where ``view``'s stream has that field (labels honour it), else None."""
+    fields = getattr(getattr(view, "stream_format", None), "fields", {})
+    return "loss_mask" if "loss_mask" in fields else None
 
 
 def _vocabulary(view: Any) -> tuple[int, str]:

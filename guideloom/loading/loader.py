@@ -1125,10 +1125,10 @@ def _subset_of(
     if skip is None and take is None and holdout is None:
         return None
     if holdout is not None:
-        subset.holdout(_NoView(), holdout, seed=seed)  # check the arguments before any read
+        subset.check_holdout(holdout, seed)  # the arguments, before any read
     for name, n in (("skip", skip), ("take", take)):
         if n is not None:
-            subset._count(name, n)
+            subset.check_count(name, n)
 
     def apply(view: Any) -> Any:
         if holdout is not None:
@@ -1140,13 +1140,6 @@ def _subset_of(
         return view
 
     return apply
-
-
-class _NoView:
-    """An empty stand-in view, for checking a subset's arguments before a dataset is read."""
-
-    def __len__(self) -> int:
-        return 0
 
 
 def _marked(view: Any, boundaries: str | None, labels: bool, eos_id: int | None) -> Any:

@@ -185,11 +185,7 @@ class Mixture:
         self.repeat: tuple[float, ...] = tuple(r for _, r in limits)
         self.storages = tuple(storages)
         for name, w in zip(names, weights):
-            if (
-                isinstance(w, bool)
-                or not isinstance(w, (int, float, np.integer, np.floating))
-                or not (np.isfinite(float(w)) and w > 0)
-            ):
+            if not _positive_number(w):
                 raise MixtureError(
                     f"source {name!r} has weight {w!r}: weights must be positive, finite numbers"
                 )
@@ -443,6 +439,15 @@ def _storage_of(item: Any) -> Storage | None:
     return item.storage if isinstance(item, (View, Subset)) else None
 
 
+def _positive_number(value: Any) -> bool:
+    """Whether ``value`` is a positive, finite int or float (a weight, a repeat; not a bool)."""
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float, np.integer, np.floating))
+        and bool(np.isfinite(float(value)) and value > 0)
+    )
+
+
 def _limits(key: Any, given: Any) -> tuple[int | None, float]:
     """A source's ``{"samples": N, "repeat": R}`` limits, checked: (samples or None, repeat)."""
     if not isinstance(given, Mapping) or set(given) - {"samples", "repeat"}:
@@ -458,11 +463,7 @@ def _limits(key: Any, given: Any) -> tuple[int | None, float]:
         raise MixtureError(
             f"source {key!r}: 'samples' must be a whole number of samples >= 1, got {samples!r}"
         )
-    if (
-        isinstance(repeat, bool)
-        or not isinstance(repeat, (int, float, np.integer, np.floating))
-        or not (np.isfinite(float(repeat)) and repeat > 0)
-    ):
+    if not _positive_number(repeat):
         raise MixtureError(
             f"source {key!r}: 'repeat' must be a positive number of passes (e.g. 2 or 0.5), got {repeat!r}"
         )

@@ -101,7 +101,7 @@ class MixtureDataset:
         """``windows`` with the ``marks`` (document boundaries), where set."""
         if self.marks is None:
             return windows
-        return self.marks.mark(windows, lambda _: self._record_starts_split(src, local), None)  # type: ignore[no-any-return]
+        return self.marks.mark(windows, lambda: self._record_starts_split(src, local))  # type: ignore[no-any-return]
 
     def record_starts_batch(self, indexes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """Where records start in windows ``indexes`` (each source's own; see

@@ -28,7 +28,7 @@ import numpy as np
 
 from guideloom.types import Layout
 
-__all__ = ["GROUP", "Subset", "holdout", "skip", "take"]
+__all__ = ["GROUP", "Subset", "check_count", "check_holdout", "holdout", "skip", "take"]
 
 GROUP = 1000  # samples per group of the held-out split: fractions in steps of 1 / GROUP
 
@@ -256,7 +256,8 @@ class Subset:
         return holdout(self, fraction, seed=seed)
 
 
-def _count(name: str, n: Any) -> int:
+def check_count(name: str, n: Any) -> int:
+    """``n`` as a number of samples for ``name=`` (`skip`, `take`); ValueError if it is not one."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise ValueError(f"{name}= takes a number of samples (an integer >= 0), got {n!r}")
     return int(n)
@@ -275,7 +276,7 @@ def skip(view: Any, n: int) -> Subset:
     Raises:
         ValueError: ``n`` is not an integer >= 0.
     """
-    n = _count("skip", n)
+    n = check_count("skip", n)
     if isinstance(view, Subset) and view._split is None:
         return Subset(view.view, start=view._start + n, stop=view._stop)
     return Subset(view, start=n)
@@ -294,7 +295,7 @@ def take(view: Any, n: int) -> Subset:
     Raises:
         ValueError: ``n`` is not an integer >= 0.
     """
-    n = _count("take", n)
+    n = check_count("take", n)
     if isinstance(view, Subset) and view._split is None:
         return Subset(view.view, start=view._start, stop=min(view._stop, view._start + n))
     return Subset(view, stop=n)
@@ -315,6 +316,26 @@ def holdout(view: Any, fraction: float, *, seed: int = 0) -> tuple[Subset, Subse
     Raises:
         ValueError: ``fraction`` is not in (0, 1) or not a multiple of 1 / GROUP.
     """
+    frac, seed = check_holdout(fraction, seed)
+    return (
+        Subset(view, split=(frac, seed, False)),
+        Subset(view, split=(frac, seed, True)),
+    )
+
+
+def check_holdout(fraction: Any, seed: Any) -> tuple[float, int]:
+    """``(fraction, seed)`` of a `holdout` split, checked (before any dataset is read).
+
+    Args:
+        fraction: The share held out: above 0, below 1, in steps of 1 / `GROUP`.
+        seed: The split's seed, an integer >= 0.
+
+    Returns:
+        The fraction as a whole number of samples per group over `GROUP`, and the seed.
+
+    Raises:
+        ValueError: Either is out of range (the message gives a value that works).
+    """
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
         raise ValueError(
             f"holdout= takes the fraction of samples held out, above 0 and below 1, got {fraction!r}"
@@ -327,8 +348,4 @@ def holdout(view: Any, fraction: float, *, seed: int = 0) -> tuple[Subset, Subse
         )
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"holdout seed= takes an integer >= 0, got {seed!r}")
-    frac = held / GROUP
-    return (
-        Subset(view, split=(frac, int(seed), False)),
-        Subset(view, split=(frac, int(seed), True)),
-    )
+    return held / GROUP, int(seed)
