@@ -203,6 +203,7 @@ class Location:
                         "fsspec URL such as s3://bucket/prefix, gs://..., memory://..."
                     ) from err
                 raise
+            stores.quicken_azure_retries(fs)
             self._fs, self._root, self._pid = fs, root.rstrip("/"), os.getpid()
         return self._fs
 

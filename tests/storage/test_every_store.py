@@ -182,3 +182,34 @@ def test_one_bad_answer_on_the_manifest_or_a_shard_is_retried_through_on_every_s
         got = ds.read_windows(range(WINDOWS))["tokens"]
     assert manifest_rule.fired == 1 and shard_rule.fired == 1, (manifest_rule.fired, shard_rule.fired)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.azure
+def test_azure_answers_busy_twice_and_the_read_still_fits_in_a_short_deadline(azure_endpoint, az_container):
+    """The Azure SDK's own retry would wait 15-21 s before each retry, so two 503 answers to one
+    GET would pass a 20 s deadline on their own; GuideLoom shortens those waits
+    (`stores.AZURE_BACKOFF`), and the open and the read complete within it."""
+    from faultproxy import Fault, FaultProxy
+
+    from guideloom.io.location import Location
+    from guideloom.io.stores import AZURE_BACKOFF
+
+    root = f"az://{az_container}"
+    stored = _write(f"{root}/ds", azure_endpoint.storage_options())
+    want = StreamDataset(stored, WINDOW).read_windows(range(WINDOWS))["tokens"]
+    with FaultProxy(azure_endpoint.url) as proxy:
+        through = {**azure_endpoint.storage_options(proxy.url), "skip_instance_cache": True}
+        policy = Location(
+            f"{root}/ds", {**through, "guideloom_deadline_s": 20}
+        ).fs.service_client._config.retry_policy
+        assert {name: getattr(policy, name) for name in AZURE_BACKOFF} == AZURE_BACKOFF
+        waits = [policy.get_backoff_time({"count": n}) for n in (1, 2, 3)]
+        assert sum(waits) < 10, waits  # the SDK's defaults: 45-63 s for its three retries
+        rule = proxy.add(Fault("status", r"manifest\.json", method="GET", status=503, times=2))
+        ds = StreamDataset(
+            StreamStorage(f"{root}/ds", FORMAT, storage_options={**through, "guideloom_deadline_s": 20}),
+            WINDOW,
+        )
+        got = ds.read_windows(range(WINDOWS))["tokens"]
+    assert rule.fired == 2
+    np.testing.assert_array_equal(got, want)
