@@ -5,6 +5,9 @@ to a few thousand ``uint16`` tokens each, what ingestion appends) to local disk:
 its writer, one ``append`` per document (validation and safe casting of each record, 4 MiB shards,
 checksums, record starts, the manifest), the baseline as their ``np.concatenate`` and one
 ``tofile`` (issue 25's setup); one ``tofile`` per document into one open file is reported beside.
+Beside them, the same documents through ``append_batch``: as a list of records (one
+concatenate), and as one flat array with ``lengths`` (what ingestion hands the writer; the
+array is already joined, so that side copies it once where the baseline concatenates).
 Figures are tokens per second; the target is 0.9x.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -43,6 +47,24 @@ def write_rows(cfg: Config) -> list[Row]:
                 writer.append({"tokens": doc})
         return total / (time.perf_counter() - t0)
 
+    def batch(flat: bool) -> Callable[[], float]:
+        records = [{"tokens": d} for d in documents]
+        joined = {"tokens": np.concatenate(documents)}
+        lengths = np.array([len(d) for d in documents], np.int64)
+
+        def run() -> float:
+            shutil.rmtree(target, ignore_errors=True)
+            storage = StreamStorage(str(target), stream_format())
+            t0 = time.perf_counter()
+            with storage.writer(shard_size=SHARD_SIZE) as writer:
+                if flat:
+                    writer.append_batch(joined, lengths)
+                else:
+                    writer.append_batch(records)
+            return total / (time.perf_counter() - t0)
+
+        return run
+
     def raw() -> float:
         t0 = time.perf_counter()
         np.concatenate(documents).tofile(raw_path)
@@ -57,6 +79,8 @@ def write_rows(cfg: Config) -> list[Row]:
 
     g, b = interleaved(ours, raw, cfg.repeats, warmup=not cfg.quick)
     _, each = interleaved(ours, per_document, 1, warmup=False)
+    as_list, raw_list = interleaved(batch(False), raw, cfg.repeats, warmup=False)
+    as_flat, raw_flat = interleaved(batch(True), raw, cfg.repeats, warmup=False)
     raw_path.unlink(missing_ok=True)
     shutil.rmtree(target, ignore_errors=True)
     return [
@@ -72,6 +96,10 @@ def write_rows(cfg: Config) -> list[Row]:
                 "tokens": total,
                 "shard_size": SHARD_SIZE,
                 "per_document_tofile_tokens_per_s": each.median,
+                "append_batch_list_tokens_per_s": as_list.median,
+                "append_batch_list_ratio": round(as_list.median / raw_list.median, 3),
+                "append_batch_flat_tokens_per_s": as_flat.median,
+                "append_batch_flat_ratio": round(as_flat.median / raw_flat.median, 3),
             },
         )
     ]

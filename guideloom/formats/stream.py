@@ -100,7 +100,9 @@ class StreamNumpyFormat(Format):
 
     # -- records -> elements --------------------------------------------------------------
 
-    def to_elements(self, record: Mapping[str, Any], where: str = "record") -> np.ndarray:
+    def to_elements(
+        self, record: Mapping[str, Any], where: str = "record", *, copy: bool = True
+    ) -> np.ndarray:
         """Check one record and return it as a 1-D structured array (one element per token).
 
         Values are cast to the field dtypes only where none changes.
@@ -108,6 +110,8 @@ class StreamNumpyFormat(Format):
         Args:
             record: `{field: 1-D array}` with one value per token for every field.
             where: What the error messages name first (the writer passes URL, part and record).
+            copy: False: a record of one contiguous field of exactly its dtype comes back as a
+                view of the caller's array (no copy); the caller must copy what it keeps.
 
         Returns:
             A structured array of `len(tokens)` elements of `dtype`.
@@ -120,6 +124,8 @@ class StreamNumpyFormat(Format):
         if single is not None and type(record) is dict and len(record) == 1:
             arr = record.get(single[0])  # the common case, e.g. {"tokens": uint16 array}
             if type(arr) is np.ndarray and arr.ndim == 1 and arr.dtype == single[1]:
+                if not copy and arr.flags.c_contiguous:
+                    return arr.view(self.dtype)
                 return arr.copy().view(self.dtype)  # a copy: the caller may reuse its array
         if not isinstance(record, Mapping):
             raise RecordError(

@@ -173,7 +173,9 @@ class _RecordStarts(ShardEncoder):
         self, records: Any, lengths: Any, where: str, first: int
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(elements, lengths)`` of a batch: a dict of flat arrays with ``lengths`` per record,
-        or a sequence of records (dicts of 1-D arrays), joined with one copy per field."""
+        or a sequence of records (dicts of 1-D arrays), joined with one copy per field. Flat
+        arrays of exactly the format's one field come back uncopied (a view of the caller's
+        array): the writer copies only what it keeps past the call (see `Writer.append_batch`)."""
         fmt = self._stream_format
         head = f"{where}{first}"
         if isinstance(records, Mapping):
@@ -186,7 +188,7 @@ class _RecordStarts(ShardEncoder):
             if lens.ndim != 1 or (lens.size and (lens.dtype.kind not in "iu" or int(lens.min()) < 0)):
                 raise RecordError(f"{head}: lengths must be a 1-D array of non-negative ints")
             last = f"{where}{first + max(len(lens) - 1, 0)}"
-            elements = fmt.to_elements(records, f"{head}..{last.rsplit(' ', 1)[-1]}")
+            elements = fmt.to_elements(records, f"{head}..{last.rsplit(' ', 1)[-1]}", copy=False)
             total = int(lens.sum())
             if total != len(elements):
                 raise RecordError(
@@ -197,6 +199,9 @@ class _RecordStarts(ShardEncoder):
         if lengths is not None:
             raise RecordError(f"{head}: lengths= goes with a dict of flat arrays, not a list of records")
         records = list(records)
+        exact = _joined_exact(records, getattr(fmt, "_single", None))
+        if exact is not None:
+            return exact[0].view(fmt.dtype), exact[1]
         lens = np.empty(len(records), np.int64)
         for field in fmt.fields:
             missing = [i for i, r in enumerate(records) if not isinstance(r, Mapping) or field not in r]
@@ -214,7 +219,7 @@ class _RecordStarts(ShardEncoder):
         extra = [i for i, r in enumerate(records) if len(r) != len(fmt.fields)]
         if extra:
             fmt.to_elements(records[extra[0]], f"{where}{first + extra[0]}")
-        return fmt.to_elements(joined, f"{head}..{first + max(len(records) - 1, 0)}"), lens
+        return fmt.to_elements(joined, f"{head}..{first + max(len(records) - 1, 0)}", copy=False), lens
 
     def append_batch(self, shard: ShardBuffer, records: Any, lengths: Any, where: str, first: int) -> int:
         elements, lens = self._elements_of_batch(records, lengths, where, first)
@@ -251,6 +256,22 @@ class _RecordStarts(ShardEncoder):
         shard.chunks["starts"].append(starts.data.cast("B"))  # not counted in the shard's size
 
 
+def _joined_exact(
+    records: list[Any], single: tuple[str, np.dtype] | None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(values, lengths)`` of records that are each ``{name: 1-D array of exactly dtype}``
+    for the format's one field ``single``, joined by one concatenate (nothing to check or
+    cast); None when the format has several fields or any record is another kind."""
+    if single is None:
+        return None
+    name, dtype = single
+    arrays: list[Any] = [r.get(name) if type(r) is dict and len(r) == 1 else None for r in records]
+    if not all(type(a) is np.ndarray and a.ndim == 1 and a.dtype == dtype for a in arrays):
+        return None
+    lens = np.fromiter(map(len, arrays), np.int64, len(arrays))
+    return (np.concatenate(arrays) if arrays else np.empty(0, dtype)), lens
+
+
 class StreamEncoder(_RecordStarts):
     """A stream: each record's structured elements back to back, and where each record starts."""
 
@@ -268,21 +289,32 @@ class StreamEncoder(_RecordStarts):
         self._single: tuple[str, np.dtype] | None = getattr(format, "_single", None)
         self.size_hint = 1 << 20  # bytes the first buffer of a shard holds (the writer sets it)
         self._pack = np.empty(0, np.uint8)
+        self._view = self._pack.data  # _pack's bytes (slice assignment is cheaper here)
         self._packed = 0  # bytes in _pack
         self._sealed = 0  # bytes of _pack already handed to the shard as chunks
 
     def new_shard(self) -> ShardBuffer:
         self._pack = np.empty(0, np.uint8)
+        self._view = self._pack.data
         self._packed = self._sealed = 0
         return super().new_shard()
 
-    def append(self, shard: ShardBuffer, record: Any, spans: Sequence[Any] | None, where: str) -> None:
+    def try_pack(self, shard: ShardBuffer, record: Any) -> bool:
+        """Store ``record`` if it is a record of the single field's exact dtype (nothing to check
+        or cast, so it cannot be refused and needs no ``where``); False for any other record,
+        which then goes through `append`. The writer's fast path for one record per document."""
         single = self._single
-        if single is not None and type(record) is dict and len(record) == 1:
-            values = record.get(single[0])
-            if type(values) is np.ndarray and values.ndim == 1 and values.dtype == single[1]:
-                self._pack_record(shard, values)
-                return
+        if single is None or type(record) is not dict or len(record) != 1:
+            return False
+        values = record.get(single[0])
+        if type(values) is not np.ndarray or values.ndim != 1 or values.dtype != single[1]:
+            return False
+        self._pack_record(shard, values)
+        return True
+
+    def append(self, shard: ShardBuffer, record: Any, spans: Sequence[Any] | None, where: str) -> None:
+        if self.try_pack(shard, record):
+            return
         elements = self._to_elements(record, where)
         self._seal(shard)
         self._starts.append(shard.tokens)
@@ -293,10 +325,13 @@ class StreamEncoder(_RecordStarts):
         """Copy one record of the single field's dtype into the shard's buffer."""
         n = values.nbytes
         end = self._packed + n
-        if end > self._pack.size:
+        if end > len(self._view):
             self._grow(n)
             end = self._packed + n
-        self._pack[self._packed : end].view(values.dtype)[:] = values
+        try:
+            self._view[self._packed : end] = values.data.cast("B")
+        except TypeError:  # a strided view: memoryview casts only contiguous buffers
+            self._pack[self._packed : end].view(values.dtype)[:] = values
         self._packed = end
         self._starts.append(shard.tokens)
         shard.tokens += len(values)
@@ -310,6 +345,7 @@ class StreamEncoder(_RecordStarts):
         fresh = np.empty(size, np.uint8)
         fresh[: len(unsealed)] = unsealed
         self._pack, self._packed, self._sealed = fresh, len(unsealed), 0
+        self._view = fresh.data
 
     def _seal(self, shard: ShardBuffer) -> None:
         """Hand the buffer's bytes not yet handed over to the shard, as one chunk (already

@@ -40,7 +40,7 @@ from guideloom.manifest import (
     now_iso,
     version_for,
 )
-from guideloom.storage.encoders import encoder_for
+from guideloom.storage.encoders import ShardBuffer, encoder_for
 from guideloom.types import Layout
 
 __all__ = ["DEFAULT_SHARD_SIZE", "Completion", "WriteTarget", "Writer"]
@@ -123,6 +123,8 @@ class Writer:
         if hasattr(self._encoder, "size_hint"):  # a shard's buffer, sized once for a whole shard
             self._encoder.size_hint = min(self.shard_size + (64 << 10), 256 << 20)
         self._buffer = self._encoder.new_shard()
+        # Records that cannot be refused (one field of the format's exact dtype) skip the checks.
+        self._try_pack: Callable[[ShardBuffer, Any], bool] | None = getattr(self._encoder, "try_pack", None)
         self._records = 0
         self._closed = False
         self._where = f"{storage.location.display_url}: part {part} record "
@@ -161,12 +163,14 @@ class Writer:
         """
         if self._closed:
             raise RuntimeError("this writer is closed; open a new one with storage.writer()")
-        where = f"{self._where}{self._records}"
-        encoder = self._encoder
-        if spans is not None and not encoder.takes_spans:
-            raise RecordError(f"{where}: spans are only stored by StreamWithMetaStorage")
         buf = self._buffer
-        encoder.append(buf, record, spans, where)
+        fast = self._try_pack
+        if spans is not None or fast is None or not fast(buf, record):
+            where = f"{self._where}{self._records}"
+            encoder = self._encoder
+            if spans is not None and not encoder.takes_spans:
+                raise RecordError(f"{where}: spans are only stored by StreamWithMetaStorage")
+            encoder.append(buf, record, spans, where)
         buf.records += 1
         self._records += 1
         if buf.nbytes >= self.shard_size:
@@ -226,11 +230,20 @@ class Writer:
             stop = min(count, max(int(np.searchsorted(ends, tok + room)), done) + 1)
             end = int(ends[stop - 1])
             buf = self._buffer
-            encoder.add_elements(buf, elements[tok:end], lens[done:stop])  # type: ignore[attr-defined]
+            piece = elements[tok:end]
+            full = buf.nbytes + piece.nbytes >= self.shard_size
+            # `elements` may be the caller's own array: a piece that fills a shard is written
+            # before this call returns; one that stays buffered is copied (the caller may reuse
+            # its array as soon as the call returns).
+            encoder.add_elements(buf, piece if full else piece.copy(), lens[done:stop])  # type: ignore[attr-defined]
             buf.records += stop - done
             self._records += stop - done
-            if buf.nbytes >= self.shard_size:
-                self._flush()
+            if full:
+                try:
+                    self._flush()
+                except BaseException:
+                    _own_chunks(buf)  # the shard stays buffered: keep its bytes, not the caller's
+                    raise
             done, tok = stop, end
         return count
 
@@ -331,3 +344,9 @@ class Writer:
     def records_written(self) -> int:
         """Records appended so far (refused records not counted)."""
         return self._records
+
+
+def _own_chunks(buf: ShardBuffer) -> None:
+    """Replace ``buf``'s chunks by copies of their bytes (chunks that may view a caller's arrays)."""
+    for name, chunks in buf.chunks.items():
+        buf.chunks[name] = [bytes(chunk) for chunk in chunks]

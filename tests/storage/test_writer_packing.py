@@ -1,5 +1,5 @@
 """The writer's packed path (one-field records of exactly the field's dtype, copied into one
-buffer per shard) writes the same shards, byte for byte, as the checked path that casts each
+buffer per shard; in `append_batch`, joined with one concatenate) writes the same shards, byte for byte, as the checked path that casts each
 record, in any mix with other records and batches; a caller may reuse its array at once."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def _write(url, ops, shard_size, exact):
             if kind == "one":
                 w.append({"tokens": value if exact else value.astype(np.int64)})
             else:
-                w.append_batch([{"tokens": v} for v in value])
+                w.append_batch([{"tokens": v if exact else v.astype(np.int64)} for v in value])
     return StreamStorage(url, FMT)
 
 
@@ -76,7 +76,27 @@ def test_strided_and_sliced_arrays_are_packed_as_their_values(tmp_path):
         w.append({"tokens": base[::3]})
         w.append({"tokens": base[10:20]})
         w.append({"tokens": base[::-1][:7]})
-    want = np.concatenate([base[::3], base[10:20], base[::-1][:7]])
+        w.append_batch([{"tokens": base[::5]}, {"tokens": base[::-2][:4]}])
+    want = np.concatenate([base[::3], base[10:20], base[::-1][:7], base[::5], base[::-2][:4]])
     view = StreamDataset(StreamStorage(tmp_path / "s", FMT), len(want))
     assert view[0]["tokens"].tolist() == want.tolist()
     assert len(StreamStorage(tmp_path / "s", FMT).manifest.shard_table) > 1
+
+
+def test_a_flat_batch_is_written_uncopied_yet_the_caller_may_reuse_its_array_at_once(tmp_path):
+    """`append_batch` of flat arrays writes the pieces that fill a shard straight from the
+    caller's array and copies only the piece left buffered: refilling the array after each call
+    changes nothing written, whether a batch spans several shards or stays in the buffer."""
+    storage = StreamStorage(tmp_path / "s", FMT)
+    flat = np.empty(250, np.uint16)
+    want = []
+    with storage.writer(shard_size=160) as w:  # 80 tokens a shard: batches span and stay
+        for k, n in enumerate([250, 30, 7, 250, 100]):
+            flat[:n] = np.arange(n, dtype=np.uint16) + 1000 * k
+            want.append(flat[:n].copy())
+            w.append_batch({"tokens": flat[:n]}, np.array([n // 2, n - n // 2]))
+            flat[:] = 7  # reused at once
+    joined = np.concatenate(want)
+    stored = StreamStorage(tmp_path / "s", FMT)
+    assert sum(stored.manifest.shard_table.records) == 10 and len(stored.manifest.shard_table) >= 4
+    assert StreamDataset(stored, len(joined))[0]["tokens"].tolist() == joined.tolist()
