@@ -204,9 +204,11 @@ def test_single_writers_racing_in_threads(where):
     def run(value):
         for _ in range(3):
             try:
-                with _storage(where).writer(overwrite=True, shard_size=TOKENS * 2) as w:
+                with _storage(where).writer(
+                    overwrite=True, shard_size=TOKENS * 2, metadata={"value": value}
+                ) as w:
                     _fill(w, value)
-                landed.append(value)
+                landed.append(value)  # (not in commit order: threads append when they run)
             except CommitConflictError as err:
                 conflicts.append(err)  # another overwrite landed first: refused, nothing lost
             except Exception as err:
@@ -222,7 +224,9 @@ def test_single_writers_racing_in_threads(where):
     final = _one_whole(_storage(where), {1, 2, 3}, 3 * TOKENS // WINDOW)
     history = _storage(where).snapshots()
     assert len(history) == 1 + len(landed)  # every landed overwrite is one snapshot
-    assert final == landed[-1]
+    committed = [snap.metadata["value"] for snap in history[1:]]  # in commit order
+    assert sorted(committed) == sorted(landed)
+    assert final == committed[-1]  # the last commit is the dataset, whole
 
 
 # -- overwrite while reading --------------------------------------------------------------------
