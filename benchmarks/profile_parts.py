@@ -35,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.ingest_bench import _corpus  # noqa: E402
+from benchmarks.ingest_bench import _corpus, job_config  # noqa: E402
 
 # The part task's function (`guideloom.workers.driver._task`), last in its timeline name.
 PART_TASK = "_task"
@@ -98,15 +98,7 @@ def measure(
 
     def job(out: str) -> Any:
         return run_ingest(
-            {
-                "inputs": [str(p) for p in paths],
-                "output": str(workdir / out),
-                "tokenizer": tokenizer,
-                "part_size": part_size,
-                "num_workers": workers,
-                "progress": "none",
-                "append_eos": False,
-            }
+            job_config(paths, workdir / out, tokenizer=tokenizer, part_size=part_size, workers=workers)
         )
 
     job("warm")  # Ray's worker processes started, the tokenizer loaded once in each

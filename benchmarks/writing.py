@@ -47,18 +47,18 @@ def write_rows(cfg: Config) -> list[Row]:
                 writer.append({"tokens": doc})
         return total / (time.perf_counter() - t0)
 
-    def batch(flat: bool) -> Callable[[], float]:
-        records = [{"tokens": d} for d in documents]
-        joined = {"tokens": np.concatenate(documents)}
-        lengths = np.array([len(d) for d in documents], np.int64)
+    records = [{"tokens": d} for d in documents]
+    joined = {"tokens": np.concatenate(documents)}
+    per_record = np.array([len(d) for d in documents], np.int64)
 
+    def batch(flat: bool) -> Callable[[], float]:
         def run() -> float:
             shutil.rmtree(target, ignore_errors=True)
             storage = StreamStorage(str(target), stream_format())
             t0 = time.perf_counter()
             with storage.writer(shard_size=SHARD_SIZE) as writer:
                 if flat:
-                    writer.append_batch(joined, lengths)
+                    writer.append_batch(joined, per_record)
                 else:
                     writer.append_batch(records)
             return total / (time.perf_counter() - t0)

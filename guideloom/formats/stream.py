@@ -100,6 +100,25 @@ class StreamNumpyFormat(Format):
 
     # -- records -> elements --------------------------------------------------------------
 
+    def exact_values(self, record: Any) -> np.ndarray | None:
+        """The values of ``record`` if it is ``{field: 1-D array of exactly its dtype}`` for a
+        format of one field (nothing to check or cast: such a record cannot be refused), else
+        None. The writer's fast paths and `to_elements` share this one test.
+
+        Args:
+            record: Any object; only a dict with exactly the format's one field can qualify.
+
+        Returns:
+            That field's array itself (not a copy), or None.
+        """
+        single = self._single
+        if single is None or type(record) is not dict or len(record) != 1:
+            return None
+        values = record.get(single[0])
+        if type(values) is not np.ndarray or values.ndim != 1 or values.dtype != single[1]:
+            return None
+        return values
+
     def to_elements(
         self, record: Mapping[str, Any], where: str = "record", *, copy: bool = True
     ) -> np.ndarray:
@@ -120,13 +139,11 @@ class StreamNumpyFormat(Format):
             RecordError: Missing or unknown fields, fields of different lengths, an array that
                 is not 1-D, or a value that does not fit its dtype (named with the field).
         """
-        single = self._single
-        if single is not None and type(record) is dict and len(record) == 1:
-            arr = record.get(single[0])  # the common case, e.g. {"tokens": uint16 array}
-            if type(arr) is np.ndarray and arr.ndim == 1 and arr.dtype == single[1]:
-                if not copy and arr.flags.c_contiguous:
-                    return arr.view(self.dtype)
-                return arr.copy().view(self.dtype)  # a copy: the caller may reuse its array
+        arr = self.exact_values(record)  # the common case, e.g. {"tokens": uint16 array}
+        if arr is not None:
+            if not copy and arr.flags.c_contiguous:
+                return arr.view(self.dtype)
+            return arr.copy().view(self.dtype)  # a copy: the caller may reuse its array
         if not isinstance(record, Mapping):
             raise RecordError(
                 f"{where}: a stream record is a dict of 1-D arrays with fields "

@@ -199,9 +199,16 @@ class _RecordStarts(ShardEncoder):
         if lengths is not None:
             raise RecordError(f"{head}: lengths= goes with a dict of flat arrays, not a list of records")
         records = list(records)
-        exact = _joined_exact(records, getattr(fmt, "_single", None))
-        if exact is not None:
-            return exact[0].view(fmt.dtype), exact[1]
+        exact: list[np.ndarray] = []  # one field, each record of exactly its dtype: one concatenate
+        for record in records:
+            values = fmt.exact_values(record)
+            if values is None:
+                break
+            exact.append(values)
+        else:
+            lens = np.fromiter(map(len, exact), np.int64, len(exact))
+            values = np.concatenate(exact) if exact else np.empty(0, fmt.dtype)
+            return values.view(fmt.dtype), lens  # a new array: no copy needed
         lens = np.empty(len(records), np.int64)
         for field in fmt.fields:
             missing = [i for i, r in enumerate(records) if not isinstance(r, Mapping) or field not in r]
@@ -256,22 +263,6 @@ class _RecordStarts(ShardEncoder):
         shard.chunks["starts"].append(starts.data.cast("B"))  # not counted in the shard's size
 
 
-def _joined_exact(
-    records: list[Any], single: tuple[str, np.dtype] | None
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(values, lengths)`` of records that are each ``{name: 1-D array of exactly dtype}``
-    for the format's one field ``single``, joined by one concatenate (nothing to check or
-    cast); None when the format has several fields or any record is another kind."""
-    if single is None:
-        return None
-    name, dtype = single
-    arrays: list[Any] = [r.get(name) if type(r) is dict and len(r) == 1 else None for r in records]
-    if not all(type(a) is np.ndarray and a.ndim == 1 and a.dtype == dtype for a in arrays):
-        return None
-    lens = np.fromiter(map(len, arrays), np.int64, len(arrays))
-    return (np.concatenate(arrays) if arrays else np.empty(0, dtype)), lens
-
-
 class StreamEncoder(_RecordStarts):
     """A stream: each record's structured elements back to back, and where each record starts."""
 
@@ -285,8 +276,9 @@ class StreamEncoder(_RecordStarts):
         self.element_size = format.itemsize
         # A one-field stream's records of exactly its dtype (the common case, one `append` per
         # document) are copied into one buffer per shard, written as one chunk: one copy and no
-        # array per record, one write per shard (see `_pack_record`).
-        self._single: tuple[str, np.dtype] | None = getattr(format, "_single", None)
+        # array per record, one write per shard (see `pack_record`). The writer calls the two
+        # itself for such records (no ``where`` is needed: they cannot be refused).
+        self.exact_values = format.exact_values
         self.size_hint = 1 << 20  # bytes the first buffer of a shard holds (the writer sets it)
         self._pack = np.empty(0, np.uint8)
         self._view = self._pack.data  # _pack's bytes (slice assignment is cheaper here)
@@ -299,21 +291,10 @@ class StreamEncoder(_RecordStarts):
         self._packed = self._sealed = 0
         return super().new_shard()
 
-    def try_pack(self, shard: ShardBuffer, record: Any) -> bool:
-        """Store ``record`` if it is a record of the single field's exact dtype (nothing to check
-        or cast, so it cannot be refused and needs no ``where``); False for any other record,
-        which then goes through `append`. The writer's fast path for one record per document."""
-        single = self._single
-        if single is None or type(record) is not dict or len(record) != 1:
-            return False
-        values = record.get(single[0])
-        if type(values) is not np.ndarray or values.ndim != 1 or values.dtype != single[1]:
-            return False
-        self._pack_record(shard, values)
-        return True
-
     def append(self, shard: ShardBuffer, record: Any, spans: Sequence[Any] | None, where: str) -> None:
-        if self.try_pack(shard, record):
+        values = self.exact_values(record)
+        if values is not None:
+            self.pack_record(shard, values)
             return
         elements = self._to_elements(record, where)
         self._seal(shard)
@@ -321,7 +302,7 @@ class StreamEncoder(_RecordStarts):
         shard.add("data", elements.data.cast("B"))
         shard.tokens += len(elements)
 
-    def _pack_record(self, shard: ShardBuffer, values: np.ndarray) -> None:
+    def pack_record(self, shard: ShardBuffer, values: np.ndarray) -> None:
         """Copy one record of the single field's dtype into the shard's buffer."""
         n = values.nbytes
         end = self._packed + n

@@ -123,8 +123,11 @@ class Writer:
         if hasattr(self._encoder, "size_hint"):  # a shard's buffer, sized once for a whole shard
             self._encoder.size_hint = min(self.shard_size + (64 << 10), 256 << 20)
         self._buffer = self._encoder.new_shard()
-        # Records that cannot be refused (one field of the format's exact dtype) skip the checks.
-        self._try_pack: Callable[[ShardBuffer, Any], bool] | None = getattr(self._encoder, "try_pack", None)
+        # Records that cannot be refused (one field of the format's exact dtype) skip the checks
+        # and the error label: the stream encoder's `exact_values`, then its `pack_record`.
+        self._exact_values: Callable[[Any], np.ndarray | None] | None = getattr(
+            self._encoder, "exact_values", None
+        )
         self._records = 0
         self._closed = False
         self._where = f"{storage.location.display_url}: part {part} record "
@@ -164,8 +167,11 @@ class Writer:
         if self._closed:
             raise RuntimeError("this writer is closed; open a new one with storage.writer()")
         buf = self._buffer
-        fast = self._try_pack
-        if spans is not None or fast is None or not fast(buf, record):
+        exact = self._exact_values
+        values = exact(record) if exact is not None and spans is None else None
+        if values is not None:
+            self._encoder.pack_record(buf, values)  # type: ignore[attr-defined]
+        else:
             where = f"{self._where}{self._records}"
             encoder = self._encoder
             if spans is not None and not encoder.takes_spans:

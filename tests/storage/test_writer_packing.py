@@ -1,6 +1,7 @@
 """The writer's packed path (one-field records of exactly the field's dtype, copied into one
-buffer per shard; in `append_batch`, joined with one concatenate) writes the same shards, byte for byte, as the checked path that casts each
-record, in any mix with other records and batches; a caller may reuse its array at once."""
+buffer per shard; in `append_batch`, joined with one concatenate) writes the same shards, byte
+for byte, as the checked path that casts each record, in any mix with other records and
+batches; a caller may reuse its array at once."""
 
 from __future__ import annotations
 
