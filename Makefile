@@ -12,6 +12,10 @@
 #   make lint    ruff + mypy on guideloom
 #
 # PYTEST_ARGS passes options to pytest: make test PYTEST_ARGS="tests/infra -x"
+# TEST_WORKERS sets the parallel test processes (pytest-xdist; 0 runs in one process). The suite
+# mostly waits on servers, Ray and subprocesses, so more processes than cores pays: see
+# CONTRIBUTING.md "The test suite". One S3 endpoint serves them all; Ray and browser tests each
+# stay in one process (tests/conftest.py). The 15 slowest tests are printed at the end.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -31,6 +35,7 @@ STAMP := $(VENV)/.guideloom-installed
 # versions known to work together, so pip does not backtrack through dozens of releases.
 TORCH_PIN := torch==2.13.0
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 4
 PEERS_ARGS ?=
 LINT_PATHS ?= guideloom workers benchmarks
 APT_GET := DEBIAN_FRONTEND=noninteractive apt-get
@@ -89,7 +94,7 @@ system-packages-apt:
 	esac
 
 test: venv system-packages
-	@rc=0; $(PY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
+	@rc=0; $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc = 5 ]; then echo "make test: pytest collected no tests (exit 5): that is a failure" >&2; fi; \
 	exit $$rc
 

@@ -22,8 +22,10 @@ Set-up writes through raw fsspec/s3fs, never through guideloom.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,6 +59,65 @@ def pytest_configure(config: pytest.Config) -> None:
     # Keep Ray from writing an auth token into the home directory (and from warning about it).
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     config.stash[_S3_STASH] = {"planned": s3server.choose_backend(), "endpoint": None, "note": None}
+    if _is_xdist_controller(config) and config.stash[_S3_STASH]["planned"] != "external":
+        _start_shared_s3(config)
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    """True in the process that hands tests to pytest-xdist workers (`-n N`, N > 0)."""
+    workers = getattr(config.option, "numprocesses", None)
+    return bool(workers) and not hasattr(config, "workerinput") and config.option.dist != "no"
+
+
+def _start_shared_s3(config: pytest.Config) -> None:
+    """Under xdist: one S3 endpoint for every worker, started by the controller in a thread (RGW
+    takes ~12 s, so it starts while the workers import and collect). Workers find it through the
+    file named by `s3server.SHARED_ENV` (`s3_endpoint` waits for it); the controller stops it
+    when the session ends."""
+    workdir = Path(tempfile.mkdtemp(prefix="guideloom-rgw-"))  # short: Ceph's sockets live inside
+    shared = workdir / "endpoint.json"
+    os.environ[s3server.SHARED_ENV] = str(shared)
+    info = config.stash[_S3_STASH]
+
+    def start() -> None:
+        try:
+            endpoint, note = s3server.start(workdir / "cluster")
+        except Exception as err:  # noqa: BLE001 - reported to every worker that needs S3
+            shared.with_suffix(".failed").write_text(f"{type(err).__name__}: {err}")
+            return
+        info.update(endpoint=endpoint, note=note)
+        tmp = shared.with_suffix(".tmp")
+        tmp.write_text(endpoint.to_json())
+        tmp.rename(shared)
+
+    thread = threading.Thread(target=start, name="shared-s3", daemon=True)
+    thread.start()
+    info["shared"] = (thread, workdir)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    info = config.stash.get(_S3_STASH, None)
+    if not info or "shared" not in info:
+        return
+    thread, workdir = info.pop("shared")
+    thread.join(timeout=s3server.SHARED_WAIT_S)
+    if info["endpoint"] is not None:
+        info["endpoint"].stop()
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`--dist loadgroup`), tests that share an expensive process run in one
+    worker: every test on the session's local Ray (one Ray, not one per worker) and every browser
+    test (one Chromium at a time). The rest spread over the workers. Without xdist the marks do
+    nothing."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if "ray_local" in names:
+            item.add_marker(pytest.mark.xdist_group("ray"))
+        elif item.get_closest_marker("browser") is not None:
+            item.add_marker(pytest.mark.xdist_group("browser"))
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -88,10 +149,15 @@ def s3_endpoint(
     """The session's S3 endpoint; its env vars (endpoint, keys, region) are exported for
     subprocesses while it runs. RGW's cluster and logs live in pytest's base temp (the last few
     runs are kept)."""
-    workdir = tmp_path_factory.mktemp("rgw")
-    if len(str(workdir)) > 60:  # Ceph's admin sockets live inside; a Unix socket path is < 108 bytes
-        workdir = Path(tempfile.mkdtemp(prefix="guideloom-rgw-"))
-    endpoint, note = s3server.start(workdir)
+    shared = os.environ.get(s3server.SHARED_ENV)
+    if shared and hasattr(pytestconfig, "workerinput"):
+        # An xdist worker: the controller started the endpoint (and stops it).
+        endpoint, note = s3server.wait_shared(Path(shared)), None
+    else:
+        workdir = tmp_path_factory.mktemp("rgw")
+        if len(str(workdir)) > 60:  # Ceph's admin sockets live inside; a Unix socket path is < 108 bytes
+            workdir = Path(tempfile.mkdtemp(prefix="guideloom-rgw-"))
+        endpoint, note = s3server.start(workdir)
     pytestconfig.stash[_S3_STASH].update(endpoint=endpoint, note=note)
     with pytest.MonkeyPatch.context() as mp:
         for name, value in endpoint.env().items():

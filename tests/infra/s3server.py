@@ -16,6 +16,7 @@ Everything is plain HTTP on 127.0.0.1, reached through s3fs exactly as a user wo
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -33,12 +34,16 @@ START_RGW = REPO_ROOT / "scripts" / "s3" / "start-rgw.sh"
 STOP_RGW = REPO_ROOT / "scripts" / "s3" / "stop-rgw.sh"
 
 ENDPOINT_ENV = "GUIDELOOM_TEST_S3_ENDPOINT"
+# Under pytest-xdist the controller starts one endpoint for every worker and writes its details
+# (`S3Endpoint.to_json`) to the file this variable names; workers wait for the file.
+SHARED_ENV = "GUIDELOOM_TEST_S3_SHARED"
+RGW_START_TIMEOUT_S = 180
+SHARED_WAIT_S = RGW_START_TIMEOUT_S + 60  # a failed RGW start, then moto
 BACKEND_ENV = "GUIDELOOM_TEST_S3"  # "moto", "rgw" (required) or unset (automatic)
 # moto accepts any credentials; RGW gets these from start-rgw.sh's endpoint.env.
 MOTO_KEY = "testing"
 MOTO_SECRET = "testing"
 DEFAULT_REGION = "us-east-1"
-RGW_START_TIMEOUT_S = 180
 
 
 @dataclass
@@ -100,6 +105,27 @@ class S3Endpoint:
             "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION", DEFAULT_REGION),
         }
 
+    def to_json(self) -> str:
+        """What another process needs to use this endpoint (never its stop function)."""
+        return json.dumps(
+            {
+                "backend": self.backend,
+                "url": self.url,
+                "key": self.key,
+                "secret": self.secret,
+                "description": self.description,
+                "start_seconds": self.start_seconds,
+                "cluster_dir": str(self.cluster_dir) if self.cluster_dir else None,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> S3Endpoint:
+        """The endpoint another process started (`to_json`); this process cannot stop it."""
+        info = json.loads(text)
+        cluster_dir = Path(info.pop("cluster_dir")) if info.get("cluster_dir") else None
+        return cls(**info, cluster_dir=cluster_dir)
+
     def stop(self) -> None:
         if self._stop is not None:
             stop, self._stop = self._stop, None
@@ -140,6 +166,22 @@ def start(workdir: Path) -> tuple[S3Endpoint, str | None]:
                 raise
             return start_moto(), f"Ceph RGW failed to start, fell back to moto: {err}"
     return start_moto(), None
+
+
+def wait_shared(path: Path, timeout_s: float = SHARED_WAIT_S) -> S3Endpoint:
+    """The endpoint the xdist controller started (see `SHARED_ENV`): waits until it has written
+    `path`, or raises with what it wrote instead (the reason it could not start)."""
+    deadline = time.monotonic() + timeout_s
+    failed = path.with_suffix(".failed")
+    while time.monotonic() < deadline:
+        if path.exists():
+            return S3Endpoint.from_json(path.read_text())
+        if failed.exists():
+            raise RuntimeError(f"the test session's shared S3 endpoint did not start: {failed.read_text()}")
+        time.sleep(0.1)
+    raise RuntimeError(
+        f"the test session's shared S3 endpoint was not ready after {timeout_s:.0f} s ({path})"
+    )
 
 
 def external() -> S3Endpoint:
