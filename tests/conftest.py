@@ -106,18 +106,31 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(workdir, ignore_errors=True)
 
 
+# Under pytest-xdist (`--dist loadgroup`), tests that share an expensive process or fixture run
+# in one worker, so it starts once: a module-scoped fixture would otherwise start once in every
+# worker that gets one of the module's tests. The rest spread over the workers.
+_GROUP_BY_MODULE = {
+    # a two-node Ray cluster per module (and the documented cluster steps beside it)
+    "test_cluster.py": "cluster",
+    "test_cluster_docs.py": "cluster",
+}
+_GROUP_BY_FIXTURE = {
+    "ray_local": "ray",  # one local Ray, not one per worker
+    "built_site": "site",  # the documentation site, built once
+    "browser": "site",  # one Chromium at a time
+}
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`--dist loadgroup`), tests that share an expensive process run in one
-    worker: every test on the session's local Ray (one Ray, not one per worker) and every browser
-    test (one Chromium at a time). The rest spread over the workers. Without xdist the marks do
-    nothing."""
     for item in items:
+        group = _GROUP_BY_MODULE.get(item.path.name)
         names = getattr(item, "fixturenames", ())
-        if "ray_local" in names:
-            item.add_marker(pytest.mark.xdist_group("ray"))
-        elif item.get_closest_marker("browser") is not None:
-            item.add_marker(pytest.mark.xdist_group("browser"))
+        for fixture, name in _GROUP_BY_FIXTURE.items():
+            if group is None and fixture in names:
+                group = name
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
