@@ -12,9 +12,17 @@ seam                   who relies on it                       implemented by
 `FileTable`            io's shard readers                     `guideloom.manifest.ShardTable`
 `ShardReader`          the views (documents, windows, spans)  `guideloom.io.shards` (local, remote)
 `DatasetView`          the loader and mixtures                the three dataset views, mixtures
+`StreamView`           boundaries, trace (record starts)      the two stream views, their wrappers
+`MixtureView`          the loader, trace (per-source plans)   `loading.mixture_dataset`
 `Tokenizer`            ingestion                              `guideloom.workers.tokenizer`
 `InputReader`          ingestion (planning, parts)            `guideloom.workers.readers`
 =====================  =====================================  ====================================
+
+Code outside a view's own module asks a view only what these protocols declare: no
+``getattr``/``hasattr`` probes and no ``isinstance`` on a concrete view class
+(`tests/test_view_contracts.py` fails on either, as `tests/test_import_graph.py` fails on an
+upward import). A view that wraps another subclasses `guideloom.storage.wrapped.WrappedView`,
+which forwards exactly the members declared here.
 
 The extension points that are classes to subclass rather than protocols live with their layer:
 
@@ -34,7 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -46,14 +54,18 @@ __all__ = [
     "DatasetView",
     "Document",
     "FileTable",
+    "GroupReader",
     "InputFileInfo",
     "InputReader",
     "InputRecord",
     "Layout",
+    "MixtureView",
     "ReadOptions",
     "SegmentInfo",
     "ShardReader",
+    "StreamView",
     "Tokenizer",
+    "stream_view",
 ]
 
 Layout = Literal["documents", "stream", "stream_with_meta"]
@@ -193,6 +205,13 @@ class DatasetView(Protocol):
         """Bytes one sample takes in storage, on average (sizes the loader's read-ahead)."""
         ...
 
+    @property
+    def storage(self) -> Any:
+        """The `guideloom.storage.Storage` read (its ``current_snapshot`` is the snapshot the
+        view reads); a mixture's is its first source's, which carries the shared layout and
+        format (each source's is on `MixtureView.views`)."""
+        ...
+
     def __len__(self) -> int:
         """Samples: windows or documents."""
         ...
@@ -212,6 +231,89 @@ class DatasetView(Protocol):
         documents the list of records. Slicing the result by rows (a ``dict`` per field,
         otherwise ``[lo:hi]``) gives the batches of a group read together."""
         ...
+
+
+class StreamView(DatasetView, Protocol):
+    """A view of one stored stream, plain or with metadata (``layout`` is ``"stream"`` or
+    ``"stream_with_meta"`` and it is not a mixture): what marking document boundaries and
+    tracing records ask of it. `guideloom.StreamDataset`, `guideloom.StreamWithMetaDataset`,
+    and a `guideloom.storage.wrapped.WrappedView` around either."""
+
+    @property
+    def manifest(self) -> Any:
+        """The committed `guideloom.manifest.Manifest` it reads (``metadata``, ``shard_table``)."""
+        ...
+
+    @property
+    def stream_format(self) -> Any:
+        """The `guideloom.formats.StreamNumpyFormat` of the stream data (``fields``, ``dtype``)."""
+        ...
+
+    @property
+    def has_record_starts(self) -> bool:
+        """Whether the dataset stores where each appended record starts (older ones do not)."""
+        ...
+
+    @property
+    def reader(self) -> ShardReader:
+        """The shard reader every read of the view goes through (its index files too)."""
+        ...
+
+    def record_starts_batch(self, indexes: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where records start in windows ``indexes``: ``(positions, counts)``, int64, the
+        positions (within a window) of every window in order, and how many each has."""
+        ...
+
+    def pieces(self, window: int) -> list[tuple[int, int, int, int]]:
+        """Where window ``window``'s elements are stored: ``(shard, start, stop, offset)`` per
+        shard it touches, elements ``[start, stop)`` of that shard being the window's from
+        ``offset`` on (times the format's ``itemsize``, after the shard header: its bytes)."""
+        ...
+
+
+@runtime_checkable
+class GroupReader(Protocol):
+    """A view that reads several batches with one read and hands them back batch by batch,
+    doing per-batch work on each (`guideloom.loading.boundaries.BoundaryView` marks documents
+    batch by batch, where arrays stay in the CPU caches); other views' groups are read whole
+    and sliced."""
+
+    def read_batches(self, batches: Sequence[Sequence[int]]) -> list[Any]:
+        """`DatasetView.read_batch` of each of ``batches``, fetched in one read."""
+        ...
+
+
+@runtime_checkable
+class MixtureView(DatasetView, Protocol):
+    """The sources of a `guideloom.Mixture` read as one view
+    (`guideloom.loading.mixture_dataset.MixtureDataset`): index ``offset_i + j`` is sample ``j``
+    of source ``i``."""
+
+    views: list[Any]
+    """Each source's own view (a `DatasetView`), in the mixture's order."""
+    plan: Any
+    """The `guideloom.loading.mixture_plan.MixturePlan`: epoch length, per-source sizes."""
+    mixture: Any
+    """The `guideloom.Mixture` it reads (names, storages, weights)."""
+    marks: Any
+    """`guideloom.loading.boundaries.MixtureMarks` that add ``position_ids`` to its reads, or None."""
+    sourced: bool
+    """Whether its reads also say each row's source and sample (``from_storage(sources=True)``)."""
+
+    def epoch_order(self, shuffle: Any, seed: int, epoch: int) -> Any:
+        """The order of one epoch (a `guideloom.loading.mixture_order.MixtureOrder`)."""
+        ...
+
+    def split(self, indexes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """``(source, local)`` of mixture indexes, int64: each one's source and its index there."""
+        ...
+
+
+def stream_view(view: DatasetView) -> StreamView | None:
+    """``view`` as a `StreamView` when it is one stored stream; None for documents and mixtures."""
+    if view.layout == "documents" or isinstance(view, MixtureView):
+        return None
+    return cast(StreamView, view)  # the layout says it: see StreamView
 
 
 # -- ingestion ---------------------------------------------------------------------------------

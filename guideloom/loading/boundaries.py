@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from guideloom.types import DatasetView, Layout
+from guideloom.storage.wrapped import WrappedView
+from guideloom.types import DatasetView, StreamView, stream_view
 
 __all__ = [
     "IGNORE_INDEX",
@@ -121,7 +122,7 @@ def with_cu_seqlens(batch: dict[str, Any]) -> dict[str, Any]:
     return batch
 
 
-class BoundaryView:
+class BoundaryView(WrappedView):
     """A stream view whose batches also hold ``position_ids`` (and ``labels``); everything else
     (order, length, fingerprint: resume states move between it and the plain view) is the
     view's."""
@@ -130,31 +131,11 @@ class BoundaryView:
         self, view: Any, boundaries: str, *, labels: bool = False, eos_id: int | None = None
     ) -> None:
         """Check the settings against ``view``'s dataset; see `boundary_settings`."""
-        self.view = view
+        super().__init__(view)
         self.boundaries, self.labels, self.eos_id = boundary_settings(view, boundaries, labels, eos_id)
         self._mask_field = _mask_field_of(view)
 
-    # -- guideloom.types.DatasetView ---------------------------------------------------------
-
-    @property
-    def layout(self) -> Layout:
-        return self.view.layout  # type: ignore[no-any-return]
-
-    @property
-    def url(self) -> str:
-        return self.view.url  # type: ignore[no-any-return]
-
-    @property
-    def fingerprint(self) -> str:
-        return self.view.fingerprint  # type: ignore[no-any-return]
-
-    @property
-    def sequence_length(self) -> int | None:
-        return self.view.sequence_length  # type: ignore[no-any-return]
-
-    @property
-    def sample_bytes(self) -> int:
-        return self.view.sample_bytes  # type: ignore[no-any-return]
+    # -- guideloom.types.DatasetView (the rest is forwarded by WrappedView) -------------------
 
     def __len__(self) -> int:
         return len(self.view)
@@ -265,17 +246,22 @@ def add_marks(
     return windows
 
 
-def _mask_field_of(view: Any) -> str | None:
+def _mask_field_of(view: StreamView) -> str | None:
     """``"loss_mask"`` where ``view``'s stream has that field (labels honour it), else None."""
-    fields = getattr(getattr(view, "stream_format", None), "fields", {})
-    return "loss_mask" if "loss_mask" in fields else None
+    return "loss_mask" if "loss_mask" in view.stream_format.fields else None
 
 
-def _vocabulary(view: Any) -> tuple[int, str]:
+def _ingest_tokenizer(view: StreamView) -> dict[str, Any]:
+    """What the manifest records of the ingestion tokenizer (empty when it records none)."""
+    meta = view.manifest.metadata or {}
+    tokenizer = (meta.get(_INGEST_KEY) or {}).get("tokenizer") if isinstance(meta, dict) else None
+    return tokenizer if isinstance(tokenizer, dict) else {}
+
+
+def _vocabulary(view: StreamView) -> tuple[int, str]:
     """The number of token ids and where it comes from: the ingestion tokenizer's vocabulary
     when the manifest records it, else what the ``tokens`` dtype holds."""
-    meta = getattr(getattr(view, "manifest", None), "metadata", {}) or {}
-    tokenizer = (meta.get(_INGEST_KEY) or {}).get("tokenizer") if isinstance(meta, dict) else None
+    tokenizer = _ingest_tokenizer(view)
     if isinstance(tokenizer, dict) and isinstance(tokenizer.get("vocab_size"), int):
         return tokenizer["vocab_size"], f"the vocabulary of the ingestion tokenizer {tokenizer.get('spec')}"
     dtype = np.dtype(view.stream_format.fields["tokens"])
@@ -295,21 +281,23 @@ def boundary_settings(
             given, none in the manifest) or with one outside the vocabulary; ``labels`` or
             ``boundaries`` on documents or streams with metadata (no token windows to mark).
     """
-    if not isinstance(view, DatasetView) or view.layout != "stream":
-        kind = getattr(view, "layout", type(view).__name__)
+    stream = stream_view(view) if isinstance(view, DatasetView) else None
+    if stream is None or view.layout != "stream":
+        what = f"{view.url} is a {view.layout}" if isinstance(view, DatasetView) else f"{view!r} is not a"
         raise ValueError(
-            f"boundaries= and labels= mark documents inside stream windows, but {getattr(view, 'url', view)} "
-            f"is a {kind} dataset (documents are read whole, with no windows); load it without them, "
+            f"boundaries= and labels= mark documents inside stream windows, but {what} "
+            f"dataset (documents are read whole, with no windows); load it without them, "
             "or ingest it as a stream (--layout stream)"
         )
-    fields = list(view.stream_format.fields)  # type: ignore[attr-defined]
+    view = stream
+    fields = list(view.stream_format.fields)
     if "tokens" not in fields:
         raise ValueError(
             f"{view.url}: boundaries= needs a 'tokens' field to shift labels from; this stream has {fields}"
         )
     alternatives = "boundaries='eos' with eos_id=<the end-of-document id>, or a field such as 'doc_index'"
     if boundaries == "records":
-        if not view.has_record_starts:  # type: ignore[attr-defined]
+        if not view.has_record_starts:
             raise ValueError(
                 f"boundaries='records': {view.url} has no record starts (written before GuideLoom "
                 f"stored them); use {alternatives}, or rewrite the dataset with this GuideLoom"
@@ -317,9 +305,7 @@ def boundary_settings(
         return boundaries, bool(labels), None
     if boundaries == "eos":
         if eos_id is None:
-            meta = getattr(view, "manifest", None)
-            tokenizer = ((getattr(meta, "metadata", {}) or {}).get(_INGEST_KEY) or {}).get("tokenizer") or {}
-            eos_id = tokenizer.get("eos_id") if isinstance(tokenizer, dict) else None
+            eos_id = _ingest_tokenizer(view).get("eos_id")
             if eos_id is None:
                 raise ValueError(
                     f"boundaries='eos': {view.url} records no end-of-document id (it was not "

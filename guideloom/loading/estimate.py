@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from guideloom.io.ranges import DEFAULT_GAP_BUDGET, DEFAULT_MAX_GAP, merge_ranges
+from guideloom.storage import Storage
 from guideloom.storage.indexfiles import IndexFiles
 
 __all__ = ["PRICES", "PRICES_TAKEN", "Estimate", "estimate"]
@@ -127,12 +128,11 @@ def estimate(
     """
     from guideloom.loading.loader import StatefulDataLoader
 
-    layout = getattr(storage, "layout", None)
+    if not isinstance(storage, Storage):
+        raise ValueError(f"estimate plays the reads of a Storage; got a {type(storage).__name__}")
+    layout = storage.layout
     if layout not in ("stream", "documents"):
-        raise ValueError(
-            f"estimate plays stream and document reads; {getattr(storage, 'url', storage)} is a "
-            f"{layout or type(storage).__name__} dataset"
-        )
+        raise ValueError(f"estimate plays stream and document reads; {storage.url} is a {layout} dataset")
     if layout == "stream" and sequence_length is None:
         raise ValueError(f"{storage.url} is a stream: give sequence_length= (tokens per window)")
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:

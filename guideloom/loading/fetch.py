@@ -25,10 +25,10 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from guideloom.io.stats import io_stats
-from guideloom.loading.boundaries import BoundaryView, with_cu_seqlens
+from guideloom.loading.boundaries import with_cu_seqlens
 from guideloom.loading.collate import collate_aligned, collate_documents, collate_windows
 from guideloom.loading.placement import pin
-from guideloom.types import DatasetView, Layout
+from guideloom.types import DatasetView, GroupReader, Layout
 
 __all__ = ["BatchSource", "Finish", "GroupCollate", "Reported", "Whole", "batch_path", "unrolled"]
 
@@ -121,8 +121,8 @@ class BatchSource(Dataset):  # type: ignore[type-arg]
         """Several batches fetched with one read; one uncollated result per batch, in order."""
         if len(batches) == 1:
             return [self._read(list(batches[0]))]
-        if self.columns and isinstance(self.view, BoundaryView):
-            return self.view.read_batches(batches)  # type: ignore[return-value]
+        if self.columns and isinstance(self.view, GroupReader):
+            return self.view.read_batches(batches)
         data = self._read([i for b in batches for i in b])
         bounds = np.cumsum([0, *(len(b) for b in batches)]).tolist()
         return [

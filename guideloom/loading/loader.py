@@ -84,11 +84,10 @@ from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 from guideloom.errors import DatasetNotFoundError, ResumeStateError
 from guideloom.io.stats import IOStats, io_stats, merge_stats, subtract_stats
 from guideloom.loading.fetch import BatchSource, Finish, GroupCollate, batch_path, unrolled
-from guideloom.loading.mixture import Mixture, MixtureDataset
+from guideloom.loading.mixture import Mixture
 from guideloom.loading.mixture_sources import (
     RankCounts,
     SourcedCollate,
-    SourcedMixtureDataset,
     delivered,
     source_names,
 )
@@ -113,7 +112,7 @@ from guideloom.loading.state import LoaderState, OrderIdentity, snapshot_of
 from guideloom.loading.threads import SourceCopies, ThreadBatches, thread_settings
 from guideloom.storage import Storage, open_view
 from guideloom.storage.byurl import open_url
-from guideloom.types import DatasetView
+from guideloom.types import DatasetView, MixtureView
 
 __all__ = ["DEFAULT_READ_AHEAD_BYTES", "READ_AHEAD_ENV", "StatefulDataLoader"]
 
@@ -361,7 +360,7 @@ class StatefulDataLoader(_TorchdataLoader):
             shuffle, shuffle_block_size, shuffle_buffer_blocks, shuffle_run_size
         )
 
-        mixture = view if isinstance(view, MixtureDataset) else None  # see loading/mixture.py
+        mixture = view if isinstance(view, MixtureView) else None  # see loading/mixture.py
         num_samples = mixture.plan.epoch_length if mixture else len(view)
         what = "documents" if layout == "documents" else "windows"
         where = view.url
@@ -381,7 +380,7 @@ class StatefulDataLoader(_TorchdataLoader):
             )
 
         source, collate = batch_path(view, collate_fn)
-        if isinstance(view, SourcedMixtureDataset):  # sources=True: the source keys (mixture_sources)
+        if isinstance(view, MixtureView) and view.sourced:  # sources=True: the source keys (mixture_sources)
             collate = SourcedCollate(collate)
         kwargs = dict(torch_options)
         kwargs.setdefault("snapshot_every_n_steps", None)  # our state needs no torchdata snapshots
@@ -660,7 +659,7 @@ class StatefulDataLoader(_TorchdataLoader):
         view: DatasetView
         if sources and not isinstance(storage, Mixture):
             raise ValueError(
-                f"sources=True adds each row's source to the batches of a Mixture, but {getattr(storage, 'url', storage)} "
+                f"sources=True adds each row's source to the batches of a Mixture, but {storage.url if isinstance(storage, Storage) else storage!r} "
                 "is one dataset (every row's source is 0, its sample index the row's index); leave "
                 "sources out (loader.source_counts() works without it)"
             )
@@ -737,7 +736,7 @@ class StatefulDataLoader(_TorchdataLoader):
         self.view = view
         self._copies = None  # thread workers' private copies were of the old view
         self._iterator = None  # worker processes receive the new view when they start
-        if isinstance(view, MixtureDataset):  # its sources at other snapshots: a new plan
+        if isinstance(view, MixtureView):  # its sources at other snapshots: a new plan
             self._mixture = view
             ident = self._identity
             self._identity = OrderIdentity.of_view(
@@ -779,7 +778,7 @@ class StatefulDataLoader(_TorchdataLoader):
         if self.rank == 0 or self.world_size == 1:
             for storage in self._mixture.mixture.storages:
                 storage.refresh()
-            picked = [[getattr(s.current_snapshot, "id", None) for s in self._mixture.mixture.storages]]
+            picked = [[s.current_snapshot.id for s in self._mixture.mixture.storages]]
         if self.world_size > 1:
             dist.broadcast_object_list(picked, src=0)
         current = self._identity.source_snapshots
@@ -1147,7 +1146,7 @@ def _marked(view: Any, boundaries: str | None, labels: bool, eos_id: int | None)
     mixture's view is marked in place (its ``marks``), so that it stays the loader's mixture."""
     from guideloom.loading.boundaries import BoundaryView, MixtureMarks
 
-    if isinstance(view, MixtureDataset):
+    if isinstance(view, MixtureView):
         settings = ("records" if boundaries is None else boundaries, labels, eos_id)
         view.marks = MixtureMarks(view.views, view.mixture.names, *settings)
         return view

@@ -60,9 +60,8 @@ from guideloom.loading.mixture_plan import (
 )
 from guideloom.loading.state import LoaderState
 from guideloom.storage import Storage, open_view
-from guideloom.storage.subset import Subset, take
-from guideloom.storage.view import View
-from guideloom.types import DatasetView
+from guideloom.storage.subset import take
+from guideloom.types import DatasetView, MixtureView
 
 __all__ = [
     "Mixture",
@@ -251,7 +250,7 @@ class Mixture:
         moved: list[tuple[Any, tuple[Any, ...]]] = []
         for (key, pair), name, storage, pin in zip(pairs, self.names, self.storages, snapshots):
             item, rest = pair[0], tuple(pair[1:])
-            now = getattr(storage.current_snapshot, "id", None)
+            now = storage.current_snapshot.id
             if pin is None or pin == now:
                 moved.append((key, (item, *rest)))
                 continue
@@ -436,7 +435,9 @@ def _storage_of(item: Any) -> Storage | None:
     """The storage of a mixture source given as a storage or as a view of one (None: neither)."""
     if isinstance(item, Storage):
         return item
-    return item.storage if isinstance(item, (View, Subset)) else None
+    if isinstance(item, DatasetView) and not isinstance(item, MixtureView):
+        return item.storage  # type: ignore[no-any-return]
+    return None
 
 
 def _positive_number(value: Any) -> bool:

@@ -5,15 +5,15 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
 from guideloom.loading.mixture_order import MixtureOrder
 from guideloom.loading.mixture_plan import MixturePlan
 from guideloom.loading.order import ShuffleSettings
-from guideloom.storage import StreamDataset, WindowReader
-from guideloom.types import DatasetView, Layout
+from guideloom.storage import WindowReader
+from guideloom.types import DatasetView, Layout, StreamView
 
 __all__ = ["MixtureDataset"]
 
@@ -34,6 +34,8 @@ class MixtureDataset:
     reassembled in order.
     """
 
+    sourced: bool = False  # a SourcedMixtureDataset's reads also say each row's source
+
     def __init__(self, mixture: _Sources, views: Sequence[DatasetView], plan: MixturePlan) -> None:
         self.mixture = mixture
         self.views = list(views)
@@ -44,13 +46,7 @@ class MixtureDataset:
         self._starts = np.concatenate([[0], np.cumsum(plan.sizes)]).astype(np.int64)
         self.is_local = all(s.location.is_local for s in mixture.storages)
         # local stream sources are read by one WindowReader, all in one pass into one array
-        streams = [v for v in self.views if isinstance(v, StreamDataset)]
-        local_windows = (
-            self.is_local
-            and len(streams) == len(self.views)
-            and len({v.stream_format.dtype for v in streams}) == 1
-        )
-        self._windows = WindowReader(streams) if local_windows else None
+        self._windows = WindowReader.joining(self.views) if self.is_local else None
         self.fingerprints = [str(s.manifest.fingerprint) for s in mixture.storages]
         ident = {**plan.identity(), "fingerprints": self.fingerprints}
         self.identity = ident
@@ -83,6 +79,11 @@ class MixtureDataset:
         """The order of one mixture epoch."""
         return MixtureOrder(self.plan, shuffle=shuffle, seed=seed, epoch=epoch)
 
+    def split(self, indexes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """``(source, local)`` of mixture indexes: the source each is a sample of, and its index
+        in that source's view (both int64)."""
+        return self._split(indexes)
+
     def _split(self, indexes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         idx = np.asarray(indexes, dtype=np.int64)
         if idx.size and (idx.min() < 0 or idx.max() >= len(self)):
@@ -113,7 +114,7 @@ class MixtureDataset:
         rows, positions = [], []
         for i in np.unique(src).tolist():
             sel = np.flatnonzero(src == i)
-            pos, per = self.views[i].record_starts_batch(local[sel])  # type: ignore[attr-defined]
+            pos, per = cast(StreamView, self.views[i]).record_starts_batch(local[sel])
             counts[sel] = per
             rows.append(np.repeat(sel, per))
             positions.append(pos)

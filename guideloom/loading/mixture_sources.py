@@ -6,7 +6,7 @@ Two things, both from the closed-form order (no per-row bookkeeping in the train
   whose batches also hold ``source`` (int64 ``(B,)``: each row's source, its index in the
   mixture) and ``source_index`` (int64 ``(B,)``: the row's sample in that source's own view).
   Both come from the row's mixture index (source offset + sample) with one ``searchsorted`` per
-  read, the arithmetic `guideloom.trace` uses (`MixtureDataset._split`). Stream batches get them
+  read, the arithmetic `guideloom.trace` uses (`MixtureDataset.split`). Stream batches get them
   as two more tensors; document batches (a list of records otherwise) become
   ``{"documents": [records], "source": ..., "source_index": ...}``; a ``collate_fn`` that returns
   a dict gets the two keys added.
@@ -21,13 +21,14 @@ Two things, both from the closed-form order (no per-row bookkeeping in the train
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, SupportsIndex, cast, overload
+from typing import Any, SupportsIndex, overload
 
 import numpy as np
 import torch
 
 from guideloom.loading.mixture_dataset import MixtureDataset
 from guideloom.loading.schedule import EpochSchedule
+from guideloom.types import MixtureView
 
 __all__ = ["RankCounts", "Sourced", "SourcedCollate", "SourcedMixtureDataset", "delivered", "source_names"]
 
@@ -65,6 +66,8 @@ class SourcedMixtureDataset(MixtureDataset):
 
     Same order, identity and fingerprint as the plain dataset: states move freely between the two.
     """
+
+    sourced = True
 
     def read_windows(self, indexes: Sequence[int]) -> dict[str, np.ndarray]:
         src, local = self._split(indexes)  # once, for the read and the keys
@@ -109,7 +112,7 @@ class SourcedCollate:
 def delivered(view: Any, positions: int) -> list[int]:
     """Samples of each source among the first ``positions`` positions of an epoch (one entry for
     a single dataset)."""
-    if isinstance(view, MixtureDataset):
+    if isinstance(view, MixtureView):
         return [int(c) for c in view.plan.interleave.counts(int(positions))]
     return [int(positions)]
 
@@ -149,6 +152,6 @@ class RankCounts:
 
 def source_names(view: Any) -> tuple[str, ...]:
     """The names `source_counts` reports: the mixture's, or the single dataset's URL."""
-    if isinstance(view, MixtureDataset):
-        return tuple(cast(Any, view.mixture).names)
+    if isinstance(view, MixtureView):
+        return tuple(view.mixture.names)
     return (str(view.url),)

@@ -119,14 +119,11 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def snapshot_of(view: Any) -> str | None:
+def snapshot_of(view: DatasetView) -> str | None:
     """The id of the dataset snapshot a view reads (None for a view without a storage); a
-    wrapping view (boundaries, labels) reads its inner view's."""
-    storage = getattr(view, "storage", None)
-    if storage is None and isinstance(getattr(view, "view", None), DatasetView):
-        storage = getattr(view.view, "storage", None)
-    snapshot = getattr(storage, "current_snapshot", None)
-    return getattr(snapshot, "id", None)
+    wrapping view (subsets, boundaries) forwards its inner view's storage."""
+    storage = view.storage
+    return None if storage is None else str(storage.current_snapshot.id)
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,13 @@ import numpy as np
 
 import guideloom.layout as layout
 from guideloom.loading.mixture import Mixture
-from guideloom.loading.mixture_dataset import MixtureDataset
 from guideloom.loading.order import EpochOrder
 from guideloom.loading.schedule import EpochSchedule
 from guideloom.loading.state import LoaderState, OrderIdentity
 from guideloom.storage import Storage
 from guideloom.storage.openview import open_view
-from guideloom.storage.subset import Subset
+from guideloom.storage.wrapped import innermost
+from guideloom.types import DatasetView, MixtureView, StreamView, stream_view
 
 __all__ = ["TraceArrays", "trace", "trace_arrays"]
 
@@ -66,7 +66,7 @@ def _view_of(data: Any, sequence_length: int | None) -> Any:
         return data.dataset(sequence_length)
     if isinstance(data, Storage):
         return open_view(data, sequence_length)
-    if hasattr(data, "read_batch") and hasattr(data, "fingerprint"):
+    if isinstance(data, DatasetView):
         return data  # a view already
     raise TypeError(
         f"trace reads a Storage, a Mixture or a dataset view (what the loader was built from), "
@@ -81,7 +81,7 @@ class _Tracer:
         self.state = saved = LoaderState.from_dict(state)
         ident = saved.identity
         self.view = view = _view_of(data, ident.sequence_length)
-        mixture = view if isinstance(view, MixtureDataset) else None
+        mixture = view if isinstance(view, MixtureView) else None
         self.mixture = mixture
         num_samples = mixture.plan.epoch_length if mixture else len(view)
         current = OrderIdentity.of_view(
@@ -133,7 +133,7 @@ class _Tracer:
             pos = np.concatenate(positions)
             index = np.asarray(self.order(epoch)(pos), dtype=np.int64)
             if self.mixture is not None:
-                source, local = self.mixture._split(cast(Sequence[int], index))
+                source, local = self.mixture.split(cast(Sequence[int], index))
             else:
                 source, local = np.zeros_like(index), index
             cols["step"].append(np.concatenate(step_of) + epoch * per_epoch)
@@ -150,12 +150,13 @@ class _Tracer:
 
     def where(self, source: int, sample: int) -> dict[str, Any]:
         """The shard(s) and byte ranges of one sample of one source's view."""
-        view: Any = self.mixture.views[source] if self.mixture is not None else self.view
-        while isinstance(view, Subset):  # a subset's sample is its view's sample base_indexes says
-            sample, view = int(view.base_indexes([sample])[0]), view.view
+        view, sample = innermost(
+            self.mixture.views[source] if self.mixture is not None else self.view, sample
+        )
         storage = view.storage
         table = storage.manifest.shard_table
-        if view.layout == "documents":
+        stream = stream_view(view)
+        if stream is None:
             # records per shard: the shard holding document `sample`, no index read
             counts = np.cumsum(np.asarray(table.records, dtype=np.int64))
             shard = int(np.searchsorted(counts, sample, side="right"))
@@ -168,9 +169,9 @@ class _Tracer:
                 "records": [sample],
                 "record_in_shard": sample - first,
             }
-        itemsize = view.stream_format.itemsize
+        itemsize = stream.stream_format.itemsize
         pieces = []
-        for shard, start, stop, _ in view.pieces(sample):
+        for shard, start, stop, _ in stream.pieces(sample):
             pieces.append(
                 {
                     "shard": table.shard_name(shard),
@@ -186,14 +187,14 @@ class _Tracer:
             "shard": pieces[0]["shard"],
             "byte_range": pieces[0]["byte_range"],
             "pieces": pieces,
-            "records": self._records(source, view, view.pieces(sample)),
+            "records": self._records(source, stream, stream.pieces(sample)),
         }
 
-    def _records(self, source: int, view: Any, pieces: list[Any]) -> list[int] | None:
+    def _records(self, source: int, view: StreamView, pieces: list[Any]) -> list[int] | None:
         """The dataset-wide indexes of the records a window's tokens belong to, from the
         record-start files of the shards it touches (read whole, once each); None for a
         stream written without record starts."""
-        if not getattr(view, "has_record_starts", False):
+        if not view.has_record_starts:
             return None
         table = view.storage.manifest.shard_table
         if source not in self._record_base:

@@ -15,11 +15,12 @@ import struct
 from bisect import bisect_right
 from collections.abc import Sequence
 from itertools import repeat
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 import guideloom.layout as layout
+from guideloom.formats import DocumentStorageFormat
 from guideloom.storage.base import DocumentStorage
 from guideloom.storage.indexfiles import IndexFiles
 from guideloom.storage.view import View, run_lengths
@@ -187,7 +188,7 @@ class DocumentDataset(View):
         """Each run's bytes (one data read per run, in one call to the reader), cut at its
         offsets where it holds several documents, decoded in batch order. On local disk each
         read comes as its run is decoded, so the bytes are still in the CPU cache."""
-        decode = self.storage.format.decode  # type: ignore[attr-defined]
+        decode = cast(DocumentStorageFormat, self.storage.format).decode
         blobs = self.reader.read_iter(requests)
         if not several:
             return [decode(data) for data in blobs]

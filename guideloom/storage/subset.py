@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from guideloom.types import Layout
+from guideloom.storage.wrapped import WrappedView
 
 __all__ = ["GROUP", "Subset", "check_count", "check_holdout", "holdout", "skip", "take"]
 
@@ -48,7 +48,7 @@ def _side_offsets(seed: int, group: int, held: int, heldout: bool) -> np.ndarray
     return np.flatnonzero(mask if heldout else ~mask).astype(np.int64)
 
 
-class Subset:
+class Subset(WrappedView):
     """A view's samples through an index map; built by `skip`, `take` and `holdout` (or the
     views' methods of the same names).
 
@@ -65,7 +65,7 @@ class Subset:
         stop: int | None = None,
         split: tuple[float, int, bool] | None = None,
     ) -> None:
-        self.view = view
+        super().__init__(view)
         self._split = split
         if split is not None:
             fraction, seed, heldout = split
@@ -132,11 +132,7 @@ class Subset:
         idx = idx + self._start
         return self._split_map(idx) if self._split is not None else idx
 
-    # -- guideloom.types.DatasetView ---------------------------------------------------------
-
-    @property
-    def layout(self) -> Layout:
-        return self.view.layout  # type: ignore[no-any-return]
+    # -- guideloom.types.DatasetView (the rest is forwarded by WrappedView) -------------------
 
     @property
     def url(self) -> str:
@@ -145,25 +141,6 @@ class Subset:
     @property
     def fingerprint(self) -> str:
         return f"{self.view.fingerprint}[{self.description}]"
-
-    @property
-    def sequence_length(self) -> int | None:
-        return self.view.sequence_length  # type: ignore[no-any-return]
-
-    @property
-    def sample_bytes(self) -> int:
-        return self.view.sample_bytes  # type: ignore[no-any-return]
-
-    @property
-    def storage(self) -> Any:
-        """The storage of the view read (its snapshot is the subset's)."""
-        return getattr(self.view, "storage", None)
-
-    def __getattr__(self, name: str) -> Any:
-        # the view's format and settings (stream_format, has_record_starts, manifest, ...)
-        if name in {"view", "_split", "_start", "_stop"}:
-            raise AttributeError(name)
-        return getattr(self.view, name)
 
     def __len__(self) -> int:
         return self._stop - self._start
@@ -200,17 +177,6 @@ class Subset:
             What the view's ``read_batch`` returns for them.
         """
         return self.view.read_batch(self.base_indexes(indexes).tolist())
-
-    def record_starts_batch(self, indexes: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Where records start in the windows ``indexes`` (streams; see the stream views).
-
-        Args:
-            indexes: Sample indexes of the subset.
-
-        Returns:
-            The view's ``(positions, counts)`` for the windows they map to.
-        """
-        return self.view.record_starts_batch(self.base_indexes(indexes))  # type: ignore[no-any-return]
 
     def __iter__(self) -> Iterator[Any]:
         for lo in range(0, len(self), 64):

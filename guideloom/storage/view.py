@@ -40,7 +40,7 @@ class View:
         self.storage = storage
         self.manifest = storage.manifest
         self.reader: ShardReader = open_shard_reader(
-            storage.location, self.manifest.shard_table, getattr(storage, "block_cache", None)
+            storage.location, self.manifest.shard_table, storage.block_cache
         )
         self._len = 0
 

@@ -23,6 +23,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from functools import cached_property
 from itertools import repeat
+from typing import Any
 
 import numpy as np
 
@@ -364,6 +365,15 @@ class WindowReader:
         self._starts_l: list[int] = self._shard_starts.tolist()
         self._stops_l: list[int] = self._shard_stops.tolist()
         self._owner_l, self._shard_of_l = owner, shard_of
+
+    @classmethod
+    def joining(cls, views: Sequence[Any]) -> WindowReader | None:
+        """One reader over ``views`` when they are all plain stream views of one element dtype
+        (a mixture's local sources, read in one pass), else None."""
+        streams = [v for v in views if isinstance(v, StreamDataset)]
+        if not streams or len(streams) != len(views) or len({v.stream_format.dtype for v in streams}) != 1:
+            return None
+        return cls(streams)
 
     def read(
         self, local: Sequence[int] | np.ndarray, src: Sequence[int] | np.ndarray | None = None
