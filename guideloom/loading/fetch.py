@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 from torch.utils.data import Dataset
@@ -105,6 +105,8 @@ class BatchSource(Dataset):  # type: ignore[type-arg]
         # streams read for the default collate: one dict of (B, L) arrays per read, which a
         # group keeps whole (one tensor per field through a worker's pipe, see `Whole`)
         self.columns = batched and view.layout == "stream"
+        # a view that marks each batch of a group itself (boundaries): asked once, not per read
+        self._by_batch = self.columns and isinstance(view, GroupReader)
 
     def __len__(self) -> int:
         return len(self.view)
@@ -121,8 +123,8 @@ class BatchSource(Dataset):  # type: ignore[type-arg]
         """Several batches fetched with one read; one uncollated result per batch, in order."""
         if len(batches) == 1:
             return [self._read(list(batches[0]))]
-        if self.columns and isinstance(self.view, GroupReader):
-            return self.view.read_batches(batches)
+        if self._by_batch:
+            return cast(GroupReader, self.view).read_batches(batches)
         data = self._read([i for b in batches for i in b])
         bounds = np.cumsum([0, *(len(b) for b in batches)]).tolist()
         return [
