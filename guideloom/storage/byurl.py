@@ -114,13 +114,14 @@ def open_url(
     url: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     storage_options: Mapping[str, Any] | None = None,
     *,
-    format: str | None = None,  # noqa: A002 - the name users know from the issue and the docs
+    # (typed Any: callers pass their own options through **kwargs)
+    format: Any = None,  # noqa: A002 - the name users know from the issue and the docs
     dtype: Any = None,
-    eos_id: int | None = None,
+    eos_id: Any = None,
     **kwargs: Any,
 ) -> Storage:
     """The storage at ``url`` with the storage class and format its manifest records; or token
-    files another project wrote, read in place (`guideloom.foreign.open_foreign`).
+    files another project wrote, read in place (`guideloom.storage.foreign.open_foreign`).
 
     Args:
         url: A committed dataset's root: a local path or any fsspec URL (``s3://...``). Or
@@ -143,10 +144,13 @@ def open_url(
         StorageAccessError: The storage refused a request or could not be reached.
     """
     text = url if isinstance(url, (str, os.PathLike)) else None
-    if format is not None or text is None or any(c in os.fspath(text) for c in "*?[") or os.fspath(
-        text
-    ).rstrip("/").endswith(_FOREIGN_SUFFIXES):
-        from guideloom.foreign import open_foreign
+    if (
+        format is not None
+        or text is None
+        or any(c in os.fspath(text) for c in "*?[")
+        or os.fspath(text).rstrip("/").endswith(_FOREIGN_SUFFIXES)
+    ):
+        from guideloom.storage.foreign import open_foreign
 
         if kwargs:
             raise TypeError(f"{', '.join(kwargs)} do not apply to files read in place (format={format!r})")
@@ -157,6 +161,7 @@ def open_url(
             "dataset's manifest records its format"
         )
     options = dict(storage_options) if storage_options else None
-    _, manifest = read_manifest(url, options)
+    assert text is not None
+    _, manifest = read_manifest(text, options)
     storage_cls = _STORAGES[manifest.storage_class]
-    return storage_cls(url, build_format(manifest), storage_options=options, **kwargs)
+    return storage_cls(text, build_format(manifest), storage_options=options, **kwargs)

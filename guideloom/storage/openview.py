@@ -47,7 +47,7 @@ def open_view(storage: Storage, sequence_length: int | None = None) -> DatasetVi
         StorageAccessError: The storage refused a request or could not be reached.
     """
     view_cls = VIEWS.get(storage.layout) if isinstance(storage, Storage) else None
-    # A storage may name a view of its own (`guideloom.foreign.ForeignStorage`: files in place).
+    # A storage may name a view of its own (`guideloom.storage.foreign.ForeignStorage`: files in place).
     view_cls = getattr(storage, "view_class", None) or view_cls
     if view_cls is None:
         raise TypeError(

@@ -577,7 +577,7 @@ class StreamDataset(Windows):
     storage_type = StreamStorage
 
     def __new__(cls, storage: StreamStorage | None = None, *args: object, **kwargs: object) -> StreamDataset:
-        # A storage of files read in place (`guideloom.foreign`) names the view that reads them.
+        # A storage of files read in place (`guideloom.storage.foreign`) names the view that reads them.
         own = getattr(storage, "view_class", None) if cls is StreamDataset else None
         return super().__new__(own if isinstance(own, type) and issubclass(own, cls) else cls)
 

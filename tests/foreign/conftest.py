@@ -1,6 +1,6 @@
 """Small token files of other projects' layouts, written by the layouts' own rules.
 
-Megatron pairs are written by `guideloom.foreign.export.write_megatron` (checked against
+Megatron pairs are written by `guideloom.storage.foreign.export.write_megatron` (checked against
 megatron-core's own builder and reader in test_megatron_core.py where megatron-core imports);
 datatrove, nanoGPT and llm.c files by the few lines of NumPy their layouts take.
 """
@@ -14,7 +14,7 @@ import fsspec
 import numpy as np
 import pytest
 
-from guideloom.foreign.export import write_megatron
+from guideloom.storage.foreign.export import write_megatron
 
 
 def documents(n: int = 60, seed: int = 0, vocab: int = 50_000, longest: int = 150) -> list[np.ndarray]:
@@ -54,7 +54,9 @@ def write_llmc(path: str, docs: list[np.ndarray], eos: int = 50256, **options: A
 def megatron_pair(tmp_path: Any) -> Callable[..., tuple[str, list[np.ndarray]]]:
     """``megatron_pair(name, n=60, seed=0)`` -> (prefix, documents) of a pair under tmp_path."""
 
-    def make(name: str = "text_document", n: int = 60, seed: int = 0, dtype: Any = np.uint16) -> tuple[str, list[np.ndarray]]:
+    def make(
+        name: str = "text_document", n: int = 60, seed: int = 0, dtype: Any = np.uint16
+    ) -> tuple[str, list[np.ndarray]]:
         docs = documents(n, seed)
         prefix = str(tmp_path / name)
         write_megatron(prefix, docs, dtype)

@@ -1,4 +1,4 @@
-"""Other projects' token files read in place (`guideloom.foreign`): the same windows, record
+"""Other projects' token files read in place (`guideloom.storage.foreign`): the same windows, record
 starts, loader and exact resume as a native stream; local and S3; bad files named."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from conftest import documents, write_datatrove, write_llmc, write_megatron, wri
 
 import guideloom
 from guideloom import StatefulDataLoader, StreamDataset
-from guideloom.foreign import ForeignFormatError, ForeignStorage
+from guideloom.storage.foreign import ForeignFormatError, ForeignStorage
 from guideloom.testing import assert_exact_resume, batch_keys
 
 L = 64  # tokens per window
@@ -101,7 +101,9 @@ def test_loader_boundaries_from_the_index_and_from_eos(megatron_pair, tmp_path) 
     assert zeros == sorted(set([0, *first]))
     write_nanogpt(str(tmp_path / "train.bin"), docs)
     nano = guideloom.open(str(tmp_path / "train.bin"), eos_id=50256)
-    batch = next(iter(StatefulDataLoader.from_storage(nano, sequence_length=L, batch_size=2, boundaries="eos")))
+    batch = next(
+        iter(StatefulDataLoader.from_storage(nano, sequence_length=L, batch_size=2, boundaries="eos"))
+    )
     assert batch["position_ids"].shape == (2, L)
 
 
@@ -114,6 +116,7 @@ def test_exact_elastic_resume(kind: str, tmp_path) -> None:
     else:
         write_datatrove(str(tmp_path / "d.ds"), docs)
         storage = guideloom.open(str(tmp_path / "d.ds"))
+
     def make_loader(**kwargs: Any) -> Any:
         return StatefulDataLoader.from_storage(
             storage, sequence_length=16, batch_size=4, shuffle=True, seed=7, boundaries="records", **kwargs
@@ -159,10 +162,23 @@ def _corrupt(path: str, data: bytes | None = None, *, at: int = 0, size: int | N
         (lambda p: _corrupt(p + ".idx", size=20), "fewer than the 34-byte header"),
         (lambda p: _corrupt(p + ".bin", size=os.path.getsize(p + ".bin") - 2), "the .bin is truncated"),
         (lambda p: _corrupt(p + ".bin", b"\0\0", at=os.path.getsize(p + ".bin")), "two datasets"),
-        (lambda p: _corrupt(p + ".idx", (5).to_bytes(8, "little"), at=os.path.getsize(p + ".idx") - 8), "document indices"),
+        (
+            lambda p: _corrupt(p + ".idx", (5).to_bytes(8, "little"), at=os.path.getsize(p + ".idx") - 8),
+            "document indices",
+        ),
         (lambda p: os.remove(p + ".bin"), "is missing: the tokens of the Megatron dataset"),
     ],
-    ids=["magic", "dtype", "version", "truncated-idx", "no-header", "short-bin", "long-bin", "doc-index", "no-bin"],
+    ids=[
+        "magic",
+        "dtype",
+        "version",
+        "truncated-idx",
+        "no-header",
+        "short-bin",
+        "long-bin",
+        "doc-index",
+        "no-bin",
+    ],
 )
 def test_bad_megatron_files_are_named(megatron_pair, damage, message) -> None:
     prefix, _ = megatron_pair()

@@ -59,13 +59,21 @@ def test_a_shuffled_epoch_from_s3_matches_local_and_resumes(
     docs = documents(200, seed=4)
     write_datatrove(f"s3://{s3_bucket}/dt/000.ds", docs, **s3_options)
     write_datatrove(str(tmp_path / "000.ds"), docs)
-    settings: dict[str, Any] = {"sequence_length": 32, "batch_size": 8, "shuffle": "block", "seed": 2, "boundaries": "records"}
+    settings: dict[str, Any] = {
+        "sequence_length": 32,
+        "batch_size": 8,
+        "shuffle": "block",
+        "seed": 2,
+        "boundaries": "records",
+    }
 
     def batches(loader: Any) -> list[list[int]]:
         return [b["tokens"].flatten().tolist() + b["position_ids"].flatten().tolist() for b in loader]
 
     local = batches(StatefulDataLoader.from_storage(guideloom.open(str(tmp_path / "000.ds")), **settings))
-    remote_storage = guideloom.open(f"s3://{s3_bucket}/dt/000.ds", storage_options=counting_s3.storage_options)
+    remote_storage = guideloom.open(
+        f"s3://{s3_bucket}/dt/000.ds", storage_options=counting_s3.storage_options
+    )
     counting_s3.reset()
     loader = StatefulDataLoader.from_storage(remote_storage, **settings)
     got = batches(loader)
@@ -76,7 +84,9 @@ def test_a_shuffled_epoch_from_s3_matches_local_and_resumes(
     fetched = sum(e.bytes for e in data)
     assert fetched <= 1.2 * delivered, (fetched, delivered)
     assert len(data) < windows / 2, (len(data), windows)  # many windows per request
-    print(f"\nshuffled epoch: {len(data)} GETs for {windows} windows, {fetched / delivered:.3f}x the bytes delivered")
+    print(
+        f"\nshuffled epoch: {len(data)} GETs for {windows} windows, {fetched / delivered:.3f}x the bytes delivered"
+    )
     # resume on S3 mid-epoch: the rest is the rest of the local epoch
     first = StatefulDataLoader.from_storage(remote_storage, **settings)
     it = iter(first)

@@ -13,7 +13,7 @@ from conftest import documents
 
 import guideloom
 from guideloom import StatefulDataLoader, StreamDataset
-from guideloom.foreign.export import write_megatron
+from guideloom.storage.foreign.export import write_megatron
 
 DATA = Path(__file__).parent / "data" / "datatrove"
 

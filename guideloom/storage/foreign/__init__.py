@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from guideloom.foreign.layouts import (
+from guideloom.io import Location
+from guideloom.storage.foreign.layouts import (
     FORMATS,
     LLMC_DTYPES,
     LLMC_HEADER_BYTES,
@@ -29,8 +30,7 @@ from guideloom.foreign.layouts import (
     megatron_header,
     megatron_idx_size,
 )
-from guideloom.foreign.storage import ForeignStorage, ForeignStreamDataset, identity_of
-from guideloom.io import Location
+from guideloom.storage.foreign.storage import ForeignStorage, ForeignStreamDataset, identity_of
 
 __all__ = ["FORMATS", "ForeignFormatError", "ForeignStorage", "ForeignStreamDataset", "open_foreign"]
 
@@ -135,7 +135,9 @@ def open_foreign(
         FileNotFoundError: A file, its index or a glob's match is missing.
     """
     if format is not None and format not in FORMATS:
-        raise ValueError(f"format={format!r} is not one GuideLoom reads in place; pick one of {', '.join(FORMATS)}")
+        raise ValueError(
+            f"format={format!r} is not one GuideLoom reads in place; pick one of {', '.join(FORMATS)}"
+        )
     options = dict(storage_options) if storage_options else None
     urls = _expand(url, options)
     root = _common_root(urls)
@@ -168,7 +170,9 @@ def _kind_of(location: Location, name: str, format: str | None) -> str:  # noqa:
     if location.exists(prefix + ".idx"):
         return "megatron"
     if not name.endswith(".bin") and not location.exists(name):
-        raise FileNotFoundError(f"{location.describe(name)} does not exist (nor {location.describe(prefix + '.idx')})")
+        raise FileNotFoundError(
+            f"{location.describe(name)} does not exist (nor {location.describe(prefix + '.idx')})"
+        )
     return _detect(name, location.read(name, 0, 4))
 
 
@@ -193,7 +197,9 @@ def _heads(location: Location, rels: Sequence[str], sizes: Sequence[int], n: int
     return location.read_ranges(list(rels), [0] * len(rels), [min(n, s) for s in sizes])
 
 
-def _megatron(location: Location, names: Sequence[str], dtype: np.dtype | None) -> tuple[list[TokenFile], np.dtype]:
+def _megatron(
+    location: Location, names: Sequence[str], dtype: np.dtype | None
+) -> tuple[list[TokenFile], np.dtype]:
     prefixes = list(dict.fromkeys(_strip(n, (".idx", ".bin")) for n in names))
     idx = [p + ".idx" for p in prefixes]
     bins = [p + ".bin" for p in prefixes]
@@ -239,8 +245,8 @@ def _megatron(location: Location, names: Sequence[str], dtype: np.dtype | None) 
         stops += [s + (4 if k == 0 else 8) for k, s in enumerate(starts[-4:])]
     blobs = iter(location.read_ranges(rels, starts, stops) if rels else [])
     files = []
-    for p, r, b, (_, n, d), isize, bsize, ii, bi in zip(
-        prefixes, idx, bins, parsed, idx_sizes, bin_sizes, info[: len(prefixes)], info[len(prefixes) :]
+    for r, b, (_, n, _), isize, bsize, ii, bi in zip(
+        idx, bins, parsed, idx_sizes, bin_sizes, info[: len(prefixes)], info[len(prefixes) :]
     ):
         where_bin = location.describe(b)
         if n:
@@ -292,14 +298,19 @@ def _megatron(location: Location, names: Sequence[str], dtype: np.dtype | None) 
     return files, file_dtype
 
 
-def _datatrove(location: Location, names: Sequence[str], dtype: np.dtype | None) -> tuple[list[TokenFile], np.dtype]:
+def _datatrove(
+    location: Location, names: Sequence[str], dtype: np.dtype | None
+) -> tuple[list[TokenFile], np.dtype]:
     data = list(dict.fromkeys(_strip(n, (".index",)) for n in names))
     index = [d + ".index" for d in data]
     info = _infos(
         location,
         [*data, *index],
         [f"the tokens of the datatrove file {d}" for d in data]
-        + [f"the document index of the datatrove file {d} (datatrove writes NAME.ds.index beside NAME.ds)" for d in data],
+        + [
+            f"the document index of the datatrove file {d} (datatrove writes NAME.ds.index beside NAME.ds)"
+            for d in data
+        ],
     )
     sizes = [int(i["size"]) for i in info[: len(data)]]
     index_sizes = [int(i["size"]) for i in info[len(data) :]]
@@ -310,12 +321,16 @@ def _datatrove(location: Location, names: Sequence[str], dtype: np.dtype | None)
                 "it is truncated; copy it again from its source"
             )
     lasts = location.read_ranges(
-        [r for r, s in zip(index, index_sizes) if s], [s - 8 for s in index_sizes if s], [s for s in index_sizes if s]
+        [r for r, s in zip(index, index_sizes) if s],
+        [s - 8 for s in index_sizes if s],
+        [s for s in index_sizes if s],
     )
     last_end = iter(int(np.frombuffer(b, "<u8")[0]) for b in lasts)
     files = []
     widths = set()
-    for d, r, size, isize, di, ii in zip(data, index, sizes, index_sizes, info[: len(data)], info[len(data) :]):
+    for d, r, size, isize, di, ii in zip(
+        data, index, sizes, index_sizes, info[: len(data)], info[len(data) :]
+    ):
         tokens = next(last_end) if isize else 0
         width = dtype.itemsize if dtype is not None else (size // tokens if tokens else 2)
         if tokens * width != size or width not in (2, 4):
@@ -327,19 +342,21 @@ def _datatrove(location: Location, names: Sequence[str], dtype: np.dtype | None)
             )
         widths.add(width)
         column = IndexColumn(r, 0, isize // 8, scale=1, lead_zero=True)
-        files.append(
-            TokenFile(d, size, 0, tokens, identity_of(di) + identity_of(ii), column, r, isize)
-        )
+        files.append(TokenFile(d, size, 0, tokens, identity_of(di) + identity_of(ii), column, r, isize))
     if len(widths) > 1:
         raise ForeignFormatError(
             f"the datatrove files under {location.display_url} hold tokens of 2 and 4 bytes: open each "
             "kind as its own dataset"
         )
-    file_dtype = dtype if dtype is not None else np.dtype(np.uint16 if widths == {2} or not widths else np.uint32)
+    file_dtype = (
+        dtype if dtype is not None else np.dtype(np.uint16 if widths == {2} or not widths else np.uint32)
+    )
     return files, file_dtype
 
 
-def _nanogpt(location: Location, names: Sequence[str], dtype: np.dtype | None) -> tuple[list[TokenFile], np.dtype]:
+def _nanogpt(
+    location: Location, names: Sequence[str], dtype: np.dtype | None
+) -> tuple[list[TokenFile], np.dtype]:
     file_dtype = dtype if dtype is not None else np.dtype(np.uint16)
     info = _infos(location, names, ["a nanoGPT token file"] * len(names))
     files = []
@@ -354,7 +371,9 @@ def _nanogpt(location: Location, names: Sequence[str], dtype: np.dtype | None) -
     return files, file_dtype
 
 
-def _llmc(location: Location, names: Sequence[str], dtype: np.dtype | None) -> tuple[list[TokenFile], np.dtype]:
+def _llmc(
+    location: Location, names: Sequence[str], dtype: np.dtype | None
+) -> tuple[list[TokenFile], np.dtype]:
     info = _infos(location, names, ["an llm.c token shard"] * len(names))
     sizes = [int(i["size"]) for i in info]
     heads = _heads(location, names, sizes, LLMC_HEADER_BYTES)

@@ -1,7 +1,7 @@
 """Other projects' token files, read in place as a GuideLoom stream: `ForeignStorage`.
 
 A `ForeignStorage` is a read-only `StreamStorage` whose "manifest" is made in memory from the
-files' headers and sizes (`guideloom.foreign.layouts`): one shard per token file, in the order
+files' headers and sizes (`guideloom.storage.foreign.layouts`): one shard per token file, in the order
 given, one ``tokens`` field of the files' dtype. Its view, `ForeignStreamDataset`, is a
 `StreamDataset`: the same windows across documents and files, the same loader (shuffles, exact
 and elastic resume, ``boundaries=``, subsets, ``trace``, ``estimate``), the same readers
@@ -32,13 +32,13 @@ import xxhash
 
 import guideloom.layout as layout
 from guideloom._version import __version__
-from guideloom.foreign.layouts import TokenFile
 from guideloom.formats import StreamNumpyFormat
 from guideloom.io import Location
 from guideloom.io.shards import open_shard_reader
 from guideloom.manifest import Manifest
 from guideloom.manifest.models import FileColumn, FormatSpecModel, ShardTable
 from guideloom.storage.base import StreamStorage
+from guideloom.storage.foreign.layouts import TokenFile
 from guideloom.storage.indexfiles import IndexFiles
 from guideloom.storage.windows import StreamDataset
 
@@ -110,7 +110,9 @@ class ForeignReader:
         pad = min(max(lead - a, 0), b - a)  # synthesized zero bytes at the front
         return raw, "data", base + max(a - lead, 0), base + b - lead, pad
 
-    def _translate(self, requests: Sequence[tuple[int, str, int, int]]) -> tuple[list[tuple[int, str, int, int]], list[int]]:
+    def _translate(
+        self, requests: Sequence[tuple[int, str, int, int]]
+    ) -> tuple[list[tuple[int, str, int, int]], list[int]]:
         out, pads = [], []
         for shard, file, start, stop in requests:
             raw, name, a, b, pad = self._one(shard, file, start, stop)
@@ -172,7 +174,7 @@ def _table(files: Sequence[TokenFile], itemsize: int) -> ShardTable:
 class ForeignStorage(StreamStorage):
     """Token files of another project (Megatron, datatrove, nanoGPT, llm.c), read in place as a
     read-only `StreamStorage` with one ``tokens`` field. Open one with `guideloom.open` and a
-    ``format=`` (or `guideloom.foreign.open_foreign`); give it to `StreamDataset` /
+    ``format=`` (or `guideloom.storage.foreign.open_foreign`); give it to `StreamDataset` /
     `StatefulDataLoader.from_storage` as any stream storage."""
 
     def __init__(

@@ -2,7 +2,7 @@
 ``IndexedDataset`` opens (and GuideLoom reads in place): `write_megatron`.
 
 The layout is megatron-core's (``megatron/core/datasets/indexed_dataset.py``, see
-`guideloom.foreign.layouts`): one sequence per document, document indices ``0 .. N``, no modes.
+`guideloom.storage.foreign.layouts`): one sequence per document, document indices ``0 .. N``, no modes.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import fsspec
 import numpy as np
 
-from guideloom.foreign.layouts import MEGATRON_DTYPES, MEGATRON_HEADER, MEGATRON_MAGIC
+from guideloom.storage.foreign.layouts import MEGATRON_DTYPES, MEGATRON_HEADER, MEGATRON_MAGIC
 
 __all__ = ["write_megatron"]
 

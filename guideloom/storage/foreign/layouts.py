@@ -4,7 +4,7 @@ Each reader here turns the files of one dataset of another project into `TokenFi
 the tokens are in a file (a header to skip, how many), and where its sorted document index is
 (a column of the index file, in tokens or in bytes), read from the files' headers and sizes
 only. Nothing is read whole: a Megatron ``.idx`` of 10^9 sequences stays where it is, and
-`guideloom.foreign.storage` reads its pointer column in pages as windows need it.
+`guideloom.storage.foreign.storage` reads its pointer column in pages as windows need it.
 
 - ``megatron``: megatron-core's ``IndexedDataset`` pair ``PREFIX.bin`` / ``PREFIX.idx`` (also
   written by NeMo and datatrove's Megatron writer). ``.idx``: the 9-byte magic
