@@ -225,3 +225,19 @@ def test_read_only(megatron_pair) -> None:
     storage = guideloom.open(prefix + ".idx")
     with pytest.raises(TypeError, match="read in place"):
         storage.writer()
+
+
+def test_foreign_files_mix_with_weights(megatron_pair, tmp_path) -> None:
+    prefix, _ = megatron_pair()
+    write_datatrove(str(tmp_path / "d.ds"), documents(40, seed=8))
+    mixture = guideloom.Mixture(
+        {
+            "megatron": (guideloom.open(prefix + ".idx"), 1.0),
+            "datatrove": (guideloom.open(str(tmp_path / "d.ds")), 2.0),
+        }
+    )
+    loader = StatefulDataLoader.from_storage(
+        mixture, sequence_length=32, batch_size=4, shuffle=True, sources=True
+    )
+    counts = np.bincount(np.concatenate([b["source"].numpy() for b in loader]), minlength=2)
+    assert counts[0] > 0 and counts[1] > counts[0]
