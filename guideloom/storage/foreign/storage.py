@@ -40,7 +40,7 @@ from guideloom.manifest.models import FileColumn, FormatSpecModel, ShardTable
 from guideloom.storage.base import StreamStorage
 from guideloom.storage.foreign.layouts import TokenFile
 from guideloom.storage.indexfiles import IndexFiles
-from guideloom.storage.windows import StreamDataset
+from guideloom.storage.windows import _FEW_PIECES, StreamDataset
 
 __all__ = ["ForeignReader", "ForeignStorage", "ForeignStreamDataset", "identity_of"]
 
@@ -89,6 +89,8 @@ class ForeignReader:
                     sizes.append(f.index_size)
                 lead = 8 if f.starts.lead_zero else 0
                 self._map[(s, "starts")] = (row[f.index_rel], f.starts.offset, lead)
+        # Per shard: (raw row, what to add to a token request's offsets), for `read_into`.
+        self._data = [(self._map[(s, "data")][0], self._map[(s, "data")][1] - _H) for s in range(len(files))]
         self.raw_table = _RawTable(rels, sizes, kind)
         self.raw = open_shard_reader(location, self.raw_table)
         self._table = table
@@ -133,10 +135,25 @@ class ForeignReader:
     def read_into(
         self, requests: Sequence[tuple[int, str, int, int]], buffers: Sequence[Sequence[memoryview]]
     ) -> None:
-        raw, pads = self._translate(requests)
-        if any(pads):  # only index reads have made-up bytes, and those go through `read`
-            raise ValueError("read_into of a document index's leading bytes; use read")
+        """Windows' token reads (the hot path): each request moved by its file's shift."""
+        data = self._data
+        try:
+            raw = [
+                (data[s][0], "data", a + data[s][1], b + data[s][1]) for s, f, a, b in requests if f == "data"
+            ]
+        except IndexError:  # pragma: no cover - the views ask only for shards of the table
+            raise
+        if len(raw) != len(requests):  # index bytes too (never made up: `read` makes those)
+            translated, pads = self._translate(requests)
+            if any(pads):
+                raise ValueError("read_into of a document index's leading bytes; use read")
+            raw = translated
         self.raw.read_into(raw, buffers)
+
+    def descriptor(self, shard: int, file: str) -> int:
+        """The local descriptor of the real file behind shard ``shard``'s ``file``."""
+        raw, _, _ = self._map[(shard, file)]
+        return self.raw.descriptor(raw, "data")  # type: ignore[union-attr]
 
     def __repr__(self) -> str:
         return f"ForeignReader({self.raw!r})"
@@ -311,6 +328,13 @@ class ForeignStreamDataset(StreamDataset):
         a = np.maximum(g0[window_of] - starts[shard], 0)
         b = np.minimum(g1[window_of] - starts[shard], self.shard_tokens[shard])
         scale = self._scale[shard]
+        if self.reader.local and self._mapped:
+            # On local disk: each file's column memory-mapped and searched (the OS page cache
+            # holds what is touched), as native record starts are.
+            few = len(shard) <= _FEW_PIECES
+            lo, hi, values = (self._few_starts if few else self._many_starts)(shard, a * scale, b * scale)
+            values = values // np.repeat(scale, hi - lo)
+            return self._window_positions(values, hi - lo, hi > lo, shard, window_of, g0, len(idx))
         records = np.asarray(self.manifest.shard_table.records, dtype=np.int64)[shard]
         tokens = np.maximum(self.shard_tokens[shard], 1)
         n = len(shard)
@@ -333,6 +357,25 @@ class ForeignStreamDataset(StreamDataset):
         else:
             values = np.empty(0, np.int64)
         return self._window_positions(values, hi - lo, keep, shard, window_of, g0, len(idx))
+
+    @property
+    def _mapped(self) -> bool:
+        """Whether record starts are searched in memory maps: local files whose index column
+        holds the starts themselves (Megatron's pointers; datatrove's ends are searched in pages)."""
+        storage: ForeignStorage = self.storage  # type: ignore[assignment]
+        return all(f.starts is not None and not f.starts.lead_zero for f in storage.files)
+
+    def _map_starts(self, shard: int) -> np.ndarray:
+        import mmap
+
+        storage: ForeignStorage = self.storage  # type: ignore[assignment]
+        column = storage.files[shard].starts
+        assert column is not None
+        if column.count == 0:
+            return np.empty(0, "<i8")
+        fd = self.reader.descriptor(shard, "starts")  # type: ignore[attr-defined]
+        mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        return np.frombuffer(mapped, "<i8", count=column.count, offset=column.offset)
 
     @property
     def _start_index(self) -> IndexFiles:  # type: ignore[override]
