@@ -241,3 +241,14 @@ def test_foreign_files_mix_with_weights(megatron_pair, tmp_path) -> None:
     )
     counts = np.bincount(np.concatenate([b["source"].numpy() for b in loader]), minlength=2)
     assert counts[0] > 0 and counts[1] > counts[0]
+
+
+def test_trace_and_estimate_name_the_real_files(megatron_pair) -> None:
+    prefix, _ = megatron_pair()
+    storage = guideloom.open(prefix + ".idx")
+    loader = StatefulDataLoader.from_storage(storage, sequence_length=32, batch_size=4, shuffle=True)
+    next(iter(loader))
+    rows = list(guideloom.trace(loader.state_dict(), storage, range(1)))
+    assert len(rows) == 4 and all(r["pieces"][0]["path"] == "text_document.bin" for r in rows)
+    estimate = guideloom.estimate(storage, sequence_length=32, batch_size=4)
+    assert estimate.epochs[0]["windows"] == len(StreamDataset(storage, 32))

@@ -159,6 +159,20 @@ class ForeignReader:
         return f"ForeignReader({self.raw!r})"
 
 
+class ForeignShardTable(ShardTable):
+    """The shard table of foreign files: messages and traces name the real files (byte offsets
+    in traces still count GuideLoom's 32-byte shard header)."""
+
+    real: list[str] = []
+    real_index: list[str] = []
+
+    def path(self, i: int, name: str) -> str:
+        return self.real_index[i] if name == "starts" and self.real_index else self.real[i]
+
+    def shard_name(self, i: int) -> str:
+        return f"file {i} ({self.real[i]})"
+
+
 def _table(files: Sequence[TokenFile], itemsize: int) -> ShardTable:
     """The shard table GuideLoom's views read: one shard per token file, sizes as native shards
     would have (header included), checksums made of the files' identities."""
@@ -175,7 +189,9 @@ def _table(files: Sequence[TokenFile], itemsize: int) -> ShardTable:
             kind="starts", size=[_H + f.starts.count * 8 for f in files if f.starts], checksum=ids
         )
     records = [f.starts.count if (has_starts and f.starts) else 0 for f in files]
-    return ShardTable.model_construct(
+    return ForeignShardTable.model_construct(
+        real=[f.rel for f in files],
+        real_index=[f.index_rel or f.rel for f in files],
         part=list(range(n)),
         index=[0] * n,
         records=records,
