@@ -10,7 +10,7 @@ a manifest is data, not code, and whoever can write a bucket must not choose wha
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from guideloom.errors import PluginError
@@ -107,16 +107,31 @@ def build_format(manifest: Manifest) -> Format:
     return factory(config)
 
 
+_FOREIGN_SUFFIXES = (".idx", ".bin", ".ds", ".ds.index")
+
+
 def open_url(
-    url: str | os.PathLike[str],
+    url: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     storage_options: Mapping[str, Any] | None = None,
+    *,
+    # (typed Any: callers pass their own options through **kwargs)
+    format: Any = None,  # noqa: A002 - the name users know from the issue and the docs
+    dtype: Any = None,
+    eos_id: Any = None,
     **kwargs: Any,
 ) -> Storage:
-    """The storage at ``url`` with the storage class and format its manifest records.
+    """The storage at ``url`` with the storage class and format its manifest records; or token
+    files another project wrote, read in place (`guideloom.storage.foreign.open_foreign`).
 
     Args:
-        url: A committed dataset's root: a local path or any fsspec URL (``s3://...``).
+        url: A committed dataset's root: a local path or any fsspec URL (``s3://...``). Or
+            other projects' token files: a file, a glob or a list of them (``format=``).
         storage_options: fsspec options (endpoint, credentials), as for the storage classes.
+        format: ``"megatron"``, ``"datatrove"``, ``"nanogpt"`` or ``"llmc"``: open token files
+            of that layout in place. Without it, a URL ending in ``.idx``, ``.bin``, ``.ds``, a
+            glob or a list opens as such files (layout from suffix and magic).
+        dtype: Token dtype for layouts that do not record it (see `open_foreign`).
+        eos_id: End-of-text id of the files, for ``boundaries="eos"``.
         **kwargs: Passed to the storage class (``snapshot=``, ``cache_dir=``, ``cache_bytes=``).
 
     Returns:
@@ -128,7 +143,25 @@ def open_url(
         PluginError: The manifest records a format of a user's own that is not registered.
         StorageAccessError: The storage refused a request or could not be reached.
     """
+    text = url if isinstance(url, (str, os.PathLike)) else None
+    if (
+        format is not None
+        or text is None
+        or any(c in os.fspath(text) for c in "*?[")
+        or os.fspath(text).rstrip("/").endswith(_FOREIGN_SUFFIXES)
+    ):
+        from guideloom.storage.foreign import open_foreign
+
+        if kwargs:
+            raise TypeError(f"{', '.join(kwargs)} do not apply to files read in place (format={format!r})")
+        return open_foreign(url, format, dtype=dtype, eos_id=eos_id, storage_options=storage_options)
+    if dtype is not None or eos_id is not None:
+        raise TypeError(
+            "dtype= and eos_id= are for token files read in place (give format=); a GuideLoom "
+            "dataset's manifest records its format"
+        )
     options = dict(storage_options) if storage_options else None
-    _, manifest = read_manifest(url, options)
+    assert text is not None
+    _, manifest = read_manifest(text, options)
     storage_cls = _STORAGES[manifest.storage_class]
-    return storage_cls(url, build_format(manifest), storage_options=options, **kwargs)
+    return storage_cls(text, build_format(manifest), storage_options=options, **kwargs)

@@ -47,12 +47,14 @@ def open_view(storage: Storage, sequence_length: int | None = None) -> DatasetVi
         StorageAccessError: The storage refused a request or could not be reached.
     """
     view_cls = VIEWS.get(storage.layout) if isinstance(storage, Storage) else None
+    # A storage may name a view of its own (`guideloom.storage.foreign.ForeignStorage`: files in place).
+    view_cls = getattr(storage, "view_class", None) or view_cls
     if view_cls is None:
         raise TypeError(
             "open_view takes a GuideLoom storage (DocumentStorage, StreamStorage or "
             f"StreamWithMetaStorage), got {type(storage).__name__}"
         )
-    if view_cls is DocumentDataset:
+    if issubclass(view_cls, DocumentDataset):
         if sequence_length is not None:
             raise ValueError(
                 f"sequence_length={sequence_length!r} has no meaning for the document dataset "

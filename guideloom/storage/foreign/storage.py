@@ -1,0 +1,412 @@
+"""Other projects' token files, read in place as a GuideLoom stream: `ForeignStorage`.
+
+A `ForeignStorage` is a read-only `StreamStorage` whose "manifest" is made in memory from the
+files' headers and sizes (`guideloom.storage.foreign.layouts`): one shard per token file, in the order
+given, one ``tokens`` field of the files' dtype. Its view, `ForeignStreamDataset`, is a
+`StreamDataset`: the same windows across documents and files, the same loader (shuffles, exact
+and elastic resume, ``boundaries=``, subsets, ``trace``, ``estimate``), the same readers
+(positioned reads on local disk, merged concurrent range requests elsewhere).
+
+Two adapters make the files look like GuideLoom shards to that code:
+
+- `ForeignReader` translates the view's requests (offsets that count GuideLoom's 32-byte shard
+  header) into byte ranges of the real files: the tokens after the file's own header, and the
+  document index column inside the ``.idx`` / ``.ds.index``. Every real file's size is checked
+  as for native shards (at open on local disk, by ``Content-Range`` on S3).
+- `ForeignStreamDataset.record_starts_batch` searches the document index column in pages
+  (`guideloom.storage.indexfiles.IndexFiles`: a page cache bounded in bytes), so the index is
+  never downloaded whole, and converts byte pointers (Megatron) to token positions.
+
+The dataset's fingerprint (what a loader state records) is made of the files' sizes and ETags
+(or modification times): a file replaced under a saved state is named when it resumes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any, NoReturn
+
+import numpy as np
+import xxhash
+
+import guideloom.layout as layout
+from guideloom._version import __version__
+from guideloom.formats import StreamNumpyFormat
+from guideloom.io import Location
+from guideloom.io.shards import open_shard_reader
+from guideloom.manifest import Manifest
+from guideloom.manifest.models import FileColumn, FormatSpecModel, ShardTable
+from guideloom.storage.base import StreamStorage
+from guideloom.storage.foreign.layouts import TokenFile
+from guideloom.storage.indexfiles import IndexFiles
+from guideloom.storage.windows import _FEW_PIECES, StreamDataset
+
+__all__ = ["ForeignReader", "ForeignStorage", "ForeignStreamDataset", "identity_of"]
+
+_H = layout.HEADER_SIZE
+
+
+class _RawTable:
+    """The real files, as a `guideloom.types.FileTable`: row ``i`` is one file, file ``"data"``."""
+
+    def __init__(self, rels: Sequence[str], sizes: Sequence[int], kind: str) -> None:
+        self.rels, self.sizes, self.kind = list(rels), list(sizes), kind
+
+    def __len__(self) -> int:
+        return len(self.rels)
+
+    def path(self, shard: int, file: str) -> str:
+        return self.rels[shard]
+
+    def size(self, shard: int, file: str) -> int:
+        return self.sizes[shard]
+
+    def shard_name(self, shard: int) -> str:
+        return f"{self.kind} file {self.rels[shard]}"
+
+
+class ForeignReader:
+    """A `guideloom.types.ShardReader` over the real files, for requests a stream view makes of
+    its shards' ``data`` (tokens) and ``starts`` (document index) files."""
+
+    def __init__(self, location: Location, files: Sequence[TokenFile], kind: str, table: ShardTable) -> None:
+        rels: list[str] = []
+        sizes: list[int] = []
+        row: dict[str, int] = {}
+        # (shard, file) -> (raw row, byte offset of item 0, leading zero items to make up)
+        self._map: dict[tuple[int, str], tuple[int, int, int]] = {}
+        for s, f in enumerate(files):
+            if f.rel not in row:
+                row[f.rel] = len(rels)
+                rels.append(f.rel)
+                sizes.append(f.size)
+            self._map[(s, "data")] = (row[f.rel], f.offset, 0)
+            if f.starts is not None and f.index_rel is not None:
+                if f.index_rel not in row:
+                    row[f.index_rel] = len(rels)
+                    rels.append(f.index_rel)
+                    sizes.append(f.index_size)
+                lead = 8 if f.starts.lead_zero else 0
+                self._map[(s, "starts")] = (row[f.index_rel], f.starts.offset, lead)
+        # Per shard: (raw row, what to add to a token request's offsets), for `read_into`.
+        self._data = [(self._map[(s, "data")][0], self._map[(s, "data")][1] - _H) for s in range(len(files))]
+        self.raw_table = _RawTable(rels, sizes, kind)
+        self.raw = open_shard_reader(location, self.raw_table)
+        self._table = table
+
+    @property
+    def local(self) -> bool:
+        return bool(self.raw.local)
+
+    @property
+    def table(self) -> ShardTable:
+        return self._table
+
+    def close(self) -> None:
+        self.raw.close()
+
+    def _one(self, shard: int, file: str, start: int, stop: int) -> tuple[int, str, int, int, int]:
+        raw, base, lead = self._map[(shard, file)]
+        a, b = start - _H, stop - _H
+        pad = min(max(lead - a, 0), b - a)  # synthesized zero bytes at the front
+        return raw, "data", base + max(a - lead, 0), base + b - lead, pad
+
+    def _translate(
+        self, requests: Sequence[tuple[int, str, int, int]]
+    ) -> tuple[list[tuple[int, str, int, int]], list[int]]:
+        out, pads = [], []
+        for shard, file, start, stop in requests:
+            raw, name, a, b, pad = self._one(shard, file, start, stop)
+            out.append((raw, name, a, max(a, b)))
+            pads.append(pad)
+        return out, pads
+
+    def read(self, requests: Sequence[tuple[int, str, int, int]]) -> list[bytes]:
+        raw, pads = self._translate(requests)
+        blobs = self.raw.read(raw)
+        if any(pads):
+            blobs = [bytes(p) + b if p else b for p, b in zip(pads, blobs)]
+        return blobs
+
+    def read_iter(self, requests: Sequence[tuple[int, str, int, int]]) -> Iterator[bytes]:
+        return iter(self.read(requests))
+
+    def read_into(
+        self, requests: Sequence[tuple[int, str, int, int]], buffers: Sequence[Sequence[memoryview]]
+    ) -> None:
+        """Windows' token reads (the hot path): each request moved by its file's shift."""
+        data = self._data
+        try:
+            raw = [
+                (data[s][0], "data", a + data[s][1], b + data[s][1]) for s, f, a, b in requests if f == "data"
+            ]
+        except IndexError:  # pragma: no cover - the views ask only for shards of the table
+            raise
+        if len(raw) != len(requests):  # index bytes too (never made up: `read` makes those)
+            translated, pads = self._translate(requests)
+            if any(pads):
+                raise ValueError("read_into of a document index's leading bytes; use read")
+            raw = translated
+        self.raw.read_into(raw, buffers)
+
+    def descriptor(self, shard: int, file: str) -> int:
+        """The local descriptor of the real file behind shard ``shard``'s ``file``."""
+        raw, _, _ = self._map[(shard, file)]
+        return self.raw.descriptor(raw, "data")  # type: ignore[union-attr]
+
+    def __repr__(self) -> str:
+        return f"ForeignReader({self.raw!r})"
+
+
+class ForeignShardTable(ShardTable):
+    """The shard table of foreign files: messages and traces name the real files (byte offsets
+    in traces still count GuideLoom's 32-byte shard header)."""
+
+    real: list[str] = []
+    real_index: list[str] = []
+
+    def path(self, i: int, name: str) -> str:
+        return self.real_index[i] if name == "starts" and self.real_index else self.real[i]
+
+    def shard_name(self, i: int) -> str:
+        return f"file {i} ({self.real[i]})"
+
+
+def _table(files: Sequence[TokenFile], itemsize: int) -> ShardTable:
+    """The shard table GuideLoom's views read: one shard per token file, sizes as native shards
+    would have (header included), checksums made of the files' identities."""
+    n = len(files)
+    ids = [f"xxh3_64:{xxhash.xxh3_64_hexdigest(f.identity.encode())}" for f in files]
+    columns = {
+        "data": FileColumn.model_construct(
+            kind="tokens", size=[_H + f.tokens * itemsize for f in files], checksum=ids
+        )
+    }
+    has_starts = n > 0 and all(f.starts is not None for f in files)
+    if has_starts:
+        columns["starts"] = FileColumn.model_construct(
+            kind="starts", size=[_H + f.starts.count * 8 for f in files if f.starts], checksum=ids
+        )
+    records = [f.starts.count if (has_starts and f.starts) else 0 for f in files]
+    return ForeignShardTable.model_construct(
+        real=[f.rel for f in files],
+        real_index=[f.index_rel or f.rel for f in files],
+        part=list(range(n)),
+        index=[0] * n,
+        records=records,
+        tokens=[f.tokens for f in files],
+        spans=[0] * n,
+        prefix=["foreign"],
+        prefix_id=[0] * n,
+        files=columns,
+        part_base=[],
+    )
+
+
+class ForeignStorage(StreamStorage):
+    """Token files of another project (Megatron, datatrove, nanoGPT, llm.c), read in place as a
+    read-only `StreamStorage` with one ``tokens`` field. Open one with `guideloom.open` and a
+    ``format=`` (or `guideloom.storage.foreign.open_foreign`); give it to `StreamDataset` /
+    `StatefulDataLoader.from_storage` as any stream storage."""
+
+    def __init__(
+        self,
+        location: Location,
+        files: Sequence[TokenFile],
+        *,
+        kind: str,
+        dtype: np.dtype,
+        eos_id: int | None = None,
+        description: str | None = None,
+    ) -> None:
+        # No Storage.__init__: there is no manifest, snapshot history or committer to read.
+        self.format = StreamNumpyFormat({"tokens": dtype})
+        self.block_cache = None
+        self.location = location
+        self.kind = kind
+        self.files = list(files)
+        self.eos_id = eos_id
+        self._description = description or location.display_url
+        self._snapshot = None
+        self._pinned = None
+        table = _table(self.files, self.format.itemsize)
+        metadata: dict[str, Any] = {"foreign": {"format": kind, "files": [f.rel for f in self.files]}}
+        if eos_id is not None:  # where boundaries='eos' finds the id when none is given
+            metadata["ingest"] = {"tokenizer": {"eos_id": int(eos_id)}}
+        self._manifest = Manifest.model_construct(
+            version=3,
+            storage_class="StreamStorage",
+            format=FormatSpecModel(**self.format.spec()),
+            num_parts=len(self.files),
+            total_records=sum(table.records),
+            total_tokens=sum(table.tokens),
+            total_spans=0,
+            total_bytes=sum(sum(c.size) for c in table.files.values()),
+            created_at="",
+            guideloom_version=__version__,
+            metadata=metadata,
+            shard_table=table,
+        )
+
+    view_class = property(lambda self: ForeignStreamDataset)
+    """The view `guideloom.storage.open_view` (and so the loader) opens on this storage."""
+
+    @property
+    def url(self) -> str:
+        return self._description
+
+    def __repr__(self) -> str:
+        return f"ForeignStorage({self._description!r}, format={self.kind!r}, {self.format!r})"
+
+    @property
+    def manifest(self) -> Manifest:
+        assert self._manifest is not None
+        return self._manifest
+
+    def refresh(self) -> Manifest:
+        return self.manifest
+
+    @property
+    def current_snapshot(self) -> Any:
+        return None
+
+    def exists(self) -> bool:
+        return True
+
+    def snapshots(self) -> list[Any]:
+        return []
+
+    def open_reader(self) -> ForeignReader:
+        """A reader of the real files, for the view."""
+        return ForeignReader(self.location, self.files, self.kind, self.manifest.shard_table)
+
+    def _read_only(self, what: str) -> NoReturn:
+        raise TypeError(
+            f"{self._description} is a {self.kind} dataset read in place; GuideLoom does not {what} "
+            "it. Write a GuideLoom dataset with StreamStorage(url, format).writer() instead"
+        )
+
+    def writer(self, *args: Any, **kwargs: Any) -> Any:
+        self._read_only("write to")
+
+    def commit(self, *args: Any, **kwargs: Any) -> Any:
+        self._read_only("commit")
+
+    def delete(self) -> None:
+        self._read_only("delete")
+
+    def at_snapshot(self, snapshot: str | int) -> Any:
+        self._read_only("keep snapshots of")
+
+    def verify(self, *args: Any, **kwargs: Any) -> Any:
+        self._read_only("verify (it has no checksums)")
+
+
+class ForeignStreamDataset(StreamDataset):
+    """A `StreamDataset` of a `ForeignStorage`: windows of its tokens, and record starts from
+    its document index, read in pages."""
+
+    def __init__(self, storage: ForeignStorage, sequence_length: int) -> None:
+        super().__init__(storage, sequence_length)
+        self.reader = storage.open_reader()  # type: ignore[assignment]
+        scale = [f.starts.scale if f.starts else 1 for f in storage.files]
+        self._scale = np.asarray(scale, dtype=np.int64)
+
+    @property
+    def has_record_starts(self) -> bool:
+        return "starts" in self.manifest.shard_table.files
+
+    def _no_starts(self) -> NoReturn:
+        storage: ForeignStorage = self.storage  # type: ignore[assignment]
+        raise ValueError(
+            f"{self.url} ({storage.kind} files) has no document index, so no record starts: use "
+            "boundaries='eos' with the end-of-text id (eos_id=50256 for GPT-2's tokenizer), given "
+            "to guideloom.open(..., eos_id=) or to from_storage"
+        )
+
+    def record_starts_batch(self, indexes: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where documents start in each window (see `StreamDataset.record_starts_batch`), from
+        the files' document index: searched page by page, never read whole."""
+        if not self.has_record_starts:
+            self._no_starts()
+        idx = np.asarray(self._indexes(indexes), dtype=np.int64)  # type: ignore[arg-type]
+        length = self.sequence_length
+        g0 = idx * length
+        g1 = g0 + length
+        starts = self.shard_starts
+        s0 = np.searchsorted(starts, g0, side="right") - 1
+        s1 = np.searchsorted(starts, g1 - 1, side="right") - 1
+        per = s1 - s0 + 1
+        heads = np.cumsum(per) - per
+        window_of = np.repeat(np.arange(len(idx)), per)
+        shard = np.repeat(s0, per) + np.arange(int(per.sum())) - np.repeat(heads, per)
+        a = np.maximum(g0[window_of] - starts[shard], 0)
+        b = np.minimum(g1[window_of] - starts[shard], self.shard_tokens[shard])
+        scale = self._scale[shard]
+        if self.reader.local and self._mapped:
+            # On local disk: each file's column memory-mapped and searched (the OS page cache
+            # holds what is touched), as native record starts are.
+            few = len(shard) <= _FEW_PIECES
+            lo, hi, values = (self._few_starts if few else self._many_starts)(shard, a * scale, b * scale)
+            values = values // np.repeat(scale, hi - lo)
+            return self._window_positions(values, hi - lo, hi > lo, shard, window_of, g0, len(idx))
+        records = np.asarray(self.manifest.shard_table.records, dtype=np.int64)[shard]
+        tokens = np.maximum(self.shard_tokens[shard], 1)
+        n = len(shard)
+        both = np.concatenate([a, b])
+        found = self._start_index.search(
+            "starts",
+            np.concatenate([shard, shard]),
+            np.concatenate([a * scale, b * scale]),
+            words=[0] * (2 * n),
+            sides=["left"] * (2 * n),
+            itemsize=8,
+            counts=np.concatenate([records, records]),
+            guesses=np.concatenate([records, records]) * both // np.concatenate([tokens, tokens]),
+        )
+        lo, hi = found[:n], found[n:]
+        keep = hi > lo
+        if keep.any():
+            raw = self._start_index.runs("starts", shard[keep], lo[keep], hi[keep], 8)
+            values = np.frombuffer(raw, "<u8").astype(np.int64) // np.repeat(scale[keep], (hi - lo)[keep])
+        else:
+            values = np.empty(0, np.int64)
+        return self._window_positions(values, hi - lo, keep, shard, window_of, g0, len(idx))
+
+    @property
+    def _mapped(self) -> bool:
+        """Whether record starts are searched in memory maps: local files whose index column
+        holds the starts themselves (Megatron's pointers; datatrove's ends are searched in pages)."""
+        storage: ForeignStorage = self.storage  # type: ignore[assignment]
+        return all(f.starts is not None and not f.starts.lead_zero for f in storage.files)
+
+    def _map_starts(self, shard: int) -> np.ndarray:
+        import mmap
+
+        storage: ForeignStorage = self.storage  # type: ignore[assignment]
+        column = storage.files[shard].starts
+        assert column is not None
+        if column.count == 0:
+            return np.empty(0, "<i8")
+        fd = self.reader.descriptor(shard, "starts")  # type: ignore[attr-defined]
+        mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        return np.frombuffer(mapped, "<i8", count=column.count, offset=column.offset)
+
+    @property
+    def _start_index(self) -> IndexFiles:  # type: ignore[override]
+        index = self.__dict__.get("_foreign_index")
+        if index is None:
+            index = self.__dict__["_foreign_index"] = IndexFiles(self.reader)
+            index.paged = True  # local files too: pages through the reader, nothing mapped whole
+        return index  # type: ignore[no-any-return]
+
+
+def identity_of(info: dict[str, Any]) -> str:
+    """What identifies one version of a file, from its listing details: size and ETag (object
+    stores) or modification time (local disk and others)."""
+    tag = info.get("ETag") or info.get("etag") or info.get("md5_checksum") or info.get("generation")
+    when: Any = info.get("mtime", info.get("LastModified", info.get("last_modified")))
+    if hasattr(when, "timestamp"):
+        when = when.timestamp()
+    return json.dumps([int(info.get("size") or 0), str(tag) if tag else None, None if tag else when])

@@ -1,0 +1,66 @@
+"""Round trips against the other projects' own code: files datatrove's tokenizer wrote (checked
+in, see data/datatrove/README.md), and megatron-core's `IndexedDatasetBuilder` / `IndexedDataset`
+where megatron-core imports (it needs torch; install it with ``pip install --no-deps megatron-core``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import documents
+
+import guideloom
+from guideloom import StatefulDataLoader, StreamDataset
+from guideloom.storage.foreign.export import write_megatron
+
+DATA = Path(__file__).parent / "data" / "datatrove"
+
+
+def _documents_of(ds: StreamDataset, length: int) -> list[list[int]]:
+    """The documents of a view with one window per token run: cut at its record starts."""
+    tokens = ds.read_windows(list(range(len(ds))))["tokens"].reshape(-1)
+    positions, counts = ds.record_starts_batch(list(range(len(ds))))
+    owner = np.repeat(np.arange(len(ds)), counts)
+    cuts = (positions + owner * length).tolist()
+    return [tokens[a:b].tolist() for a, b in zip(cuts, cuts[1:] + [len(tokens)])]
+
+
+def test_datatrove_written_files_read_as_the_tokenizer_encoded_them() -> None:
+    expected = json.loads((DATA / "expected.json").read_text())
+    storage = guideloom.open(str(DATA / "00000_unshuffled.ds"), eos_id=expected["eos_id"])
+    total = sum(len(d) for d in expected["documents"])
+    assert storage.manifest.total_tokens == total and storage.format.fields["tokens"] == np.uint16
+    ds = StreamDataset(storage, 1)  # one token per window: every token, every document start
+    assert _documents_of(ds, 1) == expected["documents"]
+    batch = next(iter(StatefulDataLoader.from_storage(storage, sequence_length=total // 2, boundaries="eos")))
+    starts = np.cumsum([0] + [len(d) for d in expected["documents"]])[1:-1]
+    zeros = np.flatnonzero(batch["position_ids"][0].numpy() == 0)
+    assert zeros.tolist() == [0, *[s for s in starts.tolist() if s < total // 2]]
+
+
+def test_megatron_core_builder_files_read_the_same(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    indexed = pytest.importorskip("megatron.core.datasets.indexed_dataset")
+    docs = documents(80, seed=9)
+    builder = indexed.IndexedDatasetBuilder(str(tmp_path / "mc.bin"), dtype=np.uint16)
+    for doc in docs:
+        builder.add_item(torch.from_numpy(doc))
+        builder.end_document()
+    builder.finalize(str(tmp_path / "mc.idx"))
+    ds = StreamDataset(guideloom.open(str(tmp_path / "mc.idx")), 1)
+    assert _documents_of(ds, 1) == [d.tolist() for d in docs]
+
+
+def test_megatron_core_reads_what_guideloom_writes(tmp_path) -> None:
+    pytest.importorskip("torch")
+    indexed = pytest.importorskip("megatron.core.datasets.indexed_dataset")
+    docs = documents(80, seed=10)
+    for dtype in (np.uint16, np.int32):
+        prefix = str(tmp_path / np.dtype(dtype).name)
+        write_megatron(prefix, docs, dtype)
+        theirs = indexed.IndexedDataset(prefix)
+        assert len(theirs) == len(docs)
+        assert all(np.array_equal(theirs[i], d) and theirs[i].dtype == dtype for i, d in enumerate(docs))
+        assert theirs.document_indices.tolist() == list(range(len(docs) + 1))
