@@ -122,8 +122,8 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
 def snapshot_of(view: DatasetView) -> str | None:
     """The id of the dataset snapshot a view reads (None for a view without a storage); a
     wrapping view (subsets, boundaries) forwards its inner view's storage."""
-    storage = view.storage
-    return None if storage is None else str(storage.current_snapshot.id)
+    snapshot = None if view.storage is None else view.storage.current_snapshot
+    return None if snapshot is None else str(snapshot.id)  # files read in place have none
 
 
 @dataclass(frozen=True)

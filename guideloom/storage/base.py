@@ -50,6 +50,9 @@ class Storage:
 
     storage_class: ClassVar[StorageClassName]
     layout: ClassVar[Layout]
+    # The view `open_view` (and so the loader) opens on this storage; None: its layout's view.
+    # A storage of files read in place (`guideloom.storage.foreign`) names a view of its own.
+    view_class: ClassVar[type[Any] | None] = None
     format_type: ClassVar[type[Format]]
 
     def __init__(

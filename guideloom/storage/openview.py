@@ -46,9 +46,9 @@ def open_view(storage: Storage, sequence_length: int | None = None) -> DatasetVi
         ManifestError: The manifest is unreadable, of an unknown version or invalid.
         StorageAccessError: The storage refused a request or could not be reached.
     """
-    view_cls = VIEWS.get(storage.layout) if isinstance(storage, Storage) else None
-    # A storage may name a view of its own (`guideloom.storage.foreign.ForeignStorage`: files in place).
-    view_cls = getattr(storage, "view_class", None) or view_cls
+    view_cls: type[Any] | None = (
+        (storage.view_class or VIEWS.get(storage.layout)) if isinstance(storage, Storage) else None
+    )
     if view_cls is None:
         raise TypeError(
             "open_view takes a GuideLoom storage (DocumentStorage, StreamStorage or "
@@ -73,7 +73,7 @@ def open_view(storage: Storage, sequence_length: int | None = None) -> DatasetVi
             f"sequence_length={length} is larger than the whole stream at "
             f"{storage.url} ({total} tokens): no complete window fits"
         )
-    return view_cls(storage, sequence_length=length)  # type: ignore[call-arg]
+    return view_cls(storage, sequence_length=length)  # type: ignore[no-any-return]
 
 
 def _positive_int(name: str, value: Any) -> int:

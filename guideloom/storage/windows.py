@@ -588,8 +588,8 @@ class StreamDataset(Windows):
 
     def __new__(cls, storage: StreamStorage | None = None, *args: object, **kwargs: object) -> StreamDataset:
         # A storage of files read in place (`guideloom.storage.foreign`) names the view that reads them.
-        own = getattr(storage, "view_class", None) if cls is StreamDataset else None
-        return super().__new__(own if isinstance(own, type) and issubclass(own, cls) else cls)
+        own = storage.view_class if cls is StreamDataset and isinstance(storage, StreamStorage) else None
+        return super().__new__(own if own is not None and issubclass(own, cls) else cls)
 
     def __init__(self, storage: StreamStorage, sequence_length: int) -> None:
         """Open a view of the stream committed in `storage`, cut into windows.

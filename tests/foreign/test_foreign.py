@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import documents, write_datatrove, write_llmc, write_megatron, write_nanogpt
+from foreign_files import documents, write_datatrove, write_llmc, write_megatron, write_nanogpt
 
 import guideloom
 from guideloom import StatefulDataLoader, StreamDataset

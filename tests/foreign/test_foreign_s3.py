@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import documents, write_datatrove, write_megatron
+from foreign_files import documents, write_datatrove, write_megatron
 
 import guideloom
 from guideloom import StatefulDataLoader, StreamDataset

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import documents
+from foreign_files import documents
 
 import guideloom
 from guideloom import StatefulDataLoader, StreamDataset

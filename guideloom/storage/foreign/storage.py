@@ -249,8 +249,7 @@ class ForeignStorage(StreamStorage):
             shard_table=table,
         )
 
-    view_class = property(lambda self: ForeignStreamDataset)
-    """The view `guideloom.storage.open_view` (and so the loader) opens on this storage."""
+    # view_class (the view open_view and the loader open on it) is set below, after that class
 
     @property
     def url(self) -> str:
@@ -410,3 +409,6 @@ def identity_of(info: dict[str, Any]) -> str:
     if hasattr(when, "timestamp"):
         when = when.timestamp()
     return json.dumps([int(info.get("size") or 0), str(tag) if tag else None, None if tag else when])
+
+
+ForeignStorage.view_class = ForeignStreamDataset
