@@ -112,7 +112,7 @@ from guideloom.loading.state import LoaderState, OrderIdentity, snapshot_of
 from guideloom.loading.threads import SourceCopies, ThreadBatches, thread_settings
 from guideloom.storage import Storage, open_view
 from guideloom.storage.byurl import open_url
-from guideloom.types import DatasetView, MixtureView
+from guideloom.types import DatasetView, as_mixture
 
 __all__ = ["DEFAULT_READ_AHEAD_BYTES", "READ_AHEAD_ENV", "StatefulDataLoader"]
 
@@ -360,7 +360,7 @@ class StatefulDataLoader(_TorchdataLoader):
             shuffle, shuffle_block_size, shuffle_buffer_blocks, shuffle_run_size
         )
 
-        mixture = view if isinstance(view, MixtureView) else None  # see loading/mixture.py
+        mixture = as_mixture(view)  # see loading/mixture.py
         num_samples = mixture.plan.epoch_length if mixture else len(view)
         what = "documents" if layout == "documents" else "windows"
         where = view.url
@@ -380,7 +380,7 @@ class StatefulDataLoader(_TorchdataLoader):
             )
 
         source, collate = batch_path(view, collate_fn)
-        if isinstance(view, MixtureView) and view.sourced:  # sources=True: the source keys (mixture_sources)
+        if mixture is not None and mixture.sourced:  # sources=True: the source keys (mixture_sources)
             collate = SourcedCollate(collate)
         kwargs = dict(torch_options)
         kwargs.setdefault("snapshot_every_n_steps", None)  # our state needs no torchdata snapshots
@@ -736,8 +736,9 @@ class StatefulDataLoader(_TorchdataLoader):
         self.view = view
         self._copies = None  # thread workers' private copies were of the old view
         self._iterator = None  # worker processes receive the new view when they start
-        if isinstance(view, MixtureView):  # its sources at other snapshots: a new plan
-            self._mixture = view
+        mixture = as_mixture(view)
+        if mixture is not None:  # its sources at other snapshots: a new plan
+            self._mixture = view = mixture
             ident = self._identity
             self._identity = OrderIdentity.of_view(
                 view, view, num_samples=view.plan.epoch_length, seed=ident.seed, shuffle=ident.shuffle
@@ -1146,7 +1147,9 @@ def _marked(view: Any, boundaries: str | None, labels: bool, eos_id: int | None)
     mixture's view is marked in place (its ``marks``), so that it stays the loader's mixture."""
     from guideloom.loading.boundaries import BoundaryView, MixtureMarks
 
-    if isinstance(view, MixtureView):
+    mixture = as_mixture(view)
+    if mixture is not None:
+        view = mixture
         settings = ("records" if boundaries is None else boundaries, labels, eos_id)
         view.marks = MixtureMarks(view.views, view.mixture.names, *settings)
         return view

@@ -61,7 +61,7 @@ from guideloom.loading.mixture_plan import (
 from guideloom.loading.state import LoaderState
 from guideloom.storage import Storage, open_view
 from guideloom.storage.subset import take
-from guideloom.types import DatasetView, MixtureView
+from guideloom.types import DatasetView
 
 __all__ = [
     "Mixture",
@@ -435,7 +435,7 @@ def _storage_of(item: Any) -> Storage | None:
     """The storage of a mixture source given as a storage or as a view of one (None: neither)."""
     if isinstance(item, Storage):
         return item
-    if isinstance(item, DatasetView) and not isinstance(item, MixtureView):
+    if isinstance(item, DatasetView) and item.mixture is None:
         return item.storage  # type: ignore[no-any-return]
     return None
 

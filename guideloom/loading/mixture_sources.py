@@ -28,7 +28,7 @@ import torch
 
 from guideloom.loading.mixture_dataset import MixtureDataset
 from guideloom.loading.schedule import EpochSchedule
-from guideloom.types import MixtureView
+from guideloom.types import as_mixture
 
 __all__ = ["RankCounts", "Sourced", "SourcedCollate", "SourcedMixtureDataset", "delivered", "source_names"]
 
@@ -112,8 +112,9 @@ class SourcedCollate:
 def delivered(view: Any, positions: int) -> list[int]:
     """Samples of each source among the first ``positions`` positions of an epoch (one entry for
     a single dataset)."""
-    if isinstance(view, MixtureView):
-        return [int(c) for c in view.plan.interleave.counts(int(positions))]
+    mixture = as_mixture(view)
+    if mixture is not None:
+        return [int(c) for c in mixture.plan.interleave.counts(int(positions))]
     return [int(positions)]
 
 
@@ -152,6 +153,6 @@ class RankCounts:
 
 def source_names(view: Any) -> tuple[str, ...]:
     """The names `source_counts` reports: the mixture's, or the single dataset's URL."""
-    if isinstance(view, MixtureView):
+    if as_mixture(view) is not None:
         return tuple(view.mixture.names)
     return (str(view.url),)

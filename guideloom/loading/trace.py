@@ -28,7 +28,7 @@ from guideloom.loading.state import LoaderState, OrderIdentity
 from guideloom.storage import Storage
 from guideloom.storage.openview import open_view
 from guideloom.storage.wrapped import innermost
-from guideloom.types import DatasetView, MixtureView, StreamView, stream_view
+from guideloom.types import DatasetView, StreamView, as_mixture, stream_view
 
 __all__ = ["TraceArrays", "trace", "trace_arrays"]
 
@@ -81,7 +81,7 @@ class _Tracer:
         self.state = saved = LoaderState.from_dict(state)
         ident = saved.identity
         self.view = view = _view_of(data, ident.sequence_length)
-        mixture = view if isinstance(view, MixtureView) else None
+        mixture = as_mixture(view)
         self.mixture = mixture
         num_samples = mixture.plan.epoch_length if mixture else len(view)
         current = OrderIdentity.of_view(

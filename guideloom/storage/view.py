@@ -30,6 +30,7 @@ class View:
 
     storage_type: ClassVar[type[Storage]]
     sequence_length: int | None  # tokens per window; None for documents
+    mixture: ClassVar[None] = None  # one dataset's view (see guideloom.types.DatasetView.mixture)
     # Up to this many samples a batch is planned with Python ints, larger ones with whole-array
     # operations: an array call costs about a microsecond here, whatever its length, which is
     # more than a small batch's whole arithmetic (each view sets the crossover it measured).

@@ -15,7 +15,7 @@ overrides `base_indexes` (`guideloom.loading.trace` follows it down to the store
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -26,6 +26,8 @@ __all__ = ["WrappedView", "innermost"]
 
 class WrappedView:
     """Forwards the `DatasetView` and `StreamView` members to ``view`` (see the module)."""
+
+    mixture: ClassVar[None] = None  # a wrapper reads through its view; it is not a mixture's view
 
     def __init__(self, view: DatasetView) -> None:
         self.view: Any = view
