@@ -252,3 +252,38 @@ def test_trace_and_estimate_name_the_real_files(megatron_pair) -> None:
     assert len(rows) == 4 and all(r["pieces"][0]["path"] == "text_document.bin" for r in rows)
     estimate = guideloom.estimate(storage, sequence_length=32, batch_size=4)
     assert estimate.epochs[0]["windows"] == len(StreamDataset(storage, 32))
+
+
+def test_trace_byte_ranges_are_where_the_tokens_are_in_the_real_files(megatron_pair, tmp_path) -> None:
+    prefix, docs = megatron_pair()
+    write_llmc(str(tmp_path / "shard_000.bin"), docs)
+    write_datatrove(str(tmp_path / "000.ds"), docs[:30])
+    write_datatrove(str(tmp_path / "001.ds"), docs[30:])
+    opened = {
+        "megatron": guideloom.open(prefix + ".idx"),
+        "llmc": guideloom.open(str(tmp_path / "shard_000.bin")),
+        "datatrove": guideloom.open(str(tmp_path / "0*.ds")),
+    }
+    for kind, storage in opened.items():
+        loader = StatefulDataLoader.from_storage(storage, sequence_length=L, batch_size=4, shuffle=True)
+        it = iter(loader)
+        batches = [next(it) for _ in range(3)]
+        rows = list(guideloom.trace(loader.state_dict(), storage, range(3)))
+        assert len(rows) == 12
+        isz = storage.format.fields["tokens"].itemsize
+        for row in rows:
+            tokens = batches[row["step"]]["tokens"][row["row"]].numpy()
+            got = []
+            for piece in row["pieces"]:
+                a, b = piece["byte_range"]
+                with open(os.path.join(storage.location.path(""), piece["path"]), "rb") as f:
+                    f.seek(a)
+                    got.append(np.frombuffer(f.read(b - a), storage.format.fields["tokens"]))
+            assert np.concatenate(got).tolist() == tokens.tolist(), kind
+            if kind == "llmc":
+                assert row["byte_range"][0] >= 1024 and (row["byte_range"][0] - 1024) % isz == 0
+            else:  # the documents the window's tokens belong to (Megatron's starts are byte pointers)
+                w, ends = row["sample_index"], np.cumsum([len(d) for d in docs])
+                first = int(np.searchsorted(ends, w * L, side="right"))
+                last = int(np.searchsorted(ends, (w + 1) * L - 1, side="right"))
+                assert row["records"] == list(range(first, last + 1)), kind

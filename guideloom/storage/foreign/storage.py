@@ -229,11 +229,21 @@ class ForeignReader:
 
 
 class ForeignShardTable(ShardTable):
-    """The shard table of foreign files: messages and traces name the real files (byte offsets
-    in traces still count GuideLoom's 32-byte shard header)."""
+    """The shard table of foreign files: messages and traces name the real files, and traces
+    give the tokens' byte ranges in them (after each file's own header, ``token_size`` bytes a
+    token: the token file alone, without a mask's byte)."""
 
     real: list[str] = []
     real_index: list[str] = []
+    offsets: list[int] = []
+    token_size: int = 0
+    units: list[int] = []
+
+    def start_unit(self, i: int) -> int:
+        return self.units[i]
+
+    def token_bytes(self, i: int, start: int, stop: int, itemsize: int) -> tuple[int, int]:
+        return self.offsets[i] + start * self.token_size, self.offsets[i] + stop * self.token_size
 
     def path(self, i: int, name: str) -> str:
         return self.real_index[i] if name == "starts" and self.real_index else self.real[i]
@@ -242,7 +252,7 @@ class ForeignShardTable(ShardTable):
         return f"file {i} ({self.real[i]})"
 
 
-def _table(files: Sequence[TokenFile], itemsize: int) -> ShardTable:
+def _table(files: Sequence[TokenFile], itemsize: int, token_size: int) -> ShardTable:
     """The shard table GuideLoom's views read: one shard per token file, sizes as native shards
     would have (header included), checksums made of the files' identities."""
     n = len(files)
@@ -261,6 +271,9 @@ def _table(files: Sequence[TokenFile], itemsize: int) -> ShardTable:
     return ForeignShardTable.model_construct(
         real=[f.rel for f in files],
         real_index=[f.index_rel or f.rel for f in files],
+        offsets=[f.offset for f in files],
+        token_size=token_size,
+        units=[f.starts.scale if f.starts else 1 for f in files],
         part=list(range(n)),
         index=[0] * n,
         records=records,
@@ -311,7 +324,7 @@ class ForeignStorage(StreamStorage):
         self._description = description or location.display_url
         self._snapshot = None
         self._pinned = None
-        table = _table(self.files, self._stream_format.itemsize)
+        table = _table(self.files, self._stream_format.itemsize, np.dtype(dtype).itemsize)
         metadata: dict[str, Any] = {"foreign": {"format": kind, "files": [f.rel for f in self.files]}}
         if eos_id is not None:  # where boundaries='eos' finds the id when none is given
             metadata["ingest"] = {"tokenizer": {"eos_id": int(eos_id)}}
