@@ -134,10 +134,28 @@ def test_a_file_changed_under_a_state_is_named(megatron_pair) -> None:
     it = iter(loader)
     next(it)
     state = loader.state_dict()
+    assert ["text_document.bin", "text_document.idx"] == [p for p, _ in state["guideloom_loader"]["files"]]
+    size = os.path.getsize(prefix + ".bin")
+    times = {p: os.stat(prefix + p).st_mtime_ns for p in (".bin", ".idx")}
     write_megatron(prefix, docs[:-1] + [docs[-1][:1]])  # replaced: another size
     other = StatefulDataLoader.from_storage(guideloom.open(prefix + ".idx"), sequence_length=L, batch_size=2)
-    with pytest.raises(guideloom.GuideLoomError, match="other content"):
+    with pytest.raises(
+        guideloom.GuideLoomError,
+        match=rf"The file text_document.bin has changed since the state was saved \({size} bytes, "
+        r"modified .* then, \d+ bytes, modified .* now\).*put back the version the run read",
+    ):
         other.load_state_dict(state)
+    # the same files put back: it resumes; the .idx touched (the state cannot see content): named
+    write_megatron(prefix, docs)
+    for p, t in times.items():
+        os.utime(prefix + p, ns=(t, t))
+    StatefulDataLoader.from_storage(
+        guideloom.open(prefix + ".idx"), sequence_length=L, batch_size=2
+    ).load_state_dict(state)
+    os.utime(prefix + ".idx", (1, 1))
+    again = StatefulDataLoader.from_storage(guideloom.open(prefix + ".idx"), sequence_length=L, batch_size=2)
+    with pytest.raises(guideloom.GuideLoomError, match=r"The file text_document.idx has changed"):
+        again.load_state_dict(state)
 
 
 # -- bad files: each named, with its fix ------------------------------------------------------------

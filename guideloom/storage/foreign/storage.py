@@ -370,6 +370,18 @@ class ForeignStorage(StreamStorage):
     def snapshots(self) -> list[Any]:
         return []
 
+    def file_identities(self) -> list[tuple[str, str]]:
+        """Each real file (tokens, index, mask) with its size and ETag or modification time."""
+        out = []
+        for f in self.files:
+            parts = ["[" + p for p in f.identity[1:].split("[")]
+            rels = [f.rel, *([f.index_rel] if f.starts is not None and f.index_rel else [])]
+            rels += [f.mask_rel] if f.mask_rel else []
+            if len(parts) != len(rels):  # pragma: no cover - every opener builds them so
+                raise AssertionError(f"{f.rel}: {len(parts)} identities for {len(rels)} files")
+            out += list(zip(rels, parts))
+        return out
+
     def open_reader(self) -> ForeignReader:
         """A reader of the real files, for the view."""
         return ForeignReader(
