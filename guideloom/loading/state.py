@@ -22,6 +22,7 @@
         "snapshot": "00000003-…",       # the dataset snapshot read (not for mixtures; optional)
         "source_snapshots": [...],      # a mixture's: each source's snapshot (optional)
         "url": "s3://…",                # where it was read (redacted; optional, for messages)
+        "files": [["a.bin", "[size, etag, mtime]"], ...],  # files read in place (optional)
     }}
 
 Everything from ``layout`` to ``shuffle_run_size`` must match the loader that loads the state, or
@@ -74,8 +75,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime
+import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from guideloom.errors import ResumeStateError
@@ -143,6 +146,9 @@ class OrderIdentity:
     url: str | None = None
     # A mixture's: each source's snapshot, in source order (None for a source without one).
     source_snapshots: tuple[str | None, ...] | None = None
+    # Files read in place (`guideloom.storage.foreign`): each one's (path, identity), to name
+    # the file that changed under a state (not part of the identity: the fingerprint is).
+    files: tuple[tuple[str, str], ...] | None = field(default=None, compare=False)
 
     @classmethod
     def of_view(
@@ -161,6 +167,7 @@ class OrderIdentity:
             snapshot=None if mixture else snapshot_of(view),
             url=None if mixture else view.url,
             source_snapshots=tuple(snapshot_of(v) for v in mixture.views) if mixture else None,
+            files=None if mixture else files_of(view),
         )
 
     def fields(self) -> dict[str, Any]:
@@ -187,7 +194,10 @@ class OrderIdentity:
             saved, now = saved_fields[name], current_fields[name]
             if saved != now:
                 hint = ""
-                if name == "fingerprint" and self.snapshot not in (None, current.snapshot):
+                changed = _changed_file(self.files, current.files) if name == "fingerprint" else ""
+                if changed:
+                    hint = changed
+                elif name == "fingerprint" and self.snapshot not in (None, current.snapshot):
                     where = f"{self.url!r}, fmt" if self.url else "url, fmt"
                     hint = (
                         f" The state was saved on snapshot {self.snapshot} of the dataset, and it has"
@@ -265,6 +275,8 @@ class LoaderState:
         if self.identity.snapshot is not None:
             fields["snapshot"] = self.identity.snapshot
             fields["url"] = self.identity.url
+        if self.identity.files is not None:
+            fields["files"] = [list(f) for f in self.identity.files]
         if self.identity.source_snapshots is not None and any(self.identity.source_snapshots):
             fields["source_snapshots"] = list(self.identity.source_snapshots)
         return {STATE_KEY: fields}
@@ -338,6 +350,7 @@ class LoaderState:
             snapshot=inner["snapshot"] if isinstance(inner.get("snapshot"), str) else None,
             url=inner["url"] if isinstance(inner.get("url"), str) else None,
             source_snapshots=_source_snapshots(inner.get("source_snapshots")),
+            files=_files(inner.get("files")),
         )
         result = cls(
             identity,
@@ -489,6 +502,62 @@ def mixture_difference(
                 "after= state)." + fix
             )
     return "the loader state was saved from another mixture." + fix
+
+
+def files_of(view: DatasetView) -> tuple[tuple[str, str], ...] | None:
+    """The ``(path, identity)`` of each file a view's dataset read in place is made of, or None."""
+    found = None if view.storage is None else view.storage.file_identities()
+    return None if found is None else tuple((str(p), str(i)) for p, i in found)
+
+
+def _files(value: Any) -> tuple[tuple[str, str], ...] | None:
+    """A state's ``files`` (``[[path, identity], ...]``), or None where it has none."""
+    if not isinstance(value, list) or not all(
+        isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) for x in v) for v in value
+    ):
+        return None
+    return tuple((v[0], v[1]) for v in value)
+
+
+def _describe_identity(identity: str) -> str:
+    try:
+        size, tag, when = json.loads(identity)
+    except (ValueError, TypeError):
+        return identity
+    if tag:
+        return f"{size} bytes, ETag {tag}"
+    if isinstance(when, (int, float)):
+        stamp = datetime.datetime.fromtimestamp(when, datetime.timezone.utc).isoformat(timespec="seconds")
+        return f"{size} bytes, modified {stamp}"
+    return f"{size} bytes"
+
+
+def _changed_file(
+    saved: tuple[tuple[str, str], ...] | None, current: tuple[tuple[str, str], ...] | None
+) -> str:
+    """The message part naming the file read in place that differs between a saved state and
+    now ("" where neither records files, or none differs)."""
+    if saved is None or current is None:
+        return ""
+    then, now = dict(saved), dict(current)
+    for path, identity in current:
+        if path in then and then[path] != identity:
+            return (
+                f" The file {path} has changed since the state was saved ({_describe_identity(then[path])}"
+                f" then, {_describe_identity(identity)} now), so the windows the state counts are not"
+                " the same tokens. To resume exactly, put back the version the run read (same size"
+                " and content; a copy keeps the ETag, a local file's modification time too with"
+                " `cp -p`), or start this run without loading the state."
+            )
+    gone = [p for p, _ in saved if p not in now]
+    added = [p for p, _ in current if p not in then]
+    if gone or added or [p for p, _ in saved] != [p for p, _ in current]:
+        return (
+            f" The state was saved over other files ({', '.join(gone[:3]) or 'none'} missing now,"
+            f" {', '.join(added[:3]) or 'none'} new, or another order): open the same files in the"
+            " same order as the run that saved it, or start without loading the state."
+        )
+    return ""
 
 
 def _source_snapshots(value: Any) -> tuple[str | None, ...] | None:

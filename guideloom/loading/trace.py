@@ -176,10 +176,7 @@ class _Tracer:
                 {
                     "shard": table.shard_name(shard),
                     "path": table.path(shard, "data"),
-                    "byte_range": [
-                        layout.HEADER_SIZE + start * itemsize,
-                        layout.HEADER_SIZE + stop * itemsize,
-                    ],
+                    "byte_range": list(table.token_bytes(shard, start, stop, itemsize)),
                 }
             )
         return {
@@ -207,9 +204,8 @@ class _Tracer:
             if starts is None:
                 size = table.size(shard, "starts")
                 raw = view.reader.read([(shard, "starts", layout.HEADER_SIZE, size)])[0]
-                starts = self._shard_starts[key] = np.frombuffer(raw, layout.RECORD_START_DTYPE).astype(
-                    np.int64
-                )
+                starts = np.frombuffer(raw, layout.RECORD_START_DTYPE).astype(np.int64)
+                starts = self._shard_starts[key] = starts // table.start_unit(shard)
             # the record holding token t is the last one starting at or before t
             first = int(np.searchsorted(starts, start, side="right")) - 1
             last = int(np.searchsorted(starts, stop - 1, side="right")) - 1

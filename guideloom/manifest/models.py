@@ -355,6 +355,18 @@ class ShardTable(_Frozen):
         """Bytes the manifest records for shard ``i``'s file ``name`` (header included)."""
         return self.files[name].size[i]
 
+    def token_bytes(self, i: int, start: int, stop: int, itemsize: int) -> tuple[int, int]:
+        """Where tokens ``[start, stop)`` of stream shard ``i`` are in its ``data`` file, as
+        ``(first byte, end byte)`` (``itemsize``: bytes a token, all fields): after the shard
+        header. Tables of files read in place (`guideloom.storage.foreign`) count the files' own
+        headers (none, or llm.c's 1024 bytes) and token sizes instead."""
+        return layout.HEADER_SIZE + start * itemsize, layout.HEADER_SIZE + stop * itemsize
+
+    def start_unit(self, i: int) -> int:
+        """What one token is in shard ``i``'s ``starts`` file: 1 (its items are token
+        positions); a file read in place may hold byte pointers instead (Megatron's ``.idx``)."""
+        return 1
+
     def shard_name(self, i: int) -> str:
         """How messages name shard ``i``."""
         return f"part {self.part[i]} shard {self.index[i]} ({self.path(i, 'data')})"

@@ -185,6 +185,12 @@ class Storage:
 
     # -- snapshots ----------------------------------------------------------------------------
 
+    def file_identities(self) -> list[tuple[str, str]] | None:
+        """``(path, identity)`` of each file a dataset read in place is made of (identity: its
+        size and ETag or modification time), recorded in loader states so that a file changed
+        under a state is named; None for a GuideLoom dataset (its snapshots say what changed)."""
+        return None
+
     @property
     def current_snapshot(self) -> Snapshot:
         """The snapshot this storage reads: the pinned one (``snapshot=``), or the one current

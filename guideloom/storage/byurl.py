@@ -107,7 +107,7 @@ def build_format(manifest: Manifest) -> Format:
     return factory(config)
 
 
-_FOREIGN_SUFFIXES = (".idx", ".bin", ".ds", ".ds.index")
+_FOREIGN_SUFFIXES = (".idx", ".bin", ".ds", ".ds.index", ".npy")
 
 
 def open_url(
@@ -118,6 +118,7 @@ def open_url(
     format: Any = None,  # noqa: A002 - the name users know from the issue and the docs
     dtype: Any = None,
     eos_id: Any = None,
+    label_masks: Any = None,
     **kwargs: Any,
 ) -> Storage:
     """The storage at ``url`` with the storage class and format its manifest records; or token
@@ -127,11 +128,13 @@ def open_url(
         url: A committed dataset's root: a local path or any fsspec URL (``s3://...``). Or
             other projects' token files: a file, a glob or a list of them (``format=``).
         storage_options: fsspec options (endpoint, credentials), as for the storage classes.
-        format: ``"megatron"``, ``"datatrove"``, ``"nanogpt"`` or ``"llmc"``: open token files
+        format: ``"megatron"``, ``"datatrove"``, ``"nanogpt"``, ``"llmc"`` or ``"olmo"``: open token files
             of that layout in place. Without it, a URL ending in ``.idx``, ``.bin``, ``.ds``, a
             glob or a list opens as such files (layout from suffix and magic).
         dtype: Token dtype for layouts that do not record it (see `open_foreign`).
         eos_id: End-of-text id of the files, for ``boundaries="eos"``.
+        label_masks: Per-token loss-mask files, one per token file (OLMo's label masks; see
+            `open_foreign`).
         **kwargs: Passed to the storage class (``snapshot=``, ``cache_dir=``, ``cache_bytes=``).
 
     Returns:
@@ -154,10 +157,12 @@ def open_url(
 
         if kwargs:
             raise TypeError(f"{', '.join(kwargs)} do not apply to files read in place (format={format!r})")
-        return open_foreign(url, format, dtype=dtype, eos_id=eos_id, storage_options=storage_options)
-    if dtype is not None or eos_id is not None:
+        return open_foreign(
+            url, format, dtype=dtype, eos_id=eos_id, label_masks=label_masks, storage_options=storage_options
+        )
+    if dtype is not None or eos_id is not None or label_masks is not None:
         raise TypeError(
-            "dtype= and eos_id= are for token files read in place (give format=); a GuideLoom "
+            "dtype=, eos_id= and label_masks= are for token files read in place (give format=); a GuideLoom "
             "dataset's manifest records its format"
         )
     options = dict(storage_options) if storage_options else None

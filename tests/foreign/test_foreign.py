@@ -134,10 +134,28 @@ def test_a_file_changed_under_a_state_is_named(megatron_pair) -> None:
     it = iter(loader)
     next(it)
     state = loader.state_dict()
+    assert ["text_document.bin", "text_document.idx"] == [p for p, _ in state["guideloom_loader"]["files"]]
+    size = os.path.getsize(prefix + ".bin")
+    times = {p: os.stat(prefix + p).st_mtime_ns for p in (".bin", ".idx")}
     write_megatron(prefix, docs[:-1] + [docs[-1][:1]])  # replaced: another size
     other = StatefulDataLoader.from_storage(guideloom.open(prefix + ".idx"), sequence_length=L, batch_size=2)
-    with pytest.raises(guideloom.GuideLoomError, match="other content"):
+    with pytest.raises(
+        guideloom.GuideLoomError,
+        match=rf"The file text_document.bin has changed since the state was saved \({size} bytes, "
+        r"modified .* then, \d+ bytes, modified .* now\).*put back the version the run read",
+    ):
         other.load_state_dict(state)
+    # the same files put back: it resumes; the .idx touched (the state cannot see content): named
+    write_megatron(prefix, docs)
+    for p, t in times.items():
+        os.utime(prefix + p, ns=(t, t))
+    StatefulDataLoader.from_storage(
+        guideloom.open(prefix + ".idx"), sequence_length=L, batch_size=2
+    ).load_state_dict(state)
+    os.utime(prefix + ".idx", (1, 1))
+    again = StatefulDataLoader.from_storage(guideloom.open(prefix + ".idx"), sequence_length=L, batch_size=2)
+    with pytest.raises(guideloom.GuideLoomError, match=r"The file text_document.idx has changed"):
+        again.load_state_dict(state)
 
 
 # -- bad files: each named, with its fix ------------------------------------------------------------
@@ -252,3 +270,38 @@ def test_trace_and_estimate_name_the_real_files(megatron_pair) -> None:
     assert len(rows) == 4 and all(r["pieces"][0]["path"] == "text_document.bin" for r in rows)
     estimate = guideloom.estimate(storage, sequence_length=32, batch_size=4)
     assert estimate.epochs[0]["windows"] == len(StreamDataset(storage, 32))
+
+
+def test_trace_byte_ranges_are_where_the_tokens_are_in_the_real_files(megatron_pair, tmp_path) -> None:
+    prefix, docs = megatron_pair()
+    write_llmc(str(tmp_path / "shard_000.bin"), docs)
+    write_datatrove(str(tmp_path / "000.ds"), docs[:30])
+    write_datatrove(str(tmp_path / "001.ds"), docs[30:])
+    opened = {
+        "megatron": guideloom.open(prefix + ".idx"),
+        "llmc": guideloom.open(str(tmp_path / "shard_000.bin")),
+        "datatrove": guideloom.open(str(tmp_path / "0*.ds")),
+    }
+    for kind, storage in opened.items():
+        loader = StatefulDataLoader.from_storage(storage, sequence_length=L, batch_size=4, shuffle=True)
+        it = iter(loader)
+        batches = [next(it) for _ in range(3)]
+        rows = list(guideloom.trace(loader.state_dict(), storage, range(3)))
+        assert len(rows) == 12
+        isz = storage.format.fields["tokens"].itemsize
+        for row in rows:
+            tokens = batches[row["step"]]["tokens"][row["row"]].numpy()
+            got = []
+            for piece in row["pieces"]:
+                a, b = piece["byte_range"]
+                with open(os.path.join(storage.location.path(""), piece["path"]), "rb") as f:
+                    f.seek(a)
+                    got.append(np.frombuffer(f.read(b - a), storage.format.fields["tokens"]))
+            assert np.concatenate(got).tolist() == tokens.tolist(), kind
+            if kind == "llmc":
+                assert row["byte_range"][0] >= 1024 and (row["byte_range"][0] - 1024) % isz == 0
+            else:  # the documents the window's tokens belong to (Megatron's starts are byte pointers)
+                w, ends = row["sample_index"], np.cumsum([len(d) for d in docs])
+                first = int(np.searchsorted(ends, w * L, side="right"))
+                last = int(np.searchsorted(ends, (w + 1) * L - 1, side="right"))
+                assert row["records"] == list(range(first, last + 1)), kind

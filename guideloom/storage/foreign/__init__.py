@@ -10,6 +10,10 @@ tokens and the document index are read later, by range, as windows need them. Se
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import gzip
+import io
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -54,6 +58,23 @@ def _common_root(urls: Sequence[str]) -> str:
             raise ValueError(f"the files {urls[0]} and others are not in one store: open them separately")
         root = parent
     return root
+
+
+def _with_masks(location: Location, files: Sequence[TokenFile], masks: Sequence[str]) -> list[TokenFile]:
+    """``files`` with their loss-mask files (one byte a token), each checked against its tokens."""
+    info = _infos(location, masks, [f"the loss mask of {location.describe(f.rel)}" for f in files])
+    out = []
+    for f, m, i in zip(files, masks, info):
+        size = int(i["size"])
+        if size != f.tokens:
+            raise ForeignFormatError(
+                f"{location.describe(m)} has {size} bytes, but {location.describe(f.rel)} holds "
+                f"{f.tokens} tokens, and a loss mask has one byte a token: the mask belongs to "
+                "other tokens or is truncated; pair each token file with its own mask (same order), "
+                "or write the mask again"
+            )
+        out.append(dataclasses.replace(f, mask_rel=m, mask_size=size, identity=f.identity + identity_of(i)))
+    return out
 
 
 def _strip(name: str, suffixes: Sequence[str]) -> str:
@@ -109,6 +130,7 @@ def open_foreign(
     *,
     dtype: Any = None,
     eos_id: int | None = None,
+    label_masks: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
     storage_options: Mapping[str, Any] | None = None,
 ) -> ForeignStorage:
     """Token files of another project, opened in place as one read-only stream.
@@ -117,13 +139,18 @@ def open_foreign(
         url: A file (``data/train.bin``, ``s3://b/mega/text_document.idx``), a Megatron prefix
             (``.../text_document``: its ``.bin`` and ``.idx``), a glob, or a list of them; many
             files are one stream, in the order given (a glob's matches sorted by name).
-        format: ``"megatron"``, ``"datatrove"``, ``"nanogpt"`` or ``"llmc"``; None: from the
+        format: ``"megatron"``, ``"datatrove"``, ``"nanogpt"``, ``"llmc"`` or ``"olmo"``; None: from the
             suffix (``.idx`` megatron, ``.ds`` datatrove) or, for a ``.bin``, a Megatron ``.idx``
             beside it (megatron), the llm.c magic (llmc), else nanogpt.
         dtype: The token dtype where the files do not record it (nanoGPT: default uint16;
-            datatrove: default from the file and index sizes); Megatron and llm.c record theirs.
+            datatrove: default from the file and index sizes; OLMo: required, as in OLMo-core's
+            configuration); Megatron and llm.c record theirs.
         eos_id: The end-of-text id, for ``boundaries="eos"`` (nanoGPT and llm.c files have no
-            document index).
+            document index; OLMo arrays without a ``.csv.gz`` sidecar).
+        label_masks: Per-token loss masks in files of their own, one per token file in the same
+            order (a URL, a glob or a list; OLMo-core's ``label_mask_paths``): one byte a token,
+            read as the stream's ``loss_mask`` field. datatrove's ``NAME.ds.loss`` files are
+            found beside their ``.ds`` without it.
         storage_options: fsspec options (endpoint, credentials).
 
     Returns:
@@ -140,7 +167,13 @@ def open_foreign(
         )
     options = dict(storage_options) if storage_options else None
     urls = _expand(url, options)
-    root = _common_root(urls)
+    mask_urls = _expand(label_masks, options) if label_masks is not None else []
+    if mask_urls and len(mask_urls) != len(urls):
+        raise ValueError(
+            f"label_masks names {len(mask_urls)} files for {len(urls)} token files: give one mask "
+            "file per token file, in the same order (OLMo-core's label_mask_paths beside its paths)"
+        )
+    root = _common_root(urls + mask_urls)
     location = Location(root, options)
     cut = len(root) + 1
     names = [u[cut:] for u in urls]
@@ -151,8 +184,36 @@ def open_foreign(
             "mix them with guideloom.Mixture"
         )
     kind = kinds.pop()
-    opener = {"megatron": _megatron, "datatrove": _datatrove, "nanogpt": _nanogpt, "llmc": _llmc}[kind]
+    if kind == "olmo" and dtype is None:
+        raise ValueError(
+            f"{location.describe(names[0])}: OLMo / Dolma token arrays do not record their dtype; "
+            "pass the one of the training configuration: guideloom.open(url, format='olmo', "
+            "dtype=np.uint32) (OLMo-core picks the smallest unsigned type the vocabulary fits: uint16 "
+            "up to 65,536 ids, else uint32)"
+        )
+    opener = {
+        "megatron": _megatron,
+        "datatrove": _datatrove,
+        "nanogpt": _nanogpt,
+        "llmc": _llmc,
+        "olmo": _olmo,
+    }[kind]
     files, file_dtype = opener(location, names, np.dtype(dtype) if dtype is not None else None)
+    masks = [u[cut:] for u in mask_urls]
+    if not masks and kind == "datatrove":
+        masks = [f.rel + ".loss" for f in files if location.exists(f.rel + ".loss")]
+        if masks and len(masks) != len(files):
+            have = {m[: -len(".loss")] for m in masks}
+            lacking = next(f.rel for f in files if f.rel not in have)
+            raise ForeignFormatError(
+                f"{location.describe(lacking + '.loss')} is missing, but other .ds files of the dataset have "
+                "their .ds.loss mask: copy it beside its .ds, or open the files with and without masks "
+                "as two datasets"
+            )
+    if masks:
+        if kind not in ("datatrove", "olmo", "nanogpt"):
+            raise ValueError(f"label_masks= is for datatrove, OLMo and nanoGPT files, not {kind} files")
+        files = _with_masks(location, files, masks)
     description = urls[0] if len(urls) == 1 else f"{root} ({len(urls)} {kind} files)"
     from guideloom.io.urls import redact_url
 
@@ -164,7 +225,7 @@ def open_foreign(
 def _kind_of(location: Location, name: str, format: str | None) -> str:  # noqa: A002
     if format is not None:
         return format
-    if name.endswith((".idx", ".ds", ".ds.index")):
+    if name.endswith((".idx", ".ds", ".ds.index", ".ds.loss")):
         return _detect(name, None)
     prefix = _strip(name, (".bin",))
     if location.exists(prefix + ".idx"):
@@ -173,6 +234,8 @@ def _kind_of(location: Location, name: str, format: str | None) -> str:  # noqa:
         raise FileNotFoundError(
             f"{location.describe(name)} does not exist (nor {location.describe(prefix + '.idx')})"
         )
+    if name.endswith(".npy"):
+        return "olmo"
     return _detect(name, location.read(name, 0, 4))
 
 
@@ -301,7 +364,7 @@ def _megatron(
 def _datatrove(
     location: Location, names: Sequence[str], dtype: np.dtype | None
 ) -> tuple[list[TokenFile], np.dtype]:
-    data = list(dict.fromkeys(_strip(n, (".index",)) for n in names))
+    data = list(dict.fromkeys(_strip(n, (".index", ".loss")) for n in names))
     index = [d + ".index" for d in data]
     info = _infos(
         location,
@@ -398,3 +461,90 @@ def _llmc(
             )
         files.append(TokenFile(n, size, LLMC_HEADER_BYTES, tokens, identity_of(i)))
     return files, file_dtype if file_dtype is not None else np.dtype(np.uint16)
+
+
+def _sidecar_starts(blob: bytes, where: str, tokens: int, data: str) -> bytes:
+    """The document starts of a Dolma ``.csv.gz`` sidecar (rows ``start,end,path,id``), checked
+    against the array's ``tokens``, as ``<u8`` bytes."""
+    try:
+        text = gzip.decompress(blob).decode()
+    except (OSError, EOFError, UnicodeDecodeError) as err:
+        raise ForeignFormatError(
+            f"{where} is not a gzipped CSV ({err}): it is damaged; copy it again from the Dolma "
+            "tokenizer's output, or remove it and give eos_id= to find documents by their end id"
+        ) from None
+    bounds: list[tuple[int, int]] = []
+    for n, row in enumerate(csv.reader(io.StringIO(text))):
+        if not row:
+            continue
+        try:
+            bounds.append((int(row[0]), int(row[1])))
+        except (ValueError, IndexError):
+            if n == 0:  # a header line
+                continue
+            raise ForeignFormatError(
+                f"{where} row {n + 1} is {row[:2]!r}, not a start and an end token position: the "
+                "sidecar is damaged; copy it again, or remove it and give eos_id="
+            ) from None
+    previous = 0
+    for n, (start, end) in enumerate(bounds):
+        if not previous <= start <= end or end > tokens:
+            raise ForeignFormatError(
+                f"{where} row {n + 1} gives the document [{start}, {end}), but {data} holds {tokens} "
+                "tokens and documents run in order, each after the one before: the sidecar belongs to "
+                "another array (or the array is truncated); pair each .npy with its own .csv.gz"
+            )
+        previous = end
+    return np.asarray([s for s, _ in bounds], dtype="<u8").tobytes()
+
+
+def _olmo(
+    location: Location, names: Sequence[str], dtype: np.dtype | None
+) -> tuple[list[TokenFile], np.dtype]:
+    assert dtype is not None
+    info = _infos(location, names, ["an OLMo / Dolma token array"] * len(names))
+    sidecars = [_strip(n, (".npy",)) + ".csv.gz" for n in names]
+    present = [location.exists(s) for s in sidecars]
+    if any(present) and not all(present):
+        lacking = sidecars[present.index(False)]
+        raise ForeignFormatError(
+            f"{location.describe(lacking)} is missing, but other arrays of the dataset have their "
+            ".csv.gz sidecar: copy it beside its .npy, or open the arrays without sidecars as a "
+            "dataset of their own"
+        )
+    side_info = _infos(location, sidecars, ["a Dolma sidecar"] * len(names)) if all(present) else []
+    blobs = (
+        location.read_ranges(sidecars, [0] * len(names), [int(i["size"]) for i in side_info])
+        if side_info
+        else []
+    )
+    files = []
+    for k, (n, i) in enumerate(zip(names, info)):
+        size = int(i["size"])
+        if size % dtype.itemsize:
+            raise ForeignFormatError(
+                f"{location.describe(n)} has {size} bytes, not a whole number of {dtype.name} "
+                f"tokens ({dtype.itemsize} bytes each): the dtype is not the one it was written with "
+                "(pass the dtype= of its OLMo configuration, np.uint16 or np.uint32), or it is "
+                "truncated"
+            )
+        tokens = size // dtype.itemsize
+        if not side_info:
+            files.append(TokenFile(n, size, 0, tokens, identity_of(i)))
+            continue
+        values = _sidecar_starts(blobs[k], location.describe(sidecars[k]), tokens, location.describe(n))
+        column = IndexColumn(sidecars[k], 0, len(values) // 8)
+        files.append(
+            TokenFile(
+                n,
+                size,
+                0,
+                tokens,
+                identity_of(i) + identity_of(side_info[k]),
+                column,
+                sidecars[k],
+                len(values),
+                start_values=values,
+            )
+        )
+    return files, dtype

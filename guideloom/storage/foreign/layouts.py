@@ -16,6 +16,13 @@ only. Nothing is read whole: a Megatron ``.idx`` of 10^9 sequences stays where i
 - ``nanogpt``: a headerless ``uint16`` ``.bin`` (documents end at an end-of-text id).
 - ``llmc``: llm.c / modded-nanogpt shards: a 256 x ``int32`` header (magic 20240520, version,
   token count), then ``uint16`` tokens.
+- ``olmo``: OLMo-core / Dolma token arrays: headerless ``.npy``-named arrays whose dtype is set by
+  the training configuration, not recorded in the file; document bounds from a Dolma
+  ``NAME.csv.gz`` sidecar (rows ``start,end,path,id``, token positions) or by an end-of-text
+  scan; per-token boolean label masks (OLMo-core's ``label_mask_paths``) in files of their own.
+
+Per-token loss masks (datatrove's ``NAME.ds.loss``, OLMo's label masks) are one byte per token
+(0: no loss on that token), read beside the tokens as the stream's ``loss_mask`` field.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ __all__ = [
     "TokenFile",
 ]
 
-FORMATS = ("megatron", "datatrove", "nanogpt", "llmc")
+FORMATS = ("megatron", "datatrove", "nanogpt", "llmc", "olmo")
 
 MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
 MEGATRON_HEADER = struct.Struct("<9sQBQQ")  # magic, version, dtype code, sequences, documents
@@ -87,8 +94,10 @@ class TokenFile:
 
     ``rel``: its path below the dataset's root; ``size``: its bytes; ``offset``: header bytes
     before the tokens; ``tokens``: tokens it holds; ``identity``: what identifies this version of
-    the file (size and ETag or modification time, of it and its index); ``starts``: its
-    document starts, when the layout has an index.
+    the file (size and ETag or modification time, of it, its index and its mask); ``starts``:
+    its document starts, when the layout has an index; ``start_values``: those starts as
+    ``<u8`` bytes held in memory, where the index cannot be read by range (a gzipped Dolma
+    sidecar); ``mask_rel`` / ``mask_size``: its per-token loss-mask file (one byte a token).
     """
 
     rel: str
@@ -99,6 +108,9 @@ class TokenFile:
     starts: IndexColumn | None = None
     index_rel: str | None = None
     index_size: int = 0
+    start_values: bytes | None = None
+    mask_rel: str | None = None
+    mask_size: int = 0
 
 
 def megatron_header(data: bytes, where: str) -> tuple[np.dtype, int, int]:

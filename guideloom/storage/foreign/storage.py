@@ -70,25 +70,42 @@ class ForeignReader:
     """A `guideloom.types.ShardReader` over the real files, for requests a stream view makes of
     its shards' ``data`` (tokens) and ``starts`` (document index) files."""
 
-    def __init__(self, location: Location, files: Sequence[TokenFile], kind: str, table: ShardTable) -> None:
+    def __init__(
+        self,
+        location: Location,
+        files: Sequence[TokenFile],
+        kind: str,
+        table: ShardTable,
+        element: np.dtype | None = None,
+    ) -> None:
         rels: list[str] = []
         sizes: list[int] = []
         row: dict[str, int] = {}
+
+        def add(rel: str, size: int) -> int:
+            if rel not in row:
+                row[rel] = len(rels)
+                rels.append(rel)
+                sizes.append(size)
+            return row[rel]
+
         # (shard, file) -> (raw row, byte offset of item 0, leading zero items to make up)
         self._map: dict[tuple[int, str], tuple[int, int, int]] = {}
+        # shard -> its document starts held in memory (``<u8``), where no file holds them so
+        self._memory: dict[int, bytes] = {}
+        # shard -> raw row of its loss-mask file (one byte a token)
+        self._masks: dict[int, int] = {}
         for s, f in enumerate(files):
-            if f.rel not in row:
-                row[f.rel] = len(rels)
-                rels.append(f.rel)
-                sizes.append(f.size)
-            self._map[(s, "data")] = (row[f.rel], f.offset, 0)
-            if f.starts is not None and f.index_rel is not None:
-                if f.index_rel not in row:
-                    row[f.index_rel] = len(rels)
-                    rels.append(f.index_rel)
-                    sizes.append(f.index_size)
+            self._map[(s, "data")] = (add(f.rel, f.size), f.offset, 0)
+            if f.start_values is not None:
+                self._memory[s] = f.start_values
+            elif f.starts is not None and f.index_rel is not None:
                 lead = 8 if f.starts.lead_zero else 0
-                self._map[(s, "starts")] = (row[f.index_rel], f.starts.offset, lead)
+                self._map[(s, "starts")] = (add(f.index_rel, f.index_size), f.starts.offset, lead)
+            if f.mask_rel is not None:
+                self._masks[s] = add(f.mask_rel, f.mask_size)
+        # With masks, the view's elements are (token, mask) pairs read from two files.
+        self._element = element if self._masks else None
         # Per shard: (raw row, what to add to a token request's offsets), for `read_into`.
         self._data = [(self._map[(s, "data")][0], self._map[(s, "data")][1] - _H) for s in range(len(files))]
         self.raw_table = _RawTable(rels, sizes, kind)
@@ -123,11 +140,60 @@ class ForeignReader:
         return out, pads
 
     def read(self, requests: Sequence[tuple[int, str, int, int]]) -> list[bytes]:
+        if not self._memory and self._element is None:
+            return self._read_plain(requests)
+        out: list[bytes] = [b""] * len(requests)
+        plain: list[int] = []
+        masked: list[int] = []
+        for i, (shard, file, start, stop) in enumerate(requests):
+            if file == "starts" and shard in self._memory:
+                out[i] = self._memory[shard][max(start - _H, 0) : max(stop - _H, 0)]
+            elif file == "data" and self._element is not None:
+                masked.append(i)
+            else:
+                plain.append(i)
+        if plain:
+            for i, blob in zip(plain, self._read_plain([requests[i] for i in plain])):
+                out[i] = blob
+        if masked:
+            for i, blob in zip(masked, self._read_masked([requests[i] for i in masked])):
+                out[i] = blob
+        return out
+
+    def _read_plain(self, requests: Sequence[tuple[int, str, int, int]]) -> list[bytes]:
         raw, pads = self._translate(requests)
         blobs = self.raw.read(raw)
         if any(pads):
             blobs = [bytes(p) + b if p else b for p, b in zip(pads, blobs)]
         return blobs
+
+    def _read_masked(self, requests: Sequence[tuple[int, str, int, int]]) -> list[bytes]:
+        """Elements of (token, mask): the tokens from the token file, the masks from the mask
+        file, interleaved as the stream format packs them."""
+        element = self._element
+        assert element is not None
+        names = element.names or ()
+        token_dtype = element.fields[names[0]][0]  # type: ignore[index]
+        isz, tsz = element.itemsize, token_dtype.itemsize
+        raw: list[tuple[int, str, int, int]] = []
+        spans: list[int] = []
+        for shard, _, start, stop in requests:
+            if (start - _H) % isz or (stop - _H) % isz:
+                raise ValueError(f"a read of bytes [{start}, {stop}) cuts a token of {shard}'s elements")
+            e0, e1 = (start - _H) // isz, (stop - _H) // isz
+            row, shift = self._data[shard]
+            base = shift + _H
+            raw.append((row, "data", base + e0 * tsz, base + e1 * tsz))
+            raw.append((self._masks[shard], "data", e0, e1))
+            spans.append(e1 - e0)
+        blobs = self.raw.read(raw)
+        out = []
+        for k, n in enumerate(spans):
+            both = np.empty(n, element)
+            both[names[0]] = np.frombuffer(blobs[2 * k], token_dtype)
+            both[names[1]] = np.frombuffer(blobs[2 * k + 1], np.uint8)
+            out.append(both.tobytes())
+        return out
 
     def read_iter(self, requests: Sequence[tuple[int, str, int, int]]) -> Iterator[bytes]:
         return iter(self.read(requests))
@@ -136,13 +202,16 @@ class ForeignReader:
         self, requests: Sequence[tuple[int, str, int, int]], buffers: Sequence[Sequence[memoryview]]
     ) -> None:
         """Windows' token reads (the hot path): each request moved by its file's shift."""
+        if self._memory or self._element is not None:
+            for blob, bufs in zip(self.read(requests), buffers):
+                view, pos = memoryview(blob), 0
+                for buf in bufs:
+                    end = pos + buf.nbytes
+                    buf[:] = view[pos:end]
+                    pos = end
+            return
         data = self._data
-        try:
-            raw = [
-                (data[s][0], "data", a + data[s][1], b + data[s][1]) for s, f, a, b in requests if f == "data"
-            ]
-        except IndexError:  # pragma: no cover - the views ask only for shards of the table
-            raise
+        raw = [(data[s][0], "data", a + data[s][1], b + data[s][1]) for s, f, a, b in requests if f == "data"]
         if len(raw) != len(requests):  # index bytes too (never made up: `read` makes those)
             translated, pads = self._translate(requests)
             if any(pads):
@@ -160,11 +229,21 @@ class ForeignReader:
 
 
 class ForeignShardTable(ShardTable):
-    """The shard table of foreign files: messages and traces name the real files (byte offsets
-    in traces still count GuideLoom's 32-byte shard header)."""
+    """The shard table of foreign files: messages and traces name the real files, and traces
+    give the tokens' byte ranges in them (after each file's own header, ``token_size`` bytes a
+    token: the token file alone, without a mask's byte)."""
 
     real: list[str] = []
     real_index: list[str] = []
+    offsets: list[int] = []
+    token_size: int = 0
+    units: list[int] = []
+
+    def start_unit(self, i: int) -> int:
+        return self.units[i]
+
+    def token_bytes(self, i: int, start: int, stop: int, itemsize: int) -> tuple[int, int]:
+        return self.offsets[i] + start * self.token_size, self.offsets[i] + stop * self.token_size
 
     def path(self, i: int, name: str) -> str:
         return self.real_index[i] if name == "starts" and self.real_index else self.real[i]
@@ -173,7 +252,7 @@ class ForeignShardTable(ShardTable):
         return f"file {i} ({self.real[i]})"
 
 
-def _table(files: Sequence[TokenFile], itemsize: int) -> ShardTable:
+def _table(files: Sequence[TokenFile], itemsize: int, token_size: int) -> ShardTable:
     """The shard table GuideLoom's views read: one shard per token file, sizes as native shards
     would have (header included), checksums made of the files' identities."""
     n = len(files)
@@ -192,6 +271,9 @@ def _table(files: Sequence[TokenFile], itemsize: int) -> ShardTable:
     return ForeignShardTable.model_construct(
         real=[f.rel for f in files],
         real_index=[f.index_rel or f.rel for f in files],
+        offsets=[f.offset for f in files],
+        token_size=token_size,
+        units=[f.starts.scale if f.starts else 1 for f in files],
         part=list(range(n)),
         index=[0] * n,
         records=records,
@@ -205,8 +287,9 @@ def _table(files: Sequence[TokenFile], itemsize: int) -> ShardTable:
 
 
 class ForeignStorage(StreamStorage):
-    """Token files of another project (Megatron, datatrove, nanoGPT, llm.c), read in place as a
-    read-only `StreamStorage` with one ``tokens`` field. Open one with `guideloom.open` and a
+    """Token files of another project (Megatron, datatrove, nanoGPT, llm.c, OLMo), read in place as
+    a read-only `StreamStorage` with a ``tokens`` field (and ``loss_mask``, where the files have
+    per-token masks). Open one with `guideloom.open` and a
     ``format=`` (or `guideloom.storage.foreign.open_foreign`); give it to `StreamDataset` /
     `StatefulDataLoader.from_storage` as any stream storage."""
 
@@ -221,7 +304,18 @@ class ForeignStorage(StreamStorage):
         description: str | None = None,
     ) -> None:
         # No Storage.__init__: there is no manifest, snapshot history or committer to read.
-        self.format = StreamNumpyFormat({"tokens": dtype})
+        masked = [f.mask_rel is not None for f in files]
+        if any(masked) and not all(masked):
+            lacking = files[masked.index(False)].rel
+            raise ValueError(
+                f"{location.describe(lacking)} has no loss mask but other files of the dataset do: "
+                "give every token file its mask, or open those with and without masks separately"
+            )
+        fields: dict[str, Any] = {"tokens": dtype}
+        if files and all(masked):
+            fields["loss_mask"] = np.uint8
+        self._stream_format = StreamNumpyFormat(fields)
+        self.format = self._stream_format
         self.block_cache = None
         self.location = location
         self.kind = kind
@@ -230,7 +324,7 @@ class ForeignStorage(StreamStorage):
         self._description = description or location.display_url
         self._snapshot = None
         self._pinned = None
-        table = _table(self.files, self.format.itemsize)
+        table = _table(self.files, self._stream_format.itemsize, np.dtype(dtype).itemsize)
         metadata: dict[str, Any] = {"foreign": {"format": kind, "files": [f.rel for f in self.files]}}
         if eos_id is not None:  # where boundaries='eos' finds the id when none is given
             metadata["ingest"] = {"tokenizer": {"eos_id": int(eos_id)}}
@@ -276,9 +370,23 @@ class ForeignStorage(StreamStorage):
     def snapshots(self) -> list[Any]:
         return []
 
+    def file_identities(self) -> list[tuple[str, str]]:
+        """Each real file (tokens, index, mask) with its size and ETag or modification time."""
+        out = []
+        for f in self.files:
+            parts = ["[" + p for p in f.identity[1:].split("[")]
+            rels = [f.rel, *([f.index_rel] if f.starts is not None and f.index_rel else [])]
+            rels += [f.mask_rel] if f.mask_rel else []
+            if len(parts) != len(rels):  # pragma: no cover - every opener builds them so
+                raise AssertionError(f"{f.rel}: {len(parts)} identities for {len(rels)} files")
+            out += list(zip(rels, parts))
+        return out
+
     def open_reader(self) -> ForeignReader:
         """A reader of the real files, for the view."""
-        return ForeignReader(self.location, self.files, self.kind, self.manifest.shard_table)
+        return ForeignReader(
+            self.location, self.files, self.kind, self.manifest.shard_table, self._stream_format.dtype
+        )
 
     def _read_only(self, what: str) -> NoReturn:
         raise TypeError(
@@ -378,7 +486,9 @@ class ForeignStreamDataset(StreamDataset):
         """Whether record starts are searched in memory maps: local files whose index column
         holds the starts themselves (Megatron's pointers; datatrove's ends are searched in pages)."""
         storage: ForeignStorage = self.storage  # type: ignore[assignment]
-        return all(f.starts is not None and not f.starts.lead_zero for f in storage.files)
+        return all(
+            f.starts is not None and not f.starts.lead_zero and f.start_values is None for f in storage.files
+        )
 
     def _map_starts(self, shard: int) -> np.ndarray:
         import mmap
