@@ -27,8 +27,7 @@ from guideloom.errors import (
 )
 from guideloom.formats import Format, same_spec
 from guideloom.io import Location
-from guideloom.manifest import Manifest, PartRecord, ShardInfo, parse_manifest
-from guideloom.manifest.snapshots import is_snapshot_record
+from guideloom.manifest import Manifest, PartRecord, ShardInfo
 from guideloom.storage.opening import format_expression
 
 __all__ = [
@@ -45,28 +44,16 @@ DEFAULT_VERIFY_CONCURRENCY = 16  # shards checked at once by verify
 
 
 def load_manifest(location: Location) -> Manifest:
-    """Read and validate the manifest at ``location``; `DatasetNotFoundError` if none."""
-    try:
-        # start=0: a ranged GET needs no HEAD first (a manifest is never empty).
-        data = location.read(layout.manifest_path(), start=0)
-    except DatasetNotFoundError:
-        raise  # already says why (a URL that names a file, not the dataset's folder)
-    except BucketNotFoundError as err:
-        raise DatasetNotFoundError(f"no dataset at {location.display_url}: {err}") from None
-    except FileNotFoundError:
-        raise DatasetNotFoundError(
-            f"no dataset at {location.display_url}: {layout.manifest_path()} is missing. Check the "
-            "URL, or write the dataset first (a dataset whose writer did not finish has no manifest)"
-        ) from None
-    if is_snapshot_record(data):
-        from guideloom.storage.history import History  # history reads manifests through here
+    """Open the dataset at ``location`` as every reader does (`History.open`: the current
+    snapshot, every metadata file checked) and return its manifest.
 
-        history = History(location)
-        current = history.current()
-        if current is None:  # pragma: no cover - manifest.json was just read
-            raise DatasetNotFoundError(f"no dataset at {location.display_url}")
-        return history.manifest(current)
-    return parse_manifest(data, location.describe(layout.manifest_path()))
+    Raises:
+        DatasetNotFoundError: No dataset is committed there.
+        ManifestError: A metadata file is unreadable, invalid or contradicts another.
+    """
+    from guideloom.storage.history import History  # history reads through checks' neighbours
+
+    return History(location).open()[1]
 
 
 def read_manifest(
