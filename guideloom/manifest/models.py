@@ -154,7 +154,8 @@ class PartRecord(_Frozen):
         for i, shard in enumerate(self.shards):
             if shard.part != self.part or shard.index != i:
                 raise ValueError(
-                    f"part record {self.part}: shard {i} says part={shard.part} index={shard.index}"
+                    f"part record {self.part}: shards.{i} says part={shard.part} index={shard.index} "
+                    f"(its part is {self.part}, its index {i})"
                 )
             for f in shard.files.values():
                 if f.path in seen:
@@ -600,8 +601,8 @@ def _parse(model: type[_Model], data: bytes, where: str) -> _Model:
         raise ManifestError(f"{where} is not valid JSON ({_json_problem(bad)}); the file is damaged") from None
     if isinstance(raw, dict) and unknown_version(raw.get("version"), model):
         raise ManifestError(
-            f"{where} has version {excerpt(raw.get('version'))}, newer than this GuideLoom reads "
-            f"({', '.join(map(str, _known_versions(model)))}). Upgrade guideloom to read it"
+            f"{where} has version {excerpt(raw.get('version'))}; this GuideLoom reads versions "
+            f"{', '.join(map(str, _known_versions(model)))}. Upgrade guideloom to read it"
         ) from None
     raise ManifestError(f"{where} is invalid: {describe_errors(err)}. The file was altered or damaged") from None
 

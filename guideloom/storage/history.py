@@ -33,6 +33,8 @@ from guideloom.manifest.snapshots import (
 __all__ = ["History", "UnknownSnapshotError"]
 
 _THREADS = 16
+# The table piece columns a snapshot summary's totals are summed from.
+_COLUMN_OF = {"records": "records", "tokens": "tokens", "shards": "rows of part", "bytes": "files.*.size"}
 
 
 class UnknownSnapshotError(DatasetNotFoundError):
@@ -249,11 +251,12 @@ class History:
             with ThreadPoolExecutor(max_workers=min(_THREADS, len(snap.pieces))) as pool:
                 tables = list(pool.map(self.read_piece, snap.pieces))
         record = self.location.describe(layout.snapshot_log_path(snap.sequence))
+        pieces = ", ".join(p.path.rsplit("/", 1)[-1] for p in snap.pieces)
         try:
             table = ShardTable.concat(tables)
         except ValueError as err:
             raise ManifestError(
-                f"the table pieces of snapshot {snap.id} ({record}) do not join: {err}. A piece was "
+                f"the table pieces of snapshot {snap.id} ({record}: {pieces}) do not join: {err}. A piece was "
                 "altered or damaged; roll back to another snapshot (`guideloom log` lists them)"
             ) from None
         # Summed piece by piece: a join drops file kinds that not every piece has (record starts
@@ -266,11 +269,10 @@ class History:
         }
         for field, value in held.items():
             if value != getattr(snap.summary, field):
-                pieces = ", ".join(p.path.rsplit("/", 1)[-1] for p in snap.pieces)
                 raise ManifestError(
                     f"{record} contradicts its table: field summary.{field} is "
                     f"{getattr(snap.summary, field)}, but its table pieces ({pieces}) hold "
-                    f"{value}. The record or a piece was altered or damaged; roll "
+                    f"{value} (their {_COLUMN_OF[field]}). The record or a piece was altered or damaged; roll "
                     "back to another snapshot (`guideloom log` lists them) or rewrite the dataset"
                 )
         return manifest_of(snap, table, validate=False)  # each piece was validated as read
