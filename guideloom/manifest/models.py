@@ -322,7 +322,9 @@ class ShardTable(_Frozen):
                 if pid == len(bases):
                     bases.append(base)
                 elif bases[pid] != base:
-                    raise ValueError(f"shard prefix {excerpt(head)} is used with part bases {bases[pid]} and {base}")
+                    raise ValueError(
+                        f"shard prefix {excerpt(head)} is used with part bases {bases[pid]} and {base}"
+                    )
                 remap.append(pid)
             prefix_id.extend(np.asarray(remap, dtype=np.int64)[np.asarray(table.prefix_id)].tolist())
             for key, values in cols.items():
@@ -534,7 +536,9 @@ class ShardTableBuilder:
         if pid == len(self._base):
             self._base.append(base)
         elif self._base[pid] != base:
-            raise ValueError(f"shard prefix {excerpt(head)} is used with part bases {self._base[pid]} and {base}")
+            raise ValueError(
+                f"shard prefix {excerpt(head)} is used with part bases {self._base[pid]} and {base}"
+            )
         return pid
 
     def add_shard(self, shard: ShardInfo, base: int = 0) -> None:
@@ -552,7 +556,9 @@ class ShardTableBuilder:
                 )
             head, kind = parsed
             if self._kinds.setdefault(name, kind) != kind:
-                raise ValueError(f"file {excerpt(name)} has kind {excerpt(self._kinds[name])} and {excerpt(kind)} in one dataset")
+                raise ValueError(
+                    f"file {excerpt(name)} has kind {excerpt(self._kinds[name])} and {excerpt(kind)} in one dataset"
+                )
             self._sizes.setdefault(name, []).append(f.size)
             self._checksums.setdefault(name, []).append(f.checksum)
         self._prefix_id.append(self._prefix(head, base))
@@ -598,13 +604,17 @@ def _parse(model: type[_Model], data: bytes, where: str) -> _Model:
     try:
         raw = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as bad:
-        raise ManifestError(f"{where} is not valid JSON ({_json_problem(bad)}); the file is damaged") from None
+        raise ManifestError(
+            f"{where} is not valid JSON ({_json_problem(bad)}); the file is damaged"
+        ) from None
     if isinstance(raw, dict) and unknown_version(raw.get("version"), model):
         raise ManifestError(
             f"{where} has version {excerpt(raw.get('version'))}; this GuideLoom reads versions "
             f"{', '.join(map(str, _known_versions(model)))}. Upgrade guideloom to read it"
         ) from None
-    raise ManifestError(f"{where} is invalid: {describe_errors(err)}. The file was altered or damaged") from None
+    raise ManifestError(
+        f"{where} is invalid: {describe_errors(err)}. The file was altered or damaged"
+    ) from None
 
 
 def _json_problem(bad: Exception) -> str:

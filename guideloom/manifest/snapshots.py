@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 import guideloom.layout as layout
-from guideloom.errors import ManifestError, excerpt
+from guideloom.errors import excerpt
 from guideloom.manifest.models import Count, FormatSpecModel, Manifest, _Frozen, _parse, parse_manifest
 
 __all__ = [
@@ -80,7 +80,11 @@ class SnapshotSummary(_Frozen):
 
     @model_validator(mode="after")
     def _added_fit(self) -> SnapshotSummary:
-        for added, total in (("added_shards", "shards"), ("added_records", "records"), ("added_tokens", "tokens")):
+        for added, total in (
+            ("added_shards", "shards"),
+            ("added_records", "records"),
+            ("added_tokens", "tokens"),
+        ):
             if getattr(self, added) > getattr(self, total):
                 raise ValueError(
                     f"summary.{added}={getattr(self, added)} is more than summary.{total}={getattr(self, total)}"

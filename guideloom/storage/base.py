@@ -34,7 +34,6 @@ from guideloom.storage.checks import (
     DEFAULT_VERIFY_CONCURRENCY,
     check_schema,
     check_shard,
-    load_manifest,
     verify_shards,
 )
 from guideloom.storage.commit import DEFAULT_GRACE, Committer, check_run

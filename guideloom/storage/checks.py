@@ -18,8 +18,6 @@ import xxhash
 
 import guideloom.layout as layout
 from guideloom.errors import (
-    BucketNotFoundError,
-    DatasetNotFoundError,
     SchemaMismatchError,
     ShardCorruptError,
     ShardNotFoundError,

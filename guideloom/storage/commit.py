@@ -60,7 +60,6 @@ from guideloom.manifest.snapshots import (
     Operation,
     Snapshot,
     SnapshotSummary,
-    TablePiece,
     merge_plan,
     snapshot_id,
 )

@@ -10,8 +10,8 @@ last) is still the current snapshot.
 from __future__ import annotations
 
 import uuid
-from typing import overload
 from concurrent.futures import ThreadPoolExecutor
+from typing import overload
 
 import xxhash
 
@@ -53,9 +53,13 @@ class History:
     @overload
     def open(self, snapshot: str | int | None = None) -> tuple[Snapshot, Manifest]: ...
     @overload
-    def open(self, snapshot: str | int | None = None, *, missing_ok: bool) -> tuple[Snapshot, Manifest] | None: ...
+    def open(
+        self, snapshot: str | int | None = None, *, missing_ok: bool
+    ) -> tuple[Snapshot, Manifest] | None: ...
 
-    def open(self, snapshot: str | int | None = None, *, missing_ok: bool = False) -> tuple[Snapshot, Manifest] | None:
+    def open(
+        self, snapshot: str | int | None = None, *, missing_ok: bool = False
+    ) -> tuple[Snapshot, Manifest] | None:
         """The current snapshot (or ``snapshot``) and its manifest, every file checked: the one
         way every reader opens a dataset (the storage classes, ``guideloom inspect``, ``verify``,
         ``log``, ``trace``, ``estimate``).
@@ -241,10 +245,10 @@ class History:
             if self._legacy is not None and self._legacy[0].id == snap.id:
                 return self._legacy[1]
             where = self.location.describe(layout.manifest_path())
-            record = parse_dataset_record(self.location.read(layout.manifest_path(), start=0), where)
-            if isinstance(record, Snapshot):
+            legacy = parse_dataset_record(self.location.read(layout.manifest_path(), start=0), where)
+            if isinstance(legacy, Snapshot):
                 raise ManifestError(f"{where}: snapshot {snap.id} has no table pieces")
-            return record
+            return legacy
         if len(snap.pieces) == 1 or self.location.is_local:  # no request latency to overlap
             tables = [self.read_piece(p) for p in snap.pieces]
         else:
@@ -314,7 +318,9 @@ class History:
         data = self.location.read(piece.path, start=0)
         digest = xxhash.xxh3_128_hexdigest(data)
         if len(data) != piece.bytes:
-            return f"{self.location.describe(piece.path)} has {len(data)} bytes, the record says {piece.bytes}"
+            return (
+                f"{self.location.describe(piece.path)} has {len(data)} bytes, the record says {piece.bytes}"
+            )
         if piece.path != layout.table_piece_path(digest):
             return f"{self.location.describe(piece.path)} is not named by its content (hash {digest})"
         return None

@@ -293,7 +293,9 @@ def _check(fixture: Fixture, m: Mutation, outcome: list[bytes] | Exception) -> N
         f"{m.file} {m.path}: the message names no file: {message}"
     )
     if m.path:
-        keys = {str(k) for k in m.path if isinstance(k, str)} | {f"{k}_extra" for k in m.path if isinstance(k, str)}
+        keys = {str(k) for k in m.path if isinstance(k, str)} | {
+            f"{k}_extra" for k in m.path if isinstance(k, str)
+        }
         # The field, or a check that compares it by name (a summary against its table).
         related = {"tokens": "summary.tokens", "records": "summary.records", "part": "summary.shards"}
         keys |= {related[k] for k in keys if k in related}
@@ -316,7 +318,11 @@ def _local_outside(fixture: Fixture, seen: list[str], m: Mutation) -> list[str]:
         real = os.path.realpath(p) if "\x00" not in p else p
         if real.startswith(base + os.sep) and not (real == root or real.startswith(root + os.sep)):
             bad.append(p)
-        elif m.injected and (p == m.injected or p.endswith(m.injected.lstrip("/~"))) and not real.startswith(root):
+        elif (
+            m.injected
+            and (p == m.injected or p.endswith(m.injected.lstrip("/~")))
+            and not real.startswith(root)
+        ):
             bad.append(p)
     return bad
 
@@ -357,8 +363,10 @@ def test_fuzz_s3(s3_dataset: Fixture, counting_s3) -> None:
             split = urllib.parse.urlsplit(entry.path)
             path = urllib.parse.unquote(split.path)
             prefix = urllib.parse.parse_qs(split.query).get("prefix", [""])[0]
-            inside = path.startswith(f"/{bucket}/ds/") or path == f"/{bucket}/ds" or (
-                path.rstrip("/") == f"/{bucket}" and prefix.startswith("ds/")
+            inside = (
+                path.startswith(f"/{bucket}/ds/")
+                or path == f"/{bucket}/ds"
+                or (path.rstrip("/") == f"/{bucket}" and prefix.startswith("ds/"))
             )
             if not inside:
                 bad.append(entry.path)
