@@ -218,3 +218,18 @@ def test_inflated_counts_in_a_piece_name_the_piece(local):
         _ = StreamStorage(str(local), FMT).manifest
     assert Path(piece).name in str(err.value) and "restore it" not in str(err.value)
     shutil.rmtree(local)
+
+
+def test_verify_checks_the_pieces_bytes_that_an_open_does_not(local):
+    """A piece edited into another valid table (a shard's checksum changed) still opens; `verify`
+    names the piece (no longer named by its content) and the shard."""
+    piece = json.loads(_current_log(local).read_bytes())["pieces"][0]["path"]
+
+    def other_checksum(raw):
+        raw["files"]["data"]["checksum"][0] = "xxh3_64:" + "0" * 16
+
+    _edit(fsspec.filesystem("file"), str(local / piece), other_checksum)
+    assert _windows(str(local))
+    out = _cli("verify", str(local))
+    assert out.exit_code == 1, out.output
+    assert f"{Path(piece).name} is not named by its content" in out.output
