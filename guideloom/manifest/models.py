@@ -19,9 +19,9 @@ import numpy as np
 import xxhash
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
-    NonNegativeInt,
     SerializerFunctionWrapHandler,
     StringConstraints,
     ValidationError,
@@ -74,7 +74,16 @@ def version_for(file_names: Collection[str]) -> ManifestVersion:
 INT64_MAX = 2**63 - 1
 # Counts and sizes are int64 everywhere they are used (NumPy offsets, file positions): a larger
 # value cannot describe real data, so validation refuses it instead of overflowing later.
-Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
+Count = Annotated[int, BeforeValidator(lambda v: _not_bool(v)), Field(ge=0, le=INT64_MAX)]
+
+
+def _not_bool(value: Any) -> Any:
+    """JSON ``true`` is not a count (pydantic would read it as 1)."""
+    if isinstance(value, bool):
+        raise ValueError("a count must be an integer, not true or false")
+    return value
+
+
 StorageClassName = Literal["DocumentStorage", "StreamStorage", "StreamWithMetaStorage"]
 
 
@@ -140,10 +149,10 @@ class FormatSpecModel(_Frozen):
 class PartRecord(_Frozen):
     """The completion record one writer process leaves for its part."""
 
-    version: ManifestVersion = 3  # MANIFEST_VERSION
+    version: Annotated[ManifestVersion, BeforeValidator(lambda v: _not_bool(v))] = 3  # MANIFEST_VERSION
     storage_class: StorageClassName
     format: FormatSpecModel
-    part: int = Field(ge=0)
+    part: Count
     shards: tuple[ShardInfo, ...]
     created_at: str
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -191,12 +200,12 @@ class ShardTable(_Frozen):
     tokens: list[Count]
     spans: list[Count]
     prefix: list[str]
-    prefix_id: list[NonNegativeInt]
+    prefix_id: list[Count]
     files: dict[str, FileColumn]
     # Per prefix: what its shards' dataset part numbers add to the part number in their file
     # paths (parts appended to a dataset keep the paths their writers gave them). Empty: all 0;
     # written only when some value is not 0, so manifests without appends are unchanged.
-    part_base: list[NonNegativeInt] = Field(default_factory=list)
+    part_base: list[Count] = Field(default_factory=list)
 
     @model_serializer(mode="wrap")
     def _drop_empty_base(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -225,7 +234,7 @@ class ShardTable(_Frozen):
             if rows != n:
                 raise ValueError(f"shard table column {name} has {rows} rows, 'part' has {n}")
         if "data" not in self.files:
-            raise ValueError("the shard table has no 'data' file column")
+            raise ValueError("the shard table has no 'data' column in files")
         for name, file_column in self.files.items():
             if file_column.kind not in layout.KINDS:
                 raise ValueError(f"file column {excerpt(name)} has unknown kind {excerpt(file_column.kind)}")
@@ -241,7 +250,7 @@ class ShardTable(_Frozen):
                 raise ValueError("shards are not in (part, index) order")
             key = np.asarray(self.part, dtype=np.int64) * 2**32 + np.asarray(self.index)
             if len(np.unique(np.stack([key, np.asarray(self.prefix_id)]), axis=1)[0]) != n:
-                raise ValueError("a shard is listed twice")
+                raise ValueError("a shard is listed twice (the same part, index and prefix_id)")
             self._sizes_fit_counts()
         return self
 
@@ -397,7 +406,7 @@ class Manifest(_Frozen):
         shard_table: Every shard's counts and files, as columns.
     """
 
-    version: ManifestVersion = 3  # MANIFEST_VERSION
+    version: Annotated[ManifestVersion, BeforeValidator(lambda v: _not_bool(v))] = 3  # MANIFEST_VERSION
     storage_class: StorageClassName
     format: FormatSpecModel
     num_parts: Count

@@ -186,9 +186,17 @@ def parse_dataset_record(data: bytes, where: str) -> Snapshot | Manifest:
         raw = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return parse_manifest(data, where)  # raises the ManifestError that explains
-    if isinstance(raw, dict) and isinstance(raw.get("version"), str):
+    if isinstance(raw, dict) and _looks_like_snapshot(raw):
         return parse_snapshot(data, where)
     return parse_manifest(data, where)
+
+
+def _looks_like_snapshot(raw: dict[str, Any]) -> bool:
+    """A snapshot record's ``version`` is a string; one whose version is missing or damaged is
+    still known by its own fields (so the message names the version, not a manifest's fields)."""
+    if isinstance(raw.get("version"), str):
+        return True
+    return "shard_table" not in raw and bool({"pieces", "sequence", "summary"} & set(raw))
 
 
 def is_snapshot_record(data: bytes) -> bool:
@@ -197,7 +205,7 @@ def is_snapshot_record(data: bytes) -> bool:
         raw = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return False
-    return isinstance(raw, dict) and isinstance(raw.get("version"), str)
+    return isinstance(raw, dict) and _looks_like_snapshot(raw)
 
 
 def merge_plan(sizes: list[int]) -> int:
