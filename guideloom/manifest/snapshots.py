@@ -28,7 +28,15 @@ from pydantic import Field, field_validator, model_validator
 
 import guideloom.layout as layout
 from guideloom.errors import excerpt
-from guideloom.manifest.models import Count, FormatSpecModel, Manifest, _Frozen, _parse, parse_manifest
+from guideloom.manifest.models import (
+    Count,
+    FormatSpecModel,
+    Manifest,
+    _Frozen,
+    _parse,
+    parse_manifest,
+    unknown_version,
+)
 
 __all__ = [
     "SNAPSHOT_VERSION",
@@ -194,8 +202,11 @@ def parse_dataset_record(data: bytes, where: str) -> Snapshot | Manifest:
 def _looks_like_snapshot(raw: dict[str, Any]) -> bool:
     """A snapshot record's ``version`` is a string; one whose version is missing or damaged is
     still known by its own fields (so the message names the version, not a manifest's fields)."""
-    if isinstance(raw.get("version"), str):
+    version = raw.get("version")
+    if isinstance(version, str):
         return True
+    if unknown_version(version, Manifest):  # a later manifest version: say "upgrade"
+        return False
     return "shard_table" not in raw and bool({"pieces", "sequence", "summary"} & set(raw))
 
 
