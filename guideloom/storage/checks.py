@@ -22,6 +22,7 @@ from guideloom.errors import (
     ShardCorruptError,
     ShardNotFoundError,
     StorageAccessError,
+    excerpt,
 )
 from guideloom.formats import Format, same_spec
 from guideloom.io import Location
@@ -67,31 +68,43 @@ def check_schema(storage_class: str, format: Format, recorded: Manifest | PartRe
     was written with storage class ``storage_class`` and a format of the same spec as ``format``."""
     if recorded.storage_class != storage_class:
         raise SchemaMismatchError(
-            f"{where} records a {recorded.storage_class}, but it was opened as "
+            f"{where} records a {_short(recorded.storage_class)}, but it was opened as "
             f"{storage_class}; reopen it with the class and format it records: "
             f"{recorded.storage_class}(url, {format_expression(recorded)})"
         )
     if not same_spec(recorded.format.model_dump(), format.spec()):
         raise SchemaMismatchError(
-            f"{where} was written with format {recorded.format.name} "
-            f"config={recorded.format.config}, but opened with {type(format).__qualname__} "
+            f"{where} was written with format {_short(recorded.format.name)} "
+            f"config={excerpt(recorded.format.config, 300)}, but opened with {type(format).__qualname__} "
             f"config={format.config()}{_field_difference(recorded.format.config, format.config())}; "
             f"reopen it with the format it was written with: {format_expression(recorded)}"
         )
 
 
+def _short(value: object) -> str:
+    """A value read from a file, as a message shows it: as is when short and printable, else
+    an escaped excerpt."""
+    if isinstance(value, str) and len(value) <= 60 and value.isprintable():
+        return value
+    return excerpt(value)
+
+
 def _field_difference(recorded: dict[str, Any], opened: dict[str, Any]) -> str:
-    """`` (field 'tokens': written <u2, opened <u4)``: the stream fields that differ, if any."""
-    if "stream" in recorded and "stream" in opened:
-        recorded, opened = recorded["stream"], opened["stream"]
-    if not isinstance(recorded.get("fields"), list) or not isinstance(opened.get("fields"), list):
+    """`` (field 'tokens': written <u2, opened <u4)``: the stream fields that differ, if any
+    (nothing for a recorded config too damaged to compare)."""
+    try:
+        if "stream" in recorded and "stream" in opened:
+            recorded, opened = recorded["stream"], opened["stream"]
+        if not isinstance(recorded.get("fields"), list) or not isinstance(opened.get("fields"), list):
+            return ""
+        mine, theirs = dict(map(tuple, recorded["fields"])), dict(map(tuple, opened["fields"]))
+    except (AttributeError, TypeError, ValueError):
         return ""
-    mine, theirs = dict(map(tuple, recorded["fields"])), dict(map(tuple, opened["fields"]))
     diffs = [
-        f"field {name!r}: written {mine.get(name, 'absent')}, opened {theirs.get(name, 'absent')}"
+        f"field {excerpt(name)}: written {_short(mine.get(name, 'absent'))}, opened {theirs.get(name, 'absent')}"
         for name in [*mine, *(n for n in theirs if n not in mine)]
         if mine.get(name) != theirs.get(name)
-    ]
+    ][:5]
     return f" ({'; '.join(diffs)})" if diffs else ""
 
 
