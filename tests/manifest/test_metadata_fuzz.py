@@ -41,6 +41,7 @@ SECRET = b"SECRET-BYTES-0b4d1e-do-not-echo"
 LONG = os.environ.get("GUIDELOOM_FUZZ_EXAMPLES")
 LOCAL_EXAMPLES = int(LONG) if LONG else 150
 S3_EXAMPLES = max(int(LONG) // 10, 1) if LONG else 30
+COUNT_FILE = os.environ.get("GUIDELOOM_FUZZ_COUNT_FILE")  # a long run appends its example count
 ECHO = 100  # no run of this many characters of a metadata file may appear in a message
 
 
@@ -327,12 +328,21 @@ def _local_outside(fixture: Fixture, seen: list[str], m: Mutation) -> list[str]:
     return bad
 
 
+def _report(test: str, count: int) -> None:
+    if COUNT_FILE:
+        with builtins.open(COUNT_FILE, "a") as out:
+            out.write(f"{test} {count} examples\n")
+
+
 def test_fuzz_local(local_dataset: Fixture) -> None:
     fixture = local_dataset
+    count = 0
 
     @settings(max_examples=LOCAL_EXAMPLES, deadline=None, database=None)
     @given(mutations(fixture))
     def run(m: Mutation) -> None:
+        nonlocal count
+        count += 1
         fixture.fs.pipe_file(f"{fixture.root}/{m.file}", m.data)
         try:
             with watch_local_paths() as seen:
@@ -348,6 +358,7 @@ def test_fuzz_local(local_dataset: Fixture) -> None:
             _restore(fixture, m.file)
 
     run()
+    _report("local", count)
     assert _open_and_read(fixture, {}) == fixture.windows
 
 
