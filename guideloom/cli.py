@@ -246,8 +246,12 @@ def verify(
     Exits 0 when all match, 1 naming each bad shard, 2 when the dataset cannot be opened.
     """
     try:
-        location, manifest = read_manifest(url, parse_options(option))
+        location, history = _history(url, option)
+        snap, manifest = history.open()
         bad = 0
+        for problem in history.check_metadata(snap):  # what only verify checks of the metadata
+            bad += 1
+            typer.echo(f"BAD  {problem}", err=True)
         progress = _verify_progress() if sys.stderr.isatty() else None
         for _shard, err in verify_shards(location, manifest, checksums=not size_only, progress=progress):
             if err is not None:
@@ -284,9 +288,7 @@ def log(
     """
     try:
         location, history = _history(url, option)
-        current = history.current()
-        if current is None:
-            raise GuideLoomError(f"no dataset at {location.display_url}: it has no snapshot")
+        current, _ = history.open()  # as every reader opens it: the current snapshot checked
         snaps = history.snapshots()
     except GuideLoomError as err:
         typer.echo(f"error: {err}", err=True)

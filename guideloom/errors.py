@@ -52,6 +52,17 @@ __all__ = [
 ]
 
 
+EXCERPT_CHARS = 40
+
+
+def excerpt(value: object, limit: int = EXCERPT_CHARS) -> str:
+    """``repr(value)`` cut to about ``limit`` characters: what a message may quote of a value
+    read from a file (escaped, so control characters and odd bytes show as escapes; never the
+    whole file)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}...({len(text)} chars)"
+
+
 class GuideLoomError(Exception):
     """Root of every error GuideLoom raises on purpose."""
 

@@ -66,6 +66,7 @@ import numpy as np
 import numpy.typing as npt
 import xxhash
 
+from guideloom.errors import excerpt
 from guideloom.types import Layout
 
 __all__ = [
@@ -84,7 +85,9 @@ __all__ = [
     "SPAN_DTYPE",
     "FileKind",
     "FileName",
+    "MAX_PATH_CHARS",
     "ShardHeader",
+    "check_relative_path",
     "checksum",
     "item_count",
     "item_range",
@@ -283,6 +286,31 @@ def snapshot_claims_path(sequence: int) -> str:
     return f"{SNAPSHOTS_DIR}/claims/{sequence:08d}"
 
 
+def check_relative_path(path: str, what: str) -> None:
+    """``ValueError`` unless ``path`` is a plain relative path of named components: the one rule
+    that keeps every path a dataset's metadata names (shard prefixes and files, table pieces)
+    inside the dataset root, on every store. `guideloom.io.Location.path` applies it again to
+    every path it joins to the root."""
+    if (
+        not isinstance(path, str)
+        or not path
+        or len(path) > MAX_PATH_CHARS
+        or "://" in path
+        or "\\" in path
+        or ":" in path.split("/", 1)[0]
+        or any(p in ("", ".", "..") for p in path.split("/"))
+        or any(ord(c) < 32 or ord(c) == 127 for c in path)
+    ):
+        raise ValueError(
+            f"{what} {excerpt(path)} must be relative to the dataset root: a path of named "
+            f"components of at most {MAX_PATH_CHARS} characters (no leading or doubled '/', no "
+            "'.' or '..', no URL scheme, drive, backslash or control characters)"
+        )
+
+
+MAX_PATH_CHARS = 1024  # longer relative paths are refused (no store keys them anyway)
+
+
 def table_piece_path(name: str) -> str:
     """A piece of a snapshot's shard table (named by a hash of its content)."""
     return f"{SNAPSHOTS_DIR}/tables/{name}.json"
@@ -339,7 +367,7 @@ def shard_file_path(part: int, index: int, extension: str, prefix: str = SHARDS_
     """Shard ``index`` of part ``part``'s file of the kind with ``extension`` (a key of
     `KINDS`), under ``prefix``: ``<prefix>/part-PPPPP/shard-SSSSS.<extension>``."""
     if extension not in KINDS:
-        raise ValueError(f"unknown shard file kind {extension!r}")
+        raise ValueError(f"unknown shard file kind {excerpt(extension)}")
     return f"{prefix}/part-{part:05d}/shard-{index:05d}.{extension}"
 
 
@@ -411,5 +439,5 @@ def parse_checksum(value: str) -> int:
     """The 64-bit digest of a recorded checksum; ``ValueError`` unless it is
     ``"xxh3_64:<16 lowercase hex digits>"``."""
     if not isinstance(value, str) or not _CHECKSUM.fullmatch(value):
-        raise ValueError(f"checksum {value!r} is not '{CHECKSUM_ALGORITHM}:<16 hex digits>'")
+        raise ValueError(f"checksum {excerpt(value)} is not '{CHECKSUM_ALGORITHM}:<16 hex digits>'")
     return int(value[len(CHECKSUM_ALGORITHM) + 1 :], 16)

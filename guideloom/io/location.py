@@ -40,7 +40,8 @@ import fsspec
 import fsspec.asyn
 from fsspec.implementations.local import LocalFileSystem
 
-from guideloom.errors import CommitConflictError, UnknownProtocolError
+import guideloom.layout as layout
+from guideloom.errors import CommitConflictError, ManifestError, UnknownProtocolError
 from guideloom.io import s3, stats, stores, throttle
 from guideloom.io.failures import (
     DEADLINE_ENV,
@@ -219,9 +220,20 @@ class Location:
         return isinstance(self.fs, LocalFileSystem)
 
     def path(self, rel: str) -> str:
-        """Full path of ``rel`` inside the filesystem (no protocol)."""
+        """Full path of ``rel`` inside the filesystem (no protocol).
+
+        Raises:
+            ManifestError: ``rel`` is not a plain relative path (`guideloom.layout.check_relative_path`):
+                nothing outside the dataset root is ever opened, whatever a file there names.
+        """
         _ = self.fs
-        return f"{self._root}/{rel}" if rel else self._root
+        if not rel:
+            return self._root
+        try:
+            layout.check_relative_path(rel, "path")
+        except ValueError as err:
+            raise ManifestError(f"refusing a path outside {self.display_url}: {err}") from None
+        return f"{self._root}/{rel}"
 
     def describe(self, rel: str) -> str:
         """``rel`` as a redacted URL, for messages."""

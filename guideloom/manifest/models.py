@@ -19,9 +19,9 @@ import numpy as np
 import xxhash
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
-    NonNegativeInt,
     SerializerFunctionWrapHandler,
     StringConstraints,
     ValidationError,
@@ -31,7 +31,7 @@ from pydantic import (
 )
 
 import guideloom.layout as layout
-from guideloom.errors import ManifestError
+from guideloom.errors import ManifestError, excerpt
 
 __all__ = [
     "INT64_MAX",
@@ -74,7 +74,16 @@ def version_for(file_names: Collection[str]) -> ManifestVersion:
 INT64_MAX = 2**63 - 1
 # Counts and sizes are int64 everywhere they are used (NumPy offsets, file positions): a larger
 # value cannot describe real data, so validation refuses it instead of overflowing later.
-Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
+Count = Annotated[int, BeforeValidator(lambda v: _not_bool(v)), Field(ge=0, le=INT64_MAX)]
+
+
+def _not_bool(value: Any) -> Any:
+    """JSON ``true`` is not a count (pydantic would read it as 1)."""
+    if isinstance(value, bool):
+        raise ValueError("a count must be an integer, not true or false")
+    return value
+
+
 StorageClassName = Literal["DocumentStorage", "StreamStorage", "StreamWithMetaStorage"]
 
 
@@ -140,10 +149,10 @@ class FormatSpecModel(_Frozen):
 class PartRecord(_Frozen):
     """The completion record one writer process leaves for its part."""
 
-    version: ManifestVersion = 3  # MANIFEST_VERSION
+    version: Annotated[ManifestVersion, BeforeValidator(lambda v: _not_bool(v))] = 3  # MANIFEST_VERSION
     storage_class: StorageClassName
     format: FormatSpecModel
-    part: int = Field(ge=0)
+    part: Count
     shards: tuple[ShardInfo, ...]
     created_at: str
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -154,11 +163,12 @@ class PartRecord(_Frozen):
         for i, shard in enumerate(self.shards):
             if shard.part != self.part or shard.index != i:
                 raise ValueError(
-                    f"part record {self.part}: shard {i} says part={shard.part} index={shard.index}"
+                    f"part record {self.part}: shards.{i} says part={shard.part} index={shard.index} "
+                    f"(its part is {self.part}, its index {i})"
                 )
             for f in shard.files.values():
                 if f.path in seen:
-                    raise ValueError(f"file {f.path!r} is listed twice ({shard.name})")
+                    raise ValueError(f"file {excerpt(f.path)} is listed twice ({shard.name})")
                 seen.add(f.path)
         return self
 
@@ -190,12 +200,12 @@ class ShardTable(_Frozen):
     tokens: list[Count]
     spans: list[Count]
     prefix: list[str]
-    prefix_id: list[NonNegativeInt]
+    prefix_id: list[Count]
     files: dict[str, FileColumn]
     # Per prefix: what its shards' dataset part numbers add to the part number in their file
     # paths (parts appended to a dataset keep the paths their writers gave them). Empty: all 0;
     # written only when some value is not 0, so manifests without appends are unchanged.
-    part_base: list[NonNegativeInt] = Field(default_factory=list)
+    part_base: list[Count] = Field(default_factory=list)
 
     @model_serializer(mode="wrap")
     def _drop_empty_base(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -224,10 +234,10 @@ class ShardTable(_Frozen):
             if rows != n:
                 raise ValueError(f"shard table column {name} has {rows} rows, 'part' has {n}")
         if "data" not in self.files:
-            raise ValueError("the shard table has no 'data' file column")
+            raise ValueError("the shard table has no 'data' column in files")
         for name, file_column in self.files.items():
             if file_column.kind not in layout.KINDS:
-                raise ValueError(f"file column {name!r} has unknown kind {file_column.kind!r}")
+                raise ValueError(f"file column {excerpt(name)} has unknown kind {excerpt(file_column.kind)}")
         for prefix in self.prefix:
             check_relative_path(prefix, "shard prefix")
         if self.part_base and len(self.part_base) != len(self.prefix):
@@ -240,7 +250,7 @@ class ShardTable(_Frozen):
                 raise ValueError("shards are not in (part, index) order")
             key = np.asarray(self.part, dtype=np.int64) * 2**32 + np.asarray(self.index)
             if len(np.unique(np.stack([key, np.asarray(self.prefix_id)]), axis=1)[0]) != n:
-                raise ValueError("a shard is listed twice")
+                raise ValueError("a shard is listed twice (the same part, index and prefix_id)")
             self._sizes_fit_counts()
         return self
 
@@ -271,11 +281,13 @@ class ShardTable(_Frozen):
             expected = layout.HEADER_SIZE + np.asarray(self.tokens, dtype=object) * itemsize
             i = _first_mismatch(column.size, expected)
             if i is not None:
-                raise ValueError(
+                err = ValueError(
                     f"{self.shard_name(i)}: the manifest records {self.tokens[i]} tokens of "
                     f"{itemsize} bytes, which need a {int(expected[i])}-byte {kind} file, but it "
                     f"records {column.size[i]} bytes"
                 )
+                err.shard = i  # type: ignore[attr-defined]  # which row, for a caller naming its file
+                raise err
 
     def __len__(self) -> int:
         return len(self.part)
@@ -319,7 +331,9 @@ class ShardTable(_Frozen):
                 if pid == len(bases):
                     bases.append(base)
                 elif bases[pid] != base:
-                    raise ValueError(f"shard prefix {head!r} is used with part bases {bases[pid]} and {base}")
+                    raise ValueError(
+                        f"shard prefix {excerpt(head)} is used with part bases {bases[pid]} and {base}"
+                    )
                 remap.append(pid)
             prefix_id.extend(np.asarray(remap, dtype=np.int64)[np.asarray(table.prefix_id)].tolist())
             for key, values in cols.items():
@@ -404,7 +418,7 @@ class Manifest(_Frozen):
         shard_table: Every shard's counts and files, as columns.
     """
 
-    version: ManifestVersion = 3  # MANIFEST_VERSION
+    version: Annotated[ManifestVersion, BeforeValidator(lambda v: _not_bool(v))] = 3  # MANIFEST_VERSION
     storage_class: StorageClassName
     format: FormatSpecModel
     num_parts: Count
@@ -511,20 +525,7 @@ class Manifest(_Frozen):
         return self.model_dump_json().encode("utf-8")
 
 
-def check_relative_path(path: str, what: str) -> None:
-    """``ValueError`` unless ``path`` is a plain relative path of named components."""
-    pieces = path.split("/")
-    if (
-        not path
-        or "://" in path
-        or "\\" in path
-        or any(p in ("", ".", "..") for p in pieces)
-        or any(ord(c) < 32 or ord(c) == 127 for c in path)
-    ):
-        raise ValueError(
-            f"{what} {path!r} must be relative to the dataset root: a path of named components "
-            "(no leading or doubled '/', no '.' or '..', no backslash or control characters)"
-        )
+check_relative_path = layout.check_relative_path
 
 
 class ShardTableBuilder:
@@ -556,7 +557,9 @@ class ShardTableBuilder:
         if pid == len(self._base):
             self._base.append(base)
         elif self._base[pid] != base:
-            raise ValueError(f"shard prefix {head!r} is used with part bases {self._base[pid]} and {base}")
+            raise ValueError(
+                f"shard prefix {excerpt(head)} is used with part bases {self._base[pid]} and {base}"
+            )
         return pid
 
     def add_shard(self, shard: ShardInfo, base: int = 0) -> None:
@@ -570,11 +573,13 @@ class ShardTableBuilder:
             parsed = layout.parse_shard_file_path(f.path, shard.part, shard.index)
             if parsed is None:
                 raise ValueError(
-                    f"{f.path!r} is not a shard file path of part {shard.part} shard {shard.index}"
+                    f"{excerpt(f.path)} is not a shard file path of part {shard.part} shard {shard.index}"
                 )
             head, kind = parsed
             if self._kinds.setdefault(name, kind) != kind:
-                raise ValueError(f"file {name!r} has kind {self._kinds[name]!r} and {kind!r} in one dataset")
+                raise ValueError(
+                    f"file {excerpt(name)} has kind {excerpt(self._kinds[name])} and {excerpt(kind)} in one dataset"
+                )
             self._sizes.setdefault(name, []).append(f.size)
             self._checksums.setdefault(name, []).append(f.checksum)
         self._prefix_id.append(self._prefix(head, base))
@@ -609,21 +614,77 @@ _Model = TypeVar("_Model", bound=BaseModel)
 
 
 def _parse(model: type[_Model], data: bytes, where: str) -> _Model:
+    """``data`` parsed as ``model``; `ManifestError` naming ``where``, and for an invalid value
+    its field, otherwise. A message quotes at most a short escaped excerpt of a value, never the
+    file's bytes (pydantic's own message echoes its whole input)."""
     try:
         return model.model_validate_json(data)
     except ValidationError as first:
-        err: Exception = first
+        err: ValidationError = first
     # Explain the failure: unreadable JSON, an unknown version, or invalid content.
     try:
         raw = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as bad:
-        raise ManifestError(f"{where} is not valid JSON ({bad}); the file is damaged") from bad
-    if isinstance(raw, dict) and raw.get("version") not in (None, *READABLE_VERSIONS):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as bad:
         raise ManifestError(
-            f"{where} has version {raw.get('version')!r}; this GuideLoom reads versions "
-            f"{', '.join(map(str, READABLE_VERSIONS))}. Upgrade guideloom to read it"
-        ) from err
-    raise ManifestError(f"{where} is invalid: {err}") from err
+            f"{where} is not valid JSON ({_json_problem(bad)}); the file is damaged"
+        ) from None
+    if isinstance(raw, dict) and unknown_version(raw.get("version"), model):
+        raise ManifestError(
+            f"{where} has version {excerpt(raw.get('version'))}; this GuideLoom reads versions "
+            f"{', '.join(map(str, _known_versions(model)))}. Upgrade guideloom to read it"
+        ) from None
+    raise ManifestError(
+        f"{where} is invalid: {describe_errors(err)}. The file was altered or damaged"
+    ) from None
+
+
+def _json_problem(bad: Exception) -> str:
+    if isinstance(bad, json.JSONDecodeError):
+        return f"{bad.msg} at line {bad.lineno} column {bad.colno}"
+    if isinstance(bad, UnicodeDecodeError):
+        return f"not UTF-8 at byte {bad.start}"
+    return "nested too deeply"
+
+
+def _known_versions(model: type[BaseModel]) -> tuple[object, ...]:
+    field = model.model_fields.get("version")
+    if field is not None and field.default not in (None, *READABLE_VERSIONS):
+        return (field.default,)  # a snapshot record
+    return READABLE_VERSIONS
+
+
+def unknown_version(version: object, model: type[BaseModel]) -> bool:
+    """Whether ``version`` is one a later GuideLoom may write for ``model``'s files: a larger
+    int than this one reads (a manifest, a part record) or a later ``snapshots-N``. Anything
+    else that is not a known version is an invalid value, not a reason to upgrade."""
+    if isinstance(version, bool):
+        return False
+    if isinstance(version, int):
+        return version > max(READABLE_VERSIONS) and version <= INT64_MAX
+    if isinstance(version, str) and version.startswith("snapshots-"):
+        tail = version.removeprefix("snapshots-")
+        return tail.isdigit() and tail.isascii() and len(tail) < 10 and int(tail) > 1
+    return False
+
+
+def describe_errors(err: ValidationError, limit: int = 3) -> str:
+    """The first ``limit`` problems of ``err``: each its field (``pieces.0.path``), what is
+    wrong and a short escaped excerpt of the value."""
+    problems = []
+    errors = err.errors(include_url=False, include_context=False, include_input=True)
+    for e in errors[:limit]:
+        field = excerpt_text(".".join(str(x) for x in e["loc"]), 80) or "(the whole file)"
+        value = e.get("input")
+        shown = "" if isinstance(value, (dict, list)) else f" (value {excerpt(value)})"
+        message = e["msg"].removeprefix("Value error, ")
+        problems.append(f"field {field}: {excerpt_text(message)}{shown}")
+    more = f"; and {len(errors) - limit} more" if len(errors) > limit else ""
+    return "; ".join(problems) + more
+
+
+def excerpt_text(message: str, limit: int = 400) -> str:
+    """A message of ours, cut to ``limit`` characters (its quoted values are excerpts already)."""
+    return message if len(message) <= limit else f"{message[:limit]}..."
 
 
 def parse_manifest(data: bytes, where: str) -> Manifest:

@@ -20,11 +20,23 @@ local disk, ``If-None-Match: *`` on S3): that is the compare-and-swap that makes
 from __future__ import annotations
 
 import difflib
+import json
+import re
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
-from guideloom.manifest.models import Count, FormatSpecModel, _Frozen, _parse
+import guideloom.layout as layout
+from guideloom.errors import excerpt
+from guideloom.manifest.models import (
+    Count,
+    FormatSpecModel,
+    Manifest,
+    _Frozen,
+    _parse,
+    parse_manifest,
+    unknown_version,
+)
 
 __all__ = [
     "SNAPSHOT_VERSION",
@@ -34,6 +46,8 @@ __all__ = [
     "TablePiece",
     "merge_plan",
     "nearest_ids",
+    "is_snapshot_record",
+    "parse_dataset_record",
     "parse_snapshot",
     "snapshot_id",
 ]
@@ -49,6 +63,17 @@ def snapshot_id(sequence: int, token: str) -> str:
     return f"{sequence:08d}-{token}"
 
 
+_ID = re.compile(r"[0-9]{8,19}-[0-9a-f]{8}")
+
+
+def id_sequence(value: str, field: str) -> int:
+    """The sequence number of a snapshot id; ``ValueError`` naming ``field`` unless ``value`` is
+    one (``<8+ digits>-<8 hex digits>``)."""
+    if not _ID.fullmatch(value):
+        raise ValueError(f"{field} {excerpt(value)} is not a snapshot id ('<sequence>-<8 hex digits>')")
+    return int(value.split("-", 1)[0])
+
+
 class SnapshotSummary(_Frozen):
     """What a snapshot holds and what its commit changed."""
 
@@ -61,6 +86,19 @@ class SnapshotSummary(_Frozen):
     added_records: Count
     added_tokens: Count
 
+    @model_validator(mode="after")
+    def _added_fit(self) -> SnapshotSummary:
+        for added, total in (
+            ("added_shards", "shards"),
+            ("added_records", "records"),
+            ("added_tokens", "tokens"),
+        ):
+            if getattr(self, added) > getattr(self, total):
+                raise ValueError(
+                    f"summary.{added}={getattr(self, added)} is more than summary.{total}={getattr(self, total)}"
+                )
+        return self
+
 
 class TablePiece(_Frozen):
     """One piece of a snapshot's shard table: where it is and how many shards and parts it has."""
@@ -69,6 +107,14 @@ class TablePiece(_Frozen):
     shards: Count
     parts: Count
     bytes: Count
+
+    @field_validator("path")
+    @classmethod
+    def _in_tables(cls, path: str) -> str:
+        layout.check_relative_path(path, "table piece path")
+        if not path.startswith(f"{layout.SNAPSHOTS_DIR}/tables/") or path.count("/") != 2:
+            raise ValueError(f"table piece path {excerpt(path)} is not in {layout.SNAPSHOTS_DIR}/tables/")
+        return path
 
 
 class Snapshot(_Frozen):
@@ -101,6 +147,29 @@ class Snapshot(_Frozen):
     job: str | None = None
     source: str | None = None
 
+    @model_validator(mode="after")
+    def _ids_agree(self) -> Snapshot:
+        """The id carries the sequence number; the parent is the snapshot one number before
+        (None only for the first); a rollback's source is an earlier one; the pieces hold
+        ``summary.shards`` shards."""
+        if id_sequence(self.id, "id") != self.sequence:
+            raise ValueError(f"id {excerpt(self.id)} does not start with its sequence {self.sequence:08d}")
+        if self.parent is None:
+            if self.sequence > 1:
+                raise ValueError(f"parent is null, but snapshot {self.sequence} must have one")
+        elif id_sequence(self.parent, "parent") != self.sequence - 1:
+            raise ValueError(f"parent {excerpt(self.parent)} is not the snapshot before {self.sequence}")
+        if self.source is not None and id_sequence(self.source, "source") >= self.sequence:
+            raise ValueError(f"source {excerpt(self.source)} is not an earlier snapshot")
+        if (self.source is None) == (self.operation == "rollback"):
+            raise ValueError("source is set exactly when operation is 'rollback'")
+        if self.pieces and sum(p.shards for p in self.pieces) != self.summary.shards:
+            raise ValueError(
+                f"the pieces hold {sum(p.shards for p in self.pieces)} shards, summary.shards "
+                f"says {self.summary.shards}"
+            )
+        return self
+
     def to_json(self) -> bytes:
         return self.model_dump_json().encode("utf-8")
 
@@ -117,9 +186,37 @@ def parse_snapshot(data: bytes, where: str) -> Snapshot:
     return _parse(Snapshot, data, where)
 
 
+def parse_dataset_record(data: bytes, where: str) -> Snapshot | Manifest:
+    """``manifest.json``'s bytes parsed: a snapshot record, or a whole `Manifest` (written before
+    snapshots). Which one is decided by parsing (a ``version`` that is a string is a snapshot
+    record's), not by bytes, so a record re-serialized with other whitespace still reads."""
+    try:
+        raw = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return parse_manifest(data, where)  # raises the ManifestError that explains
+    if isinstance(raw, dict) and _looks_like_snapshot(raw):
+        return parse_snapshot(data, where)
+    return parse_manifest(data, where)
+
+
+def _looks_like_snapshot(raw: dict[str, Any]) -> bool:
+    """A snapshot record's ``version`` is a string; one whose version is missing or damaged is
+    still known by its own fields (so the message names the version, not a manifest's fields)."""
+    version = raw.get("version")
+    if isinstance(version, str):
+        return True
+    if unknown_version(version, Manifest):  # a later manifest version: say "upgrade"
+        return False
+    return "shard_table" not in raw and bool({"pieces", "sequence", "summary"} & set(raw))
+
+
 def is_snapshot_record(data: bytes) -> bool:
-    """Whether manifest.json bytes are a snapshot record (not a whole `Manifest`)."""
-    return b'"version":"snapshots-' in data[:64]
+    """Whether manifest.json bytes are a snapshot record (not a whole `Manifest`), by parsing."""
+    try:
+        raw = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return False
+    return isinstance(raw, dict) and _looks_like_snapshot(raw)
 
 
 def merge_plan(sizes: list[int]) -> int:

@@ -34,7 +34,6 @@ from guideloom.storage.checks import (
     DEFAULT_VERIFY_CONCURRENCY,
     check_schema,
     check_shard,
-    load_manifest,
     verify_shards,
 )
 from guideloom.storage.commit import DEFAULT_GRACE, Committer, check_run
@@ -135,26 +134,24 @@ class Storage:
 
     def _load_manifest(self, missing_ok: bool = False) -> Manifest | None:
         history = self._commits.history
-        snap = history.get(self._pinned) if self._pinned is not None else history.current()
-        if snap is None:
-            if missing_ok:
-                return None
-            load_manifest(self.location)  # raises the DatasetNotFoundError that explains
-            raise DatasetNotFoundError(f"no dataset at {self.url}")  # pragma: no cover
-        manifest = history.manifest(snap)
+        opened = history.open(self._pinned, missing_ok=missing_ok)
+        if opened is None:
+            return None
+        snap, manifest = opened
         where = self.location.describe(layout.manifest_path())
         if self._pinned is not None:
             where = f"{where} (snapshot {snap.id})"
         check_schema(self.storage_class, self.format, manifest, where)
-        self._check_counts(manifest, where)
+        self._check_counts(manifest, snap)
         self._manifest, self._snapshot = manifest, snap
         return manifest
 
-    def _check_counts(self, manifest: Manifest, where: str) -> None:
+    def _check_counts(self, manifest: Manifest, snap: Snapshot) -> None:
         """The cheap check at open: token files are exactly as long as their counts need.
 
         (Index and span files are checked by the manifest itself; headers and content by
-        `verify`.)
+        `verify`.) The error names the file that records the shard: its table piece, or
+        ``manifest.json`` for a dataset written before snapshots.
         """
         fmt = self.format
         stream = fmt.stream_format if isinstance(fmt, StreamWithMetaStorageFormat) else fmt
@@ -162,9 +159,11 @@ class Storage:
             try:
                 manifest.shard_table.check_item_sizes("tokens", stream.itemsize)
             except ValueError as err:
+                where = self.location.describe(_piece_of(snap, getattr(err, "shard", 0)))
                 raise ManifestError(
-                    f"{where} contradicts itself: {err}. The manifest was altered or damaged: "
-                    "restore it or rewrite the dataset"
+                    f"{where} contradicts itself (field tokens or files.data.size): {err}. The file "
+                    "was altered or damaged: roll back to another snapshot (`guideloom log` lists "
+                    "them) or rewrite the dataset"
                 ) from None
 
     def _published(self, manifest: Manifest, snapshot: Snapshot) -> None:
@@ -639,3 +638,14 @@ class StreamWithMetaStorage(Storage):
     storage_class = "StreamWithMetaStorage"
     layout = "stream_with_meta"
     format_type = StreamWithMetaStorageFormat
+
+
+def _piece_of(snap: Snapshot, shard: int) -> str:
+    """The file that records shard number ``shard`` of ``snap``: its table piece (or
+    manifest.json for a dataset written before snapshots)."""
+    first = 0
+    for piece in snap.pieces:
+        if shard < first + piece.shards:
+            return piece.path
+        first += piece.shards
+    return layout.manifest_path()

@@ -18,17 +18,15 @@ import xxhash
 
 import guideloom.layout as layout
 from guideloom.errors import (
-    BucketNotFoundError,
-    DatasetNotFoundError,
     SchemaMismatchError,
     ShardCorruptError,
     ShardNotFoundError,
     StorageAccessError,
+    excerpt,
 )
 from guideloom.formats import Format, same_spec
 from guideloom.io import Location
-from guideloom.manifest import Manifest, PartRecord, ShardInfo, parse_manifest
-from guideloom.manifest.snapshots import is_snapshot_record
+from guideloom.manifest import Manifest, PartRecord, ShardInfo
 from guideloom.storage.opening import format_expression
 
 __all__ = [
@@ -45,28 +43,16 @@ DEFAULT_VERIFY_CONCURRENCY = 16  # shards checked at once by verify
 
 
 def load_manifest(location: Location) -> Manifest:
-    """Read and validate the manifest at ``location``; `DatasetNotFoundError` if none."""
-    try:
-        # start=0: a ranged GET needs no HEAD first (a manifest is never empty).
-        data = location.read(layout.manifest_path(), start=0)
-    except DatasetNotFoundError:
-        raise  # already says why (a URL that names a file, not the dataset's folder)
-    except BucketNotFoundError as err:
-        raise DatasetNotFoundError(f"no dataset at {location.display_url}: {err}") from None
-    except FileNotFoundError:
-        raise DatasetNotFoundError(
-            f"no dataset at {location.display_url}: {layout.manifest_path()} is missing. Check the "
-            "URL, or write the dataset first (a dataset whose writer did not finish has no manifest)"
-        ) from None
-    if is_snapshot_record(data):
-        from guideloom.storage.history import History  # history reads manifests through here
+    """Open the dataset at ``location`` as every reader does (`History.open`: the current
+    snapshot, every metadata file checked) and return its manifest.
 
-        history = History(location)
-        current = history.current()
-        if current is None:  # pragma: no cover - manifest.json was just read
-            raise DatasetNotFoundError(f"no dataset at {location.display_url}")
-        return history.manifest(current)
-    return parse_manifest(data, location.describe(layout.manifest_path()))
+    Raises:
+        DatasetNotFoundError: No dataset is committed there.
+        ManifestError: A metadata file is unreadable, invalid or contradicts another.
+    """
+    from guideloom.storage.history import History  # history reads through checks' neighbours
+
+    return History(location).open()[1]
 
 
 def read_manifest(
@@ -82,31 +68,43 @@ def check_schema(storage_class: str, format: Format, recorded: Manifest | PartRe
     was written with storage class ``storage_class`` and a format of the same spec as ``format``."""
     if recorded.storage_class != storage_class:
         raise SchemaMismatchError(
-            f"{where} records a {recorded.storage_class}, but it was opened as "
+            f"{where} records a {_short(recorded.storage_class)}, but it was opened as "
             f"{storage_class}; reopen it with the class and format it records: "
             f"{recorded.storage_class}(url, {format_expression(recorded)})"
         )
     if not same_spec(recorded.format.model_dump(), format.spec()):
         raise SchemaMismatchError(
-            f"{where} was written with format {recorded.format.name} "
-            f"config={recorded.format.config}, but opened with {type(format).__qualname__} "
+            f"{where} was written with format {_short(recorded.format.name)} "
+            f"config={excerpt(recorded.format.config, 300)}, but opened with {type(format).__qualname__} "
             f"config={format.config()}{_field_difference(recorded.format.config, format.config())}; "
             f"reopen it with the format it was written with: {format_expression(recorded)}"
         )
 
 
+def _short(value: object) -> str:
+    """A value read from a file, as a message shows it: as is when short and printable, else
+    an escaped excerpt."""
+    if isinstance(value, str) and len(value) <= 60 and value.isprintable():
+        return value
+    return excerpt(value)
+
+
 def _field_difference(recorded: dict[str, Any], opened: dict[str, Any]) -> str:
-    """`` (field 'tokens': written <u2, opened <u4)``: the stream fields that differ, if any."""
-    if "stream" in recorded and "stream" in opened:
-        recorded, opened = recorded["stream"], opened["stream"]
-    if not isinstance(recorded.get("fields"), list) or not isinstance(opened.get("fields"), list):
+    """`` (field 'tokens': written <u2, opened <u4)``: the stream fields that differ, if any
+    (nothing for a recorded config too damaged to compare)."""
+    try:
+        if "stream" in recorded and "stream" in opened:
+            recorded, opened = recorded["stream"], opened["stream"]
+        if not isinstance(recorded.get("fields"), list) or not isinstance(opened.get("fields"), list):
+            return ""
+        mine, theirs = dict(map(tuple, recorded["fields"])), dict(map(tuple, opened["fields"]))
+    except (AttributeError, TypeError, ValueError):
         return ""
-    mine, theirs = dict(map(tuple, recorded["fields"])), dict(map(tuple, opened["fields"]))
     diffs = [
-        f"field {name!r}: written {mine.get(name, 'absent')}, opened {theirs.get(name, 'absent')}"
+        f"field {excerpt(name)}: written {_short(mine.get(name, 'absent'))}, opened {theirs.get(name, 'absent')}"
         for name in [*mine, *(n for n in theirs if n not in mine)]
         if mine.get(name) != theirs.get(name)
-    ]
+    ][:5]
     return f" ({'; '.join(diffs)})" if diffs else ""
 
 

@@ -60,7 +60,6 @@ from guideloom.manifest.snapshots import (
     Operation,
     Snapshot,
     SnapshotSummary,
-    TablePiece,
     merge_plan,
     snapshot_id,
 )
@@ -517,7 +516,7 @@ class Committer:
         paths = {p.path for s in snaps for p in s.pieces}
         used: set[str] = set()
         for path in sorted(paths):
-            used.update(self.history.read_piece(TablePiece(path=path, shards=0, parts=0, bytes=0)).prefix)
+            used.update(self.history.read_table(path).prefix)
         for s in snaps:
             if s.sequence == 0 and not s.pieces:
                 used.update(self.history.manifest(s).shard_table.prefix)

@@ -11,19 +11,21 @@ from __future__ import annotations
 
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from typing import overload
 
 import xxhash
 
 import guideloom.layout as layout
-from guideloom.errors import DatasetNotFoundError, GuideLoomError, ManifestError
+from guideloom.errors import BucketNotFoundError, DatasetNotFoundError, GuideLoomError, ManifestError, excerpt
 from guideloom.io import Location
-from guideloom.manifest import Manifest, ShardTable, parse_manifest, version_for
+from guideloom.manifest import Manifest, ShardTable, version_for
+from guideloom.manifest.models import _parse
 from guideloom.manifest.snapshots import (
     Snapshot,
     SnapshotSummary,
     TablePiece,
-    is_snapshot_record,
     nearest_ids,
+    parse_dataset_record,
     parse_snapshot,
     snapshot_id,
 )
@@ -31,6 +33,8 @@ from guideloom.manifest.snapshots import (
 __all__ = ["History", "UnknownSnapshotError"]
 
 _THREADS = 16
+# The table piece columns a snapshot summary's totals are summed from.
+_COLUMN_OF = {"records": "records", "tokens": "tokens", "shards": "rows of part", "bytes": "files.*.size"}
 
 
 class UnknownSnapshotError(DatasetNotFoundError):
@@ -46,19 +50,65 @@ class History:
 
     # -- reading ------------------------------------------------------------------------------
 
+    @overload
+    def open(self, snapshot: str | int | None = None) -> tuple[Snapshot, Manifest]: ...
+    @overload
+    def open(
+        self, snapshot: str | int | None = None, *, missing_ok: bool
+    ) -> tuple[Snapshot, Manifest] | None: ...
+
+    def open(
+        self, snapshot: str | int | None = None, *, missing_ok: bool = False
+    ) -> tuple[Snapshot, Manifest] | None:
+        """The current snapshot (or ``snapshot``) and its manifest, every file checked: the one
+        way every reader opens a dataset (the storage classes, ``guideloom inspect``, ``verify``,
+        ``log``, ``trace``, ``estimate``).
+
+        Each file is parsed by its model and cross-checked: the record against its place in the
+        log and against the ``manifest.json`` copy, the pieces' shard counts against their
+        contents, the summary against the joined table (see docs/guarantees.md). With
+        ``missing_ok``, None when no dataset is committed (a location prepared for writing).
+
+        Raises:
+            DatasetNotFoundError: No dataset is committed here (or ``snapshot`` is not kept).
+            ManifestError: A file is unreadable, of an unknown version, invalid, or contradicts
+                another; the message names the file and the field.
+        """
+        snap = self.get(snapshot) if snapshot is not None else self.current()
+        if snap is None:
+            if missing_ok:
+                return None
+            raise self._not_found()
+        return snap, self.manifest(snap)
+
+    def _not_found(self) -> DatasetNotFoundError:
+        """Why there is no dataset here, as an error to raise."""
+        url = self.location.display_url
+        try:
+            self.location.read(layout.manifest_path(), start=0)
+        except DatasetNotFoundError as err:
+            return err  # already says why (a URL that names a file, not the dataset's folder)
+        except BucketNotFoundError as err:
+            return DatasetNotFoundError(f"no dataset at {url}: {err}")
+        except FileNotFoundError:
+            pass
+        return DatasetNotFoundError(
+            f"no dataset at {url}: {layout.manifest_path()} is missing and {layout.SNAPSHOTS_DIR}/log "
+            "has no snapshot. Check the URL, or write the dataset first (a dataset whose writer did "
+            "not finish has no manifest)"
+        )
+
     def current(self) -> Snapshot | None:
         """The current snapshot, or None when no dataset is committed here."""
+        where = self.location.describe(layout.manifest_path())
         try:
             data = self.location.read(layout.manifest_path(), start=0)
         except FileNotFoundError:
             data = b""
-        if data and not is_snapshot_record(data):
-            legacy = self._legacy_snapshot(data)
-            snap: Snapshot | None = legacy
-        elif data:
-            snap = parse_snapshot(data, self.location.describe(layout.manifest_path()))
-        else:
-            snap = None
+        snap: Snapshot | None = None
+        if data.strip():  # an empty copy: a commit killed while writing it; the log decides
+            record = parse_dataset_record(data, where)
+            snap = record if isinstance(record, Snapshot) else self._legacy_snapshot(data, record)
         # The log may be ahead of the copy (see the module docstring).
         seq = snap.sequence if snap is not None else 0
         ahead = None
@@ -66,19 +116,45 @@ class History:
             seq += 1
             ahead = seq
         if ahead is not None:
-            return self.by_sequence(ahead)
+            found = self.by_sequence(ahead)
+            if snap is not None and ahead == snap.sequence + 1 and found.parent != snap.id:
+                raise ManifestError(
+                    f"{self.location.describe(layout.snapshot_log_path(ahead))} has parent "
+                    f"{excerpt(found.parent)}, but the snapshot before it is {snap.id} ({where}): one "
+                    "of the two was altered or damaged"
+                )
+            return found
         if snap is None and self.location.exists(layout.snapshot_log_path(0)):
             return self.by_sequence(0)
+        if snap is not None and snap.sequence > 0:
+            self._check_copy(snap, where)
         return snap
 
-    def _legacy_snapshot(self, data: bytes) -> Snapshot:
+    def _check_copy(self, copy: Snapshot, where: str) -> None:
+        """``ManifestError`` unless the ``manifest.json`` copy says what its log entry says."""
+        rel = layout.snapshot_log_path(copy.sequence)
+        try:
+            logged = self.by_sequence(copy.sequence)
+        except FileNotFoundError:
+            raise ManifestError(
+                f"{where} names snapshot {copy.id}, but {self.location.describe(rel)} does not "
+                "exist: the copy was altered, or the log entry deleted outside GuideLoom. Run "
+                f"`guideloom log {self.location.display_url}` and roll back to a kept snapshot"
+            ) from None
+        if logged != copy:
+            field = next((k for k in Snapshot.model_fields if getattr(logged, k) != getattr(copy, k)), "?")
+            raise ManifestError(
+                f"{where} differs from {self.location.describe(rel)} in field {field}: the copy was "
+                "altered or damaged. Restore it: copy the log entry over manifest.json"
+            )
+
+    def _legacy_snapshot(self, data: bytes, manifest: Manifest) -> Snapshot:
         """Snapshot 0 of a dataset whose manifest.json is a whole manifest (written before
         snapshots): its id is derived from the manifest's bytes, so every reader and writer
         names it alike."""
         digest = xxhash.xxh3_64_hexdigest(data)[:8]  # the same bytes: the same id everywhere
         if self._legacy is not None and self._legacy[0].id == snapshot_id(0, digest):
             return self._legacy[0]
-        manifest = parse_manifest(data, self.location.describe(layout.manifest_path()))
         table = manifest.shard_table
         snap = Snapshot(
             id=snapshot_id(0, digest),
@@ -98,8 +174,16 @@ class History:
         return snap
 
     def by_sequence(self, sequence: int) -> Snapshot:
+        """Log entry ``sequence``, checked to be that entry (`FileNotFoundError` if absent)."""
         rel = layout.snapshot_log_path(sequence)
-        return parse_snapshot(self.location.read(rel, start=0), self.location.describe(rel))
+        where = self.location.describe(rel)
+        snap = parse_snapshot(self.location.read(rel, start=0), where)
+        if snap.sequence != sequence:
+            raise ManifestError(
+                f"{where} is invalid: field sequence is {snap.sequence}, but the file is log entry "
+                f"{sequence}. The file was altered or damaged"
+            )
+        return snap
 
     def snapshots(self) -> list[Snapshot]:
         """Every snapshot kept, oldest first (one listing, records read concurrently)."""
@@ -112,6 +196,13 @@ class History:
         )
         with ThreadPoolExecutor(max_workers=_THREADS) as pool:
             found = list(pool.map(self.by_sequence, seqs))
+        for before, after in zip(found, found[1:]):
+            if after.sequence == before.sequence + 1 and after.parent != before.id:
+                raise ManifestError(
+                    f"{self.location.describe(layout.snapshot_log_path(after.sequence))} has parent "
+                    f"{excerpt(after.parent)}, but log entry {before.sequence} is {before.id}: one of "
+                    "the two was altered or damaged"
+                )
         if not found:
             cur = self.current()
             return [cur] if cur is not None else []
@@ -148,42 +239,91 @@ class History:
         )
 
     def manifest(self, snap: Snapshot) -> Manifest:
-        """The manifest of ``snap``: its pieces read concurrently and joined in order."""
+        """The manifest of ``snap``: its pieces read concurrently, each checked against what the
+        record says of it, joined in order, and the join checked against the record's summary."""
         if snap.sequence == 0 and not snap.pieces:
             if self._legacy is not None and self._legacy[0].id == snap.id:
                 return self._legacy[1]
-            data = self.location.read(layout.manifest_path(), start=0)
-            if is_snapshot_record(data):
-                raise ManifestError(f"{self.location.display_url}: snapshot {snap.id} has no table")
-            return parse_manifest(data, self.location.describe(layout.manifest_path()))
+            where = self.location.describe(layout.manifest_path())
+            legacy = parse_dataset_record(self.location.read(layout.manifest_path(), start=0), where)
+            if isinstance(legacy, Snapshot):
+                raise ManifestError(f"{where}: snapshot {snap.id} has no table pieces")
+            return legacy
         if len(snap.pieces) == 1 or self.location.is_local:  # no request latency to overlap
             tables = [self.read_piece(p) for p in snap.pieces]
         else:
             with ThreadPoolExecutor(max_workers=min(_THREADS, len(snap.pieces))) as pool:
                 tables = list(pool.map(self.read_piece, snap.pieces))
+        record = self.location.describe(layout.snapshot_log_path(snap.sequence))
+        pieces = ", ".join(p.path.rsplit("/", 1)[-1] for p in snap.pieces)
         try:
             table = ShardTable.concat(tables)
         except ValueError as err:
             raise ManifestError(
-                f"{self.location.display_url}: snapshot {snap.id} is inconsistent: {err}"
+                f"the table pieces of snapshot {snap.id} ({record}: {pieces}) do not join: {err}. A piece was "
+                "altered or damaged; roll back to another snapshot (`guideloom log` lists them)"
             ) from None
+        # Summed piece by piece: a join drops file kinds that not every piece has (record starts
+        # of shards appended to a dataset written before them), the summary counts their bytes.
+        held = {
+            "records": sum(table.records),
+            "tokens": sum(table.tokens),
+            "shards": len(table),
+            "bytes": sum(sum(c.size) for t in tables for c in t.files.values()),
+        }
+        for field, value in held.items():
+            if value != getattr(snap.summary, field):
+                raise ManifestError(
+                    f"{record} contradicts its table: field summary.{field} is "
+                    f"{getattr(snap.summary, field)}, but its table pieces ({pieces}) hold "
+                    f"{value} (their {_COLUMN_OF[field]}). The record or a piece was altered or damaged; roll "
+                    "back to another snapshot (`guideloom log` lists them) or rewrite the dataset"
+                )
         return manifest_of(snap, table, validate=False)  # each piece was validated as read
 
     def read_piece(self, piece: TablePiece) -> ShardTable:
+        """A table piece, parsed and checked against what the record says of it (its shard
+        count; `guideloom verify` also checks its size and content hash)."""
         where = self.location.describe(piece.path)
+        table = self.read_table(piece.path)
+        if len(table) != piece.shards:
+            raise ManifestError(
+                f"{where} holds {len(table)} shards (field part), but the snapshot record lists it "
+                f"with {piece.shards}: the piece or the record was altered or damaged"
+            )
+        return table
+
+    def read_table(self, rel: str) -> ShardTable:
+        """The table piece at ``rel`` (a path a record lists, or one listed in the folder)."""
+        where = self.location.describe(rel)
         try:
-            data = self.location.read(piece.path, start=0)
+            data = self.location.read(rel, start=0)
         except FileNotFoundError:
             raise ManifestError(
                 f"{where} is missing: the snapshot that lists it cannot be read. It was deleted "
                 "outside GuideLoom; roll back to another snapshot (`guideloom log` lists them)"
             ) from None
-        try:
-            return ShardTable.model_validate_json(data)
-        except ValueError as err:
-            raise ManifestError(
-                f"{where} is not a valid shard table piece ({err}); the file is damaged"
-            ) from None
+        return _parse(ShardTable, data, where)
+
+    def check_metadata(self, snap: Snapshot) -> list[str]:
+        """What `guideloom verify` checks of the metadata beyond what an open checks: each table
+        piece's size and content-named path, and the parent chain of every kept log entry
+        (`snapshots` raises a `ManifestError` for a broken one)."""
+        self.snapshots()
+        return [p for p in (self.check_piece_bytes(piece) for piece in snap.pieces) if p is not None]
+
+    def check_piece_bytes(self, piece: TablePiece) -> str | None:
+        """What is wrong with the piece's bytes (size, content-named path), or None: what only
+        `guideloom verify` checks (a piece re-serialized with other whitespace still opens)."""
+        data = self.location.read(piece.path, start=0)
+        digest = xxhash.xxh3_128_hexdigest(data)
+        if len(data) != piece.bytes:
+            return (
+                f"{self.location.describe(piece.path)} has {len(data)} bytes, the record says {piece.bytes}"
+            )
+        if piece.path != layout.table_piece_path(digest):
+            return f"{self.location.describe(piece.path)} is not named by its content (hash {digest})"
+        return None
 
     # -- writing ------------------------------------------------------------------------------
 

@@ -30,7 +30,12 @@ _SHIPPED = {
 
 
 def _stream_format(config: dict[str, Any]) -> str:
-    fields = ", ".join(f'"{name}": np.{np.dtype(dtype).name}' for name, dtype in config["fields"])
+    try:
+        fields = ", ".join(f'"{name}": np.{np.dtype(dtype).name}' for name, dtype in config["fields"])
+    except (TypeError, ValueError, KeyError):  # a damaged config: no code to suggest
+        return "StreamNumpyFormat({...})"
+    if len(fields) > 300:
+        return "StreamNumpyFormat({...})"
     return f"StreamNumpyFormat({{{fields}}})"
 
 

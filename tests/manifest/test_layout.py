@@ -25,7 +25,15 @@ def test_every_layout_has_its_files_and_its_encoder() -> None:
     assert {kind.name for kind in layout.KINDS.values()} == set(layout.FILES)
     assert len({kind.code for kind in layout.KINDS.values()}) == len(layout.KINDS)
     fixed = {k.extension: k.itemsize for k in layout.KINDS.values()}
-    assert fixed == {"tokens": 0, "docs": 1, "docs.idx": 8, "meta": 1, "spans": 32, "spans.dir": 32, "starts": 8}
+    assert fixed == {
+        "tokens": 0,
+        "docs": 1,
+        "docs.idx": 8,
+        "meta": 1,
+        "spans": 32,
+        "spans.dir": 32,
+        "starts": 8,
+    }
     assert layout.HEADER_STRUCT.size == layout.HEADER_SIZE == 32
 
 
