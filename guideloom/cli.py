@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,11 @@ import typer
 
 from guideloom.errors import GuideLoomError
 from guideloom.manifest import Manifest
+from guideloom.manifest.snapshots import Snapshot
+from guideloom.manifest.totals import ingest_totals
 from guideloom.storage.byurl import open_url
 from guideloom.storage.checks import read_manifest, verify_shards
+from guideloom.storage.history import History
 from guideloom.storage.opening import opening_code
 
 app = typer.Typer(
@@ -92,24 +95,23 @@ _INGEST = "ingest"  # the metadata key guideloom ingest writes (guideloom.worker
 
 
 def summarize(
-    display_url: str, manifest: Manifest, shards: int = 10, storage_options: dict[str, Any] | None = None
+    display_url: str,
+    manifest: Manifest,
+    shards: int = 10,
+    storage_options: dict[str, Any] | None = None,
+    snapshots: Callable[[], Sequence[Snapshot]] | None = None,
 ) -> dict[str, Any]:
     """What ``inspect`` shows, as JSON values: counts, format, metadata and the first shards.
 
     Reads the manifest's shard columns only: no per-shard objects are built, so the cost does
     not grow with the number of shards beyond the columns themselves. ``shards``: how many
-    shards to list (-1: all). ``documents`` is the number of documents when it is known: the
-    records of a document dataset, or the count an ingestion recorded for a stream (ingestion
-    appends one stream record per batch of documents); otherwise None.
+    shards to list (-1: all). ``documents`` is the whole dataset's number of documents when it
+    is known (`guideloom.manifest.totals.ingest_totals`; ``snapshots`` reads the snapshot log,
+    needed for datasets ingested by earlier versions); otherwise None.
     """
     table = manifest.shard_table
     n = len(table)
-    ingest = manifest.metadata.get(_INGEST) if isinstance(manifest.metadata.get(_INGEST), dict) else None
-    documents: int | None = None
-    if manifest.storage_class == "DocumentStorage":
-        documents = manifest.total_records
-    elif ingest is not None and isinstance(ingest.get("documents"), int):
-        documents = ingest["documents"]
+    documents = ingest_totals(manifest, snapshots).documents
     listed = range(n if shards < 0 else min(shards, n))
     columns = list(table.files.values())
     return {
@@ -176,7 +178,8 @@ def render(summary: dict[str, Any]) -> str:
     if summary["documents"] is not None:
         rows.append(("documents", f"{summary['documents']:,}"))
     if summary["storage_class"] != "DocumentStorage":
-        note = " (one per append; ingestion appends batches)" if summary["documents"] is not None else ""
+        many = summary["documents"] is not None and summary["documents"] != summary["records"]
+        note = " (one per batch written: a record holds several documents)" if many else ""
         rows.append(("records", f"{summary['records']:,}{note}"))
         rows.append(("tokens", f"{summary['tokens']:,}"))
     if summary["storage_class"] == "StreamWithMetaStorage":
@@ -231,7 +234,7 @@ def inspect(
     if manifest_json:
         typer.echo(manifest.model_dump_json(indent=2))
         return
-    summary = summarize(location.display_url, manifest, shards, options)
+    summary = summarize(location.display_url, manifest, shards, options, History(location).snapshots)
     typer.echo(json.dumps(summary, indent=2) if as_json else render(summary))
 
 
@@ -410,7 +413,7 @@ def mix(
             if manifest.storage_class == "DocumentStorage":
                 sizes.append(manifest.total_records)
                 if weight_by == "tokens":
-                    total = document_tokens(manifest)
+                    total = document_tokens(manifest, History(location).snapshots)
                     if not total or manifest.total_records < 1:
                         raise ValueError(
                             f"{url}: --weight-by tokens needs its number of tokens, and its manifest "
