@@ -26,6 +26,7 @@ from guideloom.storage.byurl import open_url
 from guideloom.storage.checks import read_manifest, verify_shards
 from guideloom.storage.history import History
 from guideloom.storage.opening import opening_code
+from guideloom.types import DOCUMENTS, STREAM
 
 app = typer.Typer(
     name="guideloom",
@@ -433,7 +434,7 @@ def mix(
                 "preview (and mix) only sources of one class, e.g. only the "
                 f"{next(iter(classes))} sources"
             )
-        layout = "documents" if "DocumentStorage" in classes else "stream"
+        layout = DOCUMENTS if "DocumentStorage" in classes else STREAM
         check_same_schema(layout, schemas)  # the check Mixture makes: same fields and dtypes
         # the Mixture's own arithmetic (weight_by="tokens": shares of tokens -> of documents)
         sample, means = sample_weights(weights, documents, tokens)
@@ -675,7 +676,7 @@ def estimate(
     except (GuideLoomError, ValueError, OSError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
-    unit = "windows" if storage.layout == "stream" else "documents"
+    unit = "windows" if storage.layout == STREAM else "documents"
     typer.echo(f"{'epoch':>5}  {unit:>12}  {'GETs':>12}  {'bytes':>16}")
     for k, e in enumerate(result.epochs):
         typer.echo(f"{k:>5}  {e['windows']:>12,}  {e['requests']:>12,}  {e['bytes']:>16,}")

@@ -21,7 +21,15 @@ import numpy as np
 
 from guideloom.errors import IngestError
 from guideloom.io import redact_url
-from guideloom.types import BadRecord, Document, InputRecord, ReadOptions, Tokenizer
+from guideloom.types import (
+    DOCUMENTS,
+    STREAM_WITH_META,
+    BadRecord,
+    Document,
+    InputRecord,
+    ReadOptions,
+    Tokenizer,
+)
 from guideloom.workers import hooks
 from guideloom.workers.annotate import (
     CharSpan,
@@ -183,7 +191,7 @@ class _PartWriter:
             self._append(kept)
 
     def _append(self, kept: list[tuple[np.ndarray, np.ndarray | None, Any, _Pending]]) -> None:
-        if self.config.layout == "document":
+        if self.config.layout == DOCUMENTS:
             for ids, _, _, item in kept:
                 self.writer.append({"tokens": ids.tolist(), **item.fields})
                 self.documents += 1
@@ -200,7 +208,7 @@ class _PartWriter:
             first = (self.part << 32) + self.documents
             numbers = np.arange(first, first + len(kept), dtype=np.uint64)
             record["doc_index"] = np.repeat(numbers, lengths)
-        if self.config.layout == "stream-with-meta":
+        if self.config.layout == STREAM_WITH_META:
             # spans go with `append` (one record per batch: its start is the batch's)
             self.writer.append(record, spans=self._spans(kept))
         else:
@@ -265,7 +273,7 @@ class _Preparer:
             tuple(config.passthrough),
             passthrough_defaults=dict(config.passthrough_defaults),
         )
-        self.plain = self.transform is None and not config.chat and config.layout != "stream-with-meta"
+        self.plain = self.transform is None and not config.chat and config.layout != STREAM_WITH_META
 
     def __call__(self, raw: InputRecord | Document | BadRecord, url: str) -> _Pending | Bad | None:
         if self.plain:  # text into a stream or documents: the path every plain job takes
@@ -278,7 +286,7 @@ class _Preparer:
         if isinstance(raw, Document):
             if not raw.text and self.transform is None:  # a blank line: an empty document
                 return _Pending(url, "", raw.fields, chat=ChatRecord("", []))
-            if self.transform is None and not self.config.chat and self.config.layout != "stream-with-meta":
+            if self.transform is None and not self.config.chat and self.config.layout != STREAM_WITH_META:
                 return _Pending(url, raw.text, raw.fields)
             raw = InputRecord({self.config.text_field: raw.text, **raw.fields})
         where = {"line": raw.line, "offset": raw.offset, "row": raw.row}
@@ -310,7 +318,7 @@ class _Preparer:
         doc = document(raw, self.doc_options)
         if isinstance(doc, BadRecord):
             return doc
-        if self.config.layout != "stream-with-meta":
+        if self.config.layout != STREAM_WITH_META:
             return _Pending(url, doc.text, doc.fields)
         try:
             meta = meta_annotation(data, self.config.meta_fields) if self.config.meta_fields else None

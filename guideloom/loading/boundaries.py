@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from guideloom.types import DatasetView, Layout
+from guideloom.types import STREAM, DatasetView, Layout
 
 __all__ = [
     "IGNORE_INDEX",
@@ -295,7 +295,7 @@ def boundary_settings(
             given, none in the manifest) or with one outside the vocabulary; ``labels`` or
             ``boundaries`` on documents or streams with metadata (no token windows to mark).
     """
-    if not isinstance(view, DatasetView) or view.layout != "stream":
+    if not isinstance(view, DatasetView) or view.layout != STREAM:
         kind = getattr(view, "layout", type(view).__name__)
         raise ValueError(
             f"boundaries= and labels= mark documents inside stream windows, but {getattr(view, 'url', view)} "

@@ -113,7 +113,7 @@ from guideloom.loading.state import LoaderState, OrderIdentity, snapshot_of
 from guideloom.loading.threads import SourceCopies, ThreadBatches, thread_settings
 from guideloom.storage import Storage, open_view
 from guideloom.storage.byurl import open_url
-from guideloom.types import DatasetView
+from guideloom.types import DOCUMENTS, DatasetView
 
 __all__ = ["DEFAULT_READ_AHEAD_BYTES", "READ_AHEAD_ENV", "StatefulDataLoader"]
 
@@ -363,7 +363,7 @@ class StatefulDataLoader(_TorchdataLoader):
 
         mixture = view if isinstance(view, MixtureDataset) else None  # see loading/mixture.py
         num_samples = mixture.plan.epoch_length if mixture else len(view)
-        what = "documents" if layout == "documents" else "windows"
+        what = "documents" if layout == DOCUMENTS else "windows"
         where = view.url
         if num_samples < 1:
             raise ValueError(f"the dataset at {where} has no {what} to load")

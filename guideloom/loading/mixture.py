@@ -62,7 +62,7 @@ from guideloom.loading.state import LoaderState
 from guideloom.storage import Storage, open_view
 from guideloom.storage.subset import Subset, take
 from guideloom.storage.view import View
-from guideloom.types import DatasetView
+from guideloom.types import DOCUMENTS, DatasetView
 
 __all__ = [
     "Mixture",
@@ -214,7 +214,7 @@ class Mixture:
         self.mean_tokens: tuple[float, ...] = ()
         documents: tuple[int, ...] = ()
         totals: list[int] = []
-        if weight_by == "tokens" and self.layout == "documents":
+        if weight_by == "tokens" and self.layout == DOCUMENTS:
             self.token_weights = tuple(float(w) for w in weights)
             totals = document_token_totals(self.storages, names, source_tokens)
             documents = tuple(s.manifest.total_records for s in self.storages)
@@ -315,7 +315,7 @@ class Mixture:
             DatasetNotFoundError: A source has no committed dataset.
             StorageAccessError: The storage refused a request or could not be reached.
         """
-        if self.layout == "documents" and sequence_length is not None:
+        if self.layout == DOCUMENTS and sequence_length is not None:
             raise MixtureError(
                 f"sequence_length={sequence_length!r} has no meaning for a mixture of document "
                 f"datasets (source {self.names[0]!r}, ...): documents are read whole; leave it out"
@@ -331,7 +331,7 @@ class Mixture:
                     )
                 views.append(item)
                 continue
-            if self.layout != "documents":
+            if self.layout != DOCUMENTS:
                 if sequence_length is None:
                     raise MixtureError(
                         f"sequence_length is required to mix the stream source {name!r}: pass the "
@@ -353,7 +353,7 @@ class Mixture:
             raise MixtureError(f"the sources have different sequence lengths ({detail}); use one for all")
         for name, view, storage in zip(self.names, views, self.storages):
             if len(view) < 1:
-                what = "documents" if self.layout == "documents" else "complete windows"
+                what = "documents" if self.layout == DOCUMENTS else "complete windows"
                 raise MixtureError(
                     f"source {name!r} ({storage.url}) has no {what}: an empty source cannot be "
                     "mixed; leave it out"

@@ -22,6 +22,7 @@ import numpy as np
 from guideloom.errors import MixtureError
 from guideloom.loading.interleave import Interleave, check_schedule, decimal_fraction, integer_weights
 from guideloom.manifest.totals import INGEST_KEY, ingest_totals
+from guideloom.types import DOCUMENTS
 
 __all__ = [
     "MixturePlan",
@@ -214,7 +215,7 @@ def check_same_schema(layout: str, sources: Sequence[tuple[str, str, str, Mappin
         ValueError: A source whose schema differs from the first one's (both named, and both
             schemas).
     """
-    if layout == "documents" or not sources:
+    if layout == DOCUMENTS or not sources:
         return
     first_name, _, first_format, first_config = sources[0]
     theirs = source_schema(first_format, first_config)

@@ -29,6 +29,7 @@ from guideloom.loading.state import LoaderState, OrderIdentity
 from guideloom.storage import Storage
 from guideloom.storage.openview import open_view
 from guideloom.storage.subset import Subset
+from guideloom.types import DOCUMENTS
 
 __all__ = ["TraceArrays", "trace", "trace_arrays"]
 
@@ -155,7 +156,7 @@ class _Tracer:
             sample, view = int(view.base_indexes([sample])[0]), view.view
         storage = view.storage
         table = storage.manifest.shard_table
-        if view.layout == "documents":
+        if view.layout == DOCUMENTS:
             # records per shard: the shard holding document `sample`, no index read
             counts = np.cumsum(np.asarray(table.records, dtype=np.int64))
             shard = int(np.searchsorted(counts, sample, side="right"))

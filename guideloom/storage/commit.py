@@ -1,27 +1,32 @@
 """The commit protocol: how finished parts become the dataset that readers see.
 
-A dataset changes in exactly one step: ``manifest.json`` is replaced by one atomic write
-(`Committer.publish`). Everything before that step adds files no manifest names yet (shards under
-an attempt's own prefix, part completion records); everything after it removes files the new
-manifest no longer names. So a reader always sees one whole committed dataset, old or new.
+A dataset changes in exactly one step: the exclusive creation of its next snapshot record,
+``snapshots/log/<sequence>.json`` (`History.create`: created only if no commit took that
+sequence number first, the compare-and-swap). `Committer.publish` and `Committer.rollback` are
+the only callers. Everything before that step adds files no snapshot names yet (shards under an
+attempt's own prefix, part completion records, the snapshot's shard-table piece); everything
+after it is a copy or a clean-up: ``manifest.json`` is overwritten with the new record as a hint
+for readers (a reader that finds it stale follows the log one number further), and files no
+kept snapshot names are removed. So a reader always sees one whole committed snapshot.
 
 * A part writer (``storage.writer(part=k, run=r)``) ends by writing its completion record
   (`Committer.write_part_record`), which names the exact files and checksums of its attempt;
   the last attempt to write it wins.
 * ``storage.commit(num_parts=n, run=r)`` (`Committer.commit`) reads the records of parts
   ``0 .. n - 1``, checks that each names files of the recorded sizes, merges them in part order
-  and publishes the manifest.
+  and publishes the snapshot.
 * A single writer (``storage.writer()``) publishes straight from its own record
   (`Committer.publish_record`): no file another writer could replace sits between its shards
-  and its manifest.
-* After publishing, the shard folders of the manifest it replaced and of the run's losing
-  attempts are removed (best effort); `Committer.remove_unreferenced` removes everything else the
-  committed manifest does not use.
-
-`Committer.publish` is the one place that changes what a dataset is: a compare-and-swap commit
-(publish only if the manifest is still the one the commit started from) or a log of snapshots
-belongs there, in `_swap`.
+  and its snapshot.
+* A write or overwrite that loses the race for its sequence number is a `CommitConflictError`
+  (nothing committed); an append retries on top of the winner (only its metadata is redone),
+  and an append job that already landed (`Snapshot.job`) is not committed twice.
+* After publishing, the shard folders of the run's losing attempts are removed (best effort).
+  The files of older snapshots stay while a snapshot names them: `Committer.expire` deletes
+  snapshots and then files no kept snapshot uses that are older than the grace period;
+  `Committer.remove_unreferenced` removes what the current snapshot does not use.
 """
+
 
 from __future__ import annotations
 
