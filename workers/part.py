@@ -209,8 +209,14 @@ class _PartWriter:
             numbers = np.arange(first, first + len(kept), dtype=np.uint64)
             record["doc_index"] = np.repeat(numbers, lengths)
         if self.config.layout == STREAM_WITH_META:
-            # spans go with `append` (one record per batch: its start is the batch's)
-            self.writer.append(record, spans=self._spans(kept))
+            # One record per document, as in a plain stream (trace, records and windows name
+            # documents): each with its own spans, in its own tokens' coordinates.
+            ends = np.cumsum(lengths)
+            for k, doc_spans in enumerate(self._spans(kept)):
+                start, stop = int(ends[k] - lengths[k]), int(ends[k])
+                self.writer.append(
+                    {name: column[start:stop] for name, column in record.items()}, spans=doc_spans
+                )
         else:
             # Each document is its own record (its start goes into the record-start file); the
             # batch fills the shard as a whole, so the shards' token bytes are those of one record.
@@ -218,17 +224,14 @@ class _PartWriter:
         self.documents += len(kept)
         self.tokens += int(tokens.size)
 
-    def _spans(self, kept: list[tuple[np.ndarray, np.ndarray | None, Any, _Pending]]) -> list[Any]:
-        """The batch's spans, shifted from each document's tokens into the batch record's."""
-        out: list[Any] = []
-        base = 0
+    def _spans(self, kept: list[tuple[np.ndarray, np.ndarray | None, Any, _Pending]]) -> list[list[Any]]:
+        """Each document's spans, in its own tokens' coordinates."""
+        out: list[list[Any]] = []
         for ids, _, record_spans, item in kept:
             if self.config.meta_fields:
-                doc_spans = fill_gaps(record_spans or [], int(ids.size), item.meta or {})
+                out.append(fill_gaps(record_spans or [], int(ids.size), item.meta or {}))
             else:
-                doc_spans = record_spans or []
-            out.extend((a + base, b + base, ann) for a, b, ann in doc_spans)
-            base += int(ids.size)
+                out.append(list(record_spans or []))
         return out
 
 

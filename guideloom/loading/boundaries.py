@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from guideloom.types import STREAM, DatasetView, Layout
+from guideloom.types import STREAM, STREAM_WITH_META, DatasetView, Layout
 
 __all__ = [
     "IGNORE_INDEX",
@@ -297,8 +297,16 @@ def boundary_settings(
     """
     if not isinstance(view, DatasetView) or view.layout != STREAM:
         kind = getattr(view, "layout", type(view).__name__)
+        url = getattr(view, "url", view)
+        if kind == STREAM_WITH_META:
+            raise ValueError(
+                f"boundaries= and labels= are not supported on streams with metadata yet: {url} "
+                "is read in windows whose documents are records (each window's 'spans' name "
+                "what each document's tokens are); load it without them, or ingest it as a "
+                "plain stream (--layout stream) to get position_ids, labels and cu_seqlens"
+            )
         raise ValueError(
-            f"boundaries= and labels= mark documents inside stream windows, but {getattr(view, 'url', view)} "
+            f"boundaries= and labels= mark documents inside stream windows, but {url} "
             f"is a {kind} dataset (documents are read whole, with no windows); load it without them, "
             "or ingest it as a stream (--layout stream)"
         )

@@ -27,7 +27,6 @@ kept snapshot names are removed. So a reader always sees one whole committed sna
   `Committer.remove_unreferenced` removes what the current snapshot does not use.
 """
 
-
 from __future__ import annotations
 
 import datetime as _dt

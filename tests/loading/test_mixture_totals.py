@@ -43,3 +43,24 @@ def test_version_2_appends_are_added_up_along_the_log(tmp_path: Any) -> None:
     shown = CliRunner().invoke(app, ["inspect", grown.url, "--json"])
     assert shown.exit_code == 0, shown.output
     assert json.loads(shown.output)["documents"] == 60
+
+
+def test_boundaries_on_a_stream_with_metadata_say_what_it_is(tmp_path: Any) -> None:
+    """The refusal no longer claims that a stream with metadata is read whole, with no windows."""
+    import numpy as np
+    import pytest
+
+    from guideloom import StreamNumpyFormat, StreamWithMetaJsonFormat, StreamWithMetaStorage
+    from guideloom.loading import StatefulDataLoader
+
+    fmt = StreamWithMetaJsonFormat(StreamNumpyFormat({"tokens": np.uint16}))
+    storage = StreamWithMetaStorage(str(tmp_path / "meta"), fmt)
+    with storage.writer() as writer:
+        for i in range(4):
+            writer.append({"tokens": np.arange(10) + i}, spans=[(0, 10, {"doc": i})])
+    with pytest.raises(ValueError) as info:
+        StatefulDataLoader.from_storage(storage, sequence_length=8, batch_size=2, boundaries="records")
+    message = str(info.value)
+    assert "read whole" not in message and "not supported on streams with metadata" in message
+    assert "--layout stream" in message
+    assert len(list(StatefulDataLoader.from_storage(storage, sequence_length=8, batch_size=2))) == 3
