@@ -207,8 +207,8 @@ def check_conversation(record: dict[str, Any], messages_field: str, train_on: st
     if train_on != "all" and not any(m["role"] == "assistant" for m in out):
         raise ChatError(
             "no_assistant",
-            f"the conversation has no assistant turn, so train_on: {train_on} would train on nothing; "
-            "drop such records (--on-bad-record skip) or use --train-on all",
+            f"the conversation has no assistant turn, so --train-on {train_on} would train on "
+            "nothing; to train on every token use --train-on all (train_on='all' in Python or a job file)",
         )
     return out
 
@@ -376,10 +376,11 @@ def chat_renderer(chat_template: str, tokenizer: Tokenizer) -> ChatRenderer:
         own = getattr(tokenizer, "chat_template", None)
         if not own:
             raise IngestError(
-                f"tokenizer {tokenizer.spec} has no chat template, so chat_template: auto cannot "
-                "render conversations: use chat_template: chatml (shipped; works with every "
-                "tokenizer), or give an hf: tokenizer folder whose tokenizer_config.json has a "
-                "chat_template (tokenizer: hf:PATH/FOLDER)"
+                f"tokenizer {tokenizer.spec} has no chat template, so --chat-template auto cannot "
+                "render conversations: use --chat-template chatml (chat_template='chatml' in "
+                "Python or a job file; shipped, works with every tokenizer), or give an hf: "
+                "tokenizer folder whose tokenizer_config.json has a chat_template "
+                "(--tokenizer hf:PATH/FOLDER)"
             )
         source, name = str(own), f"of {tokenizer.spec}"
     renderer = ChatRenderer(source, name, variables)

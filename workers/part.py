@@ -402,7 +402,8 @@ def write_part(
                 else:
                     raise IngestError(
                         f"{_where(f, item, options)}: {item.detail}. Fix the input, or pass "
-                        "--on-bad-record skip to skip and count such records"
+                        "--on-bad-record skip (on_bad_record='skip' in Python or a job file) to "
+                        "skip and count such records"
                     )
                 if on_record is not None:
                     on_record(part)

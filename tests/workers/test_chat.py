@@ -259,7 +259,8 @@ def test_bad_conversations_are_named_by_file_and_line_or_counted(tmp_path, row, 
     with pytest.raises(IngestError) as err:
         _one_part(config)
     assert f"{path} line 2: " in str(err.value) and detail in str(err.value)
-    assert "--on-bad-record skip" in str(err.value)
+    assert str(err.value).count("--on-bad-record skip") == 1  # the advice once, not twice
+    assert "on_bad_record='skip' in Python" in str(err.value)
     skip = config.model_copy(update={"on_bad_record": "skip", "output": str(tmp_path / "ds2")})
     result = _one_part(skip)
     assert result["documents"] == 2 and result["bad_records"] == {str(path): {reason: 1}}
@@ -312,9 +313,20 @@ def test_a_template_that_fails_to_render_and_injected_specials(tmp_path, chat_to
 def test_auto_template_without_one_names_the_alternatives(tmp_path, hf_tokenizer_json):
     path = _write(tmp_path, [GOOD])
     for spec in ("bytes", f"hf:{hf_tokenizer_json}"):
-        with pytest.raises(IngestError, match=r"has no chat template.*use chat_template: chatml") as err:
+        with pytest.raises(IngestError, match=r"has no chat template.*use --chat-template chatml") as err:
             ingest_dataset([str(path)], str(tmp_path / "ds"), input_format="chat", tokenizer=spec)
         assert "tokenizer_config.json" in str(err.value)
+        assert "chat_template='chatml' in Python" in str(err.value)
+    # the fix, as the message gives it for Python
+    fixed = validate_config(
+        {
+            "inputs": [str(path)],
+            "output": str(tmp_path / "ok"),
+            "input_format": "chat",
+            "chat_template": "chatml",
+        }
+    )
+    assert _one_part(fixed)["documents"] == 1
 
 
 def test_chat_options_are_checked(tmp_path):
