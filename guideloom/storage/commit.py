@@ -323,6 +323,10 @@ class Committer:
         current = self.history.materialize(current)
         target = self.history.materialize(target)
         self._check_pieces(target)
+        # The shards that change: those of the target that the current snapshot lacks (added),
+        # and those of the current snapshot that the target lacks (removed); shared ones stay.
+        now = set(self._data_paths(current))
+        then = set(self._data_paths(target))
         snap = Snapshot(
             id=snapshot_id(current.sequence + 1, new_token()),
             sequence=current.sequence + 1,
@@ -330,7 +334,7 @@ class Committer:
             time=now_iso(),
             operation="rollback",
             summary=target.summary.model_copy(
-                update={"added_shards": target.summary.shards, "removed_shards": current.summary.shards}
+                update={"added_shards": len(then - now), "removed_shards": len(now - then)}
             ),
             storage_class=target.storage_class,
             format=target.format,
@@ -350,6 +354,11 @@ class Committer:
         if self._on_publish is not None:
             self._on_publish(self.history.manifest(snap), snap)
         return snap
+
+    def _data_paths(self, snap: Snapshot) -> list[str]:
+        """The data file of each of ``snap``'s shards."""
+        table = self.history.manifest(snap).shard_table
+        return [table.path(i, "data") for i in range(len(table))]
 
     def _check_pieces(self, snap: Snapshot) -> None:
         for piece in snap.pieces:

@@ -47,6 +47,9 @@ def test_rollback_then_expire(grown):
     out = run_cli("rollback", url, first)
     assert out.returncode == 0, out.stderr
     assert "rollback" in out.stdout and "records=1 tokens=10" in out.stdout
+    # the first snapshot's one shard is kept, the three appended ones go (not "+1 -4")
+    assert "(+0 -3)" in out.stdout and f"restores={first}" in out.stdout
+    assert f"restores={first}" in run_cli("log", url).stdout.splitlines()[-1]
     assert StreamStorage(url, FMT).manifest.total_tokens == 10
     out = run_cli("expire", url, "--keep-last", "2", "--grace", "0s")
     assert out.returncode == 0, out.stderr
