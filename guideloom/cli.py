@@ -353,6 +353,12 @@ def expire(
     for snap in expired:
         typer.echo(f"expired {snap.id}  {snap.time}  {snap.operation}")
     typer.echo(f"{_count(len(expired), 'snapshot')} expired at {location.display_url}")
+    if expired and _age(grace).total_seconds() > 0:
+        typer.echo(
+            f"files that only expired snapshots used and that are younger than --grace {grace} stay "
+            "(a writer may still be using them): run expire again once they are older, or pass "
+            "--grace 0s when no writer or reader is working on the dataset"
+        )
 
 
 def _age(text: str) -> Any:
