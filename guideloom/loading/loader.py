@@ -109,7 +109,7 @@ from guideloom.loading.sampler import (
     grouped,
 )
 from guideloom.loading.schedule import EpochSchedule
-from guideloom.loading.state import LoaderState, OrderIdentity, snapshot_of
+from guideloom.loading.state import LoaderState, OrderIdentity, expired_cause, snapshot_of
 from guideloom.loading.threads import SourceCopies, ThreadBatches, thread_settings
 from guideloom.storage import Storage, open_view
 from guideloom.storage.byurl import open_url
@@ -808,7 +808,7 @@ class StatefulDataLoader(_TorchdataLoader):
                 return  # not a snapshot of this dataset: check_continues says what differs
             raise ResumeStateError(
                 f"the loader state was saved on snapshot {snapshot} of {self.view.url}, which is "
-                f"no longer kept: {err}. The saved order cannot be resumed exactly. Start the "
+                f"no longer kept: {expired_cause(err)}. The saved order cannot be resumed exactly. Start the "
                 "loader without loading the state (a new run on the current snapshot), or keep "
                 "the snapshots that running jobs read: expire(keep_last=N) with a larger N, or "
                 "a larger older_than"

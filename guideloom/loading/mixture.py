@@ -58,7 +58,7 @@ from guideloom.loading.mixture_plan import (
     document_tokens,
     sample_weights,
 )
-from guideloom.loading.state import LoaderState
+from guideloom.loading.state import LoaderState, expired_cause
 from guideloom.storage import Storage, open_view
 from guideloom.storage.subset import Subset, take
 from guideloom.storage.view import View
@@ -270,7 +270,7 @@ class Mixture:
                     continue
                 raise ResumeStateError(
                     f"the loader state was saved with source {name!r} of the mixture at snapshot "
-                    f"{pin}, which is no longer kept: {err}. The saved order cannot be resumed "
+                    f"{pin}, which is no longer kept: {expired_cause(err)}. The saved order cannot be resumed "
                     "exactly: start without loading the state, or keep the snapshots that running "
                     "jobs read (expire(keep_last=N) with a larger N)"
                 ) from err
