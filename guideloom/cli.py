@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +20,13 @@ import typer
 
 from guideloom.errors import GuideLoomError
 from guideloom.manifest import Manifest
+from guideloom.manifest.snapshots import Snapshot
+from guideloom.manifest.totals import ingest_totals
 from guideloom.storage.byurl import open_url
 from guideloom.storage.checks import read_manifest, verify_shards
+from guideloom.storage.history import History
 from guideloom.storage.opening import opening_code
+from guideloom.types import DOCUMENTS, STREAM
 
 app = typer.Typer(
     name="guideloom",
@@ -92,24 +96,23 @@ _INGEST = "ingest"  # the metadata key guideloom ingest writes (guideloom.worker
 
 
 def summarize(
-    display_url: str, manifest: Manifest, shards: int = 10, storage_options: dict[str, Any] | None = None
+    display_url: str,
+    manifest: Manifest,
+    shards: int = 10,
+    storage_options: dict[str, Any] | None = None,
+    snapshots: Callable[[], Sequence[Snapshot]] | None = None,
 ) -> dict[str, Any]:
     """What ``inspect`` shows, as JSON values: counts, format, metadata and the first shards.
 
     Reads the manifest's shard columns only: no per-shard objects are built, so the cost does
     not grow with the number of shards beyond the columns themselves. ``shards``: how many
-    shards to list (-1: all). ``documents`` is the number of documents when it is known: the
-    records of a document dataset, or the count an ingestion recorded for a stream (ingestion
-    appends one stream record per batch of documents); otherwise None.
+    shards to list (-1: all). ``documents`` is the whole dataset's number of documents when it
+    is known (`guideloom.manifest.totals.ingest_totals`; ``snapshots`` reads the snapshot log,
+    needed for datasets ingested by earlier versions); otherwise None.
     """
     table = manifest.shard_table
     n = len(table)
-    ingest = manifest.metadata.get(_INGEST) if isinstance(manifest.metadata.get(_INGEST), dict) else None
-    documents: int | None = None
-    if manifest.storage_class == "DocumentStorage":
-        documents = manifest.total_records
-    elif ingest is not None and isinstance(ingest.get("documents"), int):
-        documents = ingest["documents"]
+    documents = ingest_totals(manifest, snapshots).documents
     listed = range(n if shards < 0 else min(shards, n))
     columns = list(table.files.values())
     return {
@@ -176,7 +179,8 @@ def render(summary: dict[str, Any]) -> str:
     if summary["documents"] is not None:
         rows.append(("documents", f"{summary['documents']:,}"))
     if summary["storage_class"] != "DocumentStorage":
-        note = " (one per append; ingestion appends batches)" if summary["documents"] is not None else ""
+        many = summary["documents"] is not None and summary["documents"] != summary["records"]
+        note = " (one per batch written: a record holds several documents)" if many else ""
         rows.append(("records", f"{summary['records']:,}{note}"))
         rows.append(("tokens", f"{summary['tokens']:,}"))
     if summary["storage_class"] == "StreamWithMetaStorage":
@@ -231,7 +235,7 @@ def inspect(
     if manifest_json:
         typer.echo(manifest.model_dump_json(indent=2))
         return
-    summary = summarize(location.display_url, manifest, shards, options)
+    summary = summarize(location.display_url, manifest, shards, options, History(location).snapshots)
     typer.echo(json.dumps(summary, indent=2) if as_json else render(summary))
 
 
@@ -351,6 +355,12 @@ def expire(
     for snap in expired:
         typer.echo(f"expired {snap.id}  {snap.time}  {snap.operation}")
     typer.echo(f"{_count(len(expired), 'snapshot')} expired at {location.display_url}")
+    if expired and _age(grace).total_seconds() > 0:
+        typer.echo(
+            f"files that only expired snapshots used and that are younger than --grace {grace} stay "
+            "(a writer may still be using them): run expire again once they are older, or pass "
+            "--grace 0s when no writer or reader is working on the dataset"
+        )
 
 
 def _age(text: str) -> Any:
@@ -412,7 +422,7 @@ def mix(
             if manifest.storage_class == "DocumentStorage":
                 sizes.append(manifest.total_records)
                 if weight_by == "tokens":
-                    total = document_tokens(manifest)
+                    total = document_tokens(manifest, History(location).snapshots)
                     if not total or manifest.total_records < 1:
                         raise ValueError(
                             f"{url}: --weight-by tokens needs its number of tokens, and its manifest "
@@ -432,7 +442,7 @@ def mix(
                 "preview (and mix) only sources of one class, e.g. only the "
                 f"{next(iter(classes))} sources"
             )
-        layout = "documents" if "DocumentStorage" in classes else "stream"
+        layout = DOCUMENTS if "DocumentStorage" in classes else STREAM
         check_same_schema(layout, schemas)  # the check Mixture makes: same fields and dtypes
         # the Mixture's own arithmetic (weight_by="tokens": shares of tokens -> of documents)
         sample, means = sample_weights(weights, documents, tokens)
@@ -674,7 +684,7 @@ def estimate(
     except (GuideLoomError, ValueError, OSError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
-    unit = "windows" if storage.layout == "stream" else "documents"
+    unit = "windows" if storage.layout == STREAM else "documents"
     typer.echo(f"{'epoch':>5}  {unit:>12}  {'GETs':>12}  {'bytes':>16}")
     for k, e in enumerate(result.epochs):
         typer.echo(f"{k:>5}  {e['windows']:>12,}  {e['requests']:>12,}  {e['bytes']:>16,}")

@@ -1,8 +1,9 @@
 """Named plug-ins: one small registry per extension point, filled by code or by entry points.
 
 GuideLoom's extension points that are chosen *by name* (a tokenizer spec such as ``hf:...``, an
-input kind such as ``jsonl``, a format recorded in a manifest, a layout's shard writer) each
-have one `Registry`. Built-in names are registered by the module that defines them; a user's
+input kind such as ``jsonl``, a format recorded in a manifest) each have one `Registry`. The
+layouts are not plug-ins: there are three (`guideloom.types.LAYOUTS`), fixed by the storage
+classes, each with its shard encoder (`guideloom.storage.encoders.ENCODERS`). Built-in names are registered by the module that defines them; a user's
 package adds names without any change to GuideLoom, either by calling `Registry.register` or
 through an entry point in its ``pyproject.toml``::
 
@@ -34,7 +35,6 @@ GROUPS = {
     "tokenizers": "guideloom.tokenizers",
     "input_readers": "guideloom.input_readers",
     "formats": "guideloom.formats",
-    "layouts": "guideloom.layouts",
 }
 
 

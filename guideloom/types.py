@@ -42,12 +42,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, Protocol, cast, runtime_checkable
+from typing import Any, Final, Literal, NamedTuple, Protocol, cast, runtime_checkable
 
 import numpy as np
 
 __all__ = [
+    "DOCUMENTS",
     "LAYOUTS",
+    "LAYOUT_ALIASES",
+    "STREAM",
+    "STREAM_WITH_META",
     "BadRecord",
     "ByteRequest",
     "Cut",
@@ -66,13 +70,37 @@ __all__ = [
     "StreamView",
     "Tokenizer",
     "as_mixture",
+    "layout_named",
     "stream_view",
 ]
 
 Layout = Literal["documents", "stream", "stream_with_meta"]
 """The three storage layouts (`DocumentStorage`, `StreamStorage`, `StreamWithMetaStorage`)."""
 
-LAYOUTS: tuple[Layout, ...] = ("documents", "stream", "stream_with_meta")
+DOCUMENTS: Final = "documents"
+STREAM: Final = "stream"
+STREAM_WITH_META: Final = "stream_with_meta"
+LAYOUTS: tuple[Layout, ...] = (DOCUMENTS, STREAM, STREAM_WITH_META)
+"""Every layout, spelled once: compare a layout with these constants, never a string literal."""
+
+LAYOUT_ALIASES: dict[str, Layout] = {"document": DOCUMENTS, "stream-with-meta": STREAM_WITH_META}
+"""Other spellings accepted where a user names a layout (``guideloom ingest --layout document``,
+a job file's ``layout: stream-with-meta``); `layout_named` turns them into the one spelling."""
+
+
+def layout_named(name: str) -> Layout:
+    """The layout ``name`` spells (one of `LAYOUTS`, or an alias of `LAYOUT_ALIASES`).
+
+    Raises:
+        ValueError: ``name`` is no layout; the message lists the names accepted.
+    """
+    for layout in LAYOUTS:
+        if name == layout:
+            return layout
+    if name in LAYOUT_ALIASES:
+        return LAYOUT_ALIASES[name]
+    accepted = ", ".join([*LAYOUTS, *LAYOUT_ALIASES])
+    raise ValueError(f"unknown layout {name!r}: use one of {accepted}")
 
 
 # -- files and bytes (io) ---------------------------------------------------------------------
@@ -317,7 +345,7 @@ class MixtureView(DatasetView, Protocol):
 
 def stream_view(view: DatasetView) -> StreamView | None:
     """``view`` as a `StreamView` when it is one stored stream; None for documents and mixtures."""
-    if view.layout == "documents" or view.mixture is not None:
+    if view.layout == DOCUMENTS or view.mixture is not None:
         return None
     return cast(StreamView, view)  # the layout says it: see StreamView
 

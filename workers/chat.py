@@ -30,6 +30,7 @@ a bad record (data must not inject template markers).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -121,6 +122,32 @@ def _text_of(content: Any, where: str) -> str:
     )
 
 
+def _with_tool_calls(content: str, calls: Any, where: str) -> str:
+    """An assistant turn's text with its OpenAI-format ``tool_calls`` written after its content,
+    one ``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` block each (the form Qwen's and
+    Hermes' templates use), so the calls are part of the turn (and trained on with it)."""
+    if not isinstance(calls, list):
+        raise ChatError("bad_tool_calls", f"{where} tool_calls is {type(calls).__name__}, not a list")
+    blocks = []
+    for k, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise ChatError(
+                "bad_tool_calls",
+                f"{where} tool call {k} has no function name: give "
+                '{"type": "function", "function": {"name": ..., "arguments": ...}}',
+            )
+        arguments = function.get("arguments", {})
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                pass  # kept as the string it is
+        body = json.dumps({"name": function["name"], "arguments": arguments}, ensure_ascii=False)
+        blocks.append(f"<tool_call>\n{body}\n</tool_call>")
+    return "\n".join([content, *blocks] if content else blocks)
+
+
 def check_conversation(record: dict[str, Any], messages_field: str, train_on: str) -> list[dict[str, Any]]:
     """The record's messages as ``{"role", "content"[, "name"]}`` dicts with string contents.
 
@@ -150,17 +177,24 @@ def check_conversation(record: dict[str, Any], messages_field: str, train_on: st
             raise ChatError(
                 "bad_message", f"{where} is {type(message).__name__}, not an object with role and content"
             )
+        calls = message.get("tool_calls")
         for key in ("role", "content"):
+            if key == "content" and calls:  # OpenAI format: a tool-calling turn's content is null
+                continue
             if key not in message or message[key] is None:
                 raise ChatError(
-                    f"missing_{key}", f"{where} has no {key!r} (every message needs role and content)"
+                    f"missing_{key}",
+                    f"{where} has no {key!r} (every message needs role and content; an assistant "
+                    "turn with tool_calls may have none)",
                 )
         role = message["role"]
         if role not in ROLES:
             raise ChatError(
                 "unknown_role", f"{where} has the unknown role {role!r}; known: {', '.join(ROLES)}"
             )
-        content = _text_of(message["content"], where)
+        content = "" if message.get("content") is None else _text_of(message["content"], where)
+        if calls:
+            content = _with_tool_calls(content, calls, where)
         if _SENTINEL.search(content):
             raise ChatError("bad_content", f"{where} content holds U+E000/U+E001 (reserved while rendering)")
         clean: dict[str, Any] = {"role": role, "content": content}
@@ -173,8 +207,8 @@ def check_conversation(record: dict[str, Any], messages_field: str, train_on: st
     if train_on != "all" and not any(m["role"] == "assistant" for m in out):
         raise ChatError(
             "no_assistant",
-            f"the conversation has no assistant turn, so train_on: {train_on} would train on nothing; "
-            "drop such records (--on-bad-record skip) or use --train-on all",
+            f"the conversation has no assistant turn, so --train-on {train_on} would train on "
+            "nothing; to train on every token use --train-on all (train_on='all' in Python or a job file)",
         )
     return out
 
@@ -342,10 +376,11 @@ def chat_renderer(chat_template: str, tokenizer: Tokenizer) -> ChatRenderer:
         own = getattr(tokenizer, "chat_template", None)
         if not own:
             raise IngestError(
-                f"tokenizer {tokenizer.spec} has no chat template, so chat_template: auto cannot "
-                "render conversations: use chat_template: chatml (shipped; works with every "
-                "tokenizer), or give an hf: tokenizer folder whose tokenizer_config.json has a "
-                "chat_template (tokenizer: hf:PATH/FOLDER)"
+                f"tokenizer {tokenizer.spec} has no chat template, so --chat-template auto cannot "
+                "render conversations: use --chat-template chatml (chat_template='chatml' in "
+                "Python or a job file; shipped, works with every tokenizer), or give an hf: "
+                "tokenizer folder whose tokenizer_config.json has a chat_template "
+                "(--tokenizer hf:PATH/FOLDER)"
             )
         source, name = str(own), f"of {tokenizer.spec}"
     renderer = ChatRenderer(source, name, variables)

@@ -138,7 +138,9 @@ def ingest(
         None, "--eos/--no-eos", help="Append eos to each document (default: stream yes)."
     ),
     layout: str | None = typer.Option(
-        None, metavar="LAYOUT", help="stream | document | stream-with-meta (default stream)."
+        None,
+        metavar="LAYOUT",
+        help="stream | documents | stream_with_meta (default stream; document and stream-with-meta also work).",
     ),
     doc_index: bool | None = typer.Option(
         None, "--doc-index/--no-doc-index", help="Stream: add a per-token doc_index field."

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from guideloom.errors import IngestError, PluginError
-from guideloom.types import Tokenizer
+from guideloom.types import DOCUMENTS, STREAM, STREAM_WITH_META, Layout, Tokenizer, layout_named
 from guideloom.workers.readers import INPUT_READERS
 from guideloom.workers.tokenizer import check_spec, check_tokenizer
 
@@ -28,6 +28,13 @@ _IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
 
 SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+_RECORDED_LAYOUT: dict[str, str] = {
+    STREAM: "stream",
+    DOCUMENTS: "document",
+    STREAM_WITH_META: "stream-with-meta",
+}
 
 
 class IngestConfig(BaseModel):
@@ -73,10 +80,12 @@ class IngestConfig(BaseModel):
         eos_token: `hf:` tokenizers: the end-of-document token's text (default: a usual one
             such as `</s>`).
         append_eos: Append an end-of-document token to each document; default True for
-            the stream layouts, False for `"document"`.
-        layout: `"stream"` (a `StreamStorage`, default), `"document"` (a `DocumentStorage`,
-            one record per input document) or `"stream-with-meta"` (a
-            `StreamWithMetaStorage`; needs `meta_fields` and/or `spans_field`).
+            the stream layouts, False for `"documents"`.
+        layout: `"stream"` (a `StreamStorage`, default), `"documents"` (a `DocumentStorage`,
+            one record per input document) or `"stream_with_meta"` (a
+            `StreamWithMetaStorage`; needs `meta_fields` and/or `spans_field`): the spellings of
+            `guideloom.types.LAYOUTS`; `"document"` and `"stream-with-meta"` (the command line's)
+            are accepted as well.
         doc_index: Streams: add a `uint64` `doc_index` field, unique per document.
         format: Documents: `"json"` (default), `"msgpack"` or `"pickle"`.
         passthrough: Documents: input fields copied into each record beside `tokens`.
@@ -112,7 +121,7 @@ class IngestConfig(BaseModel):
     tokenizer: str | Tokenizer = Field(default="bytes", description="a spec, or a tokenizer object")
     eos_token: str | None = Field(default=None, description="hf: name of the end-of-document token")
     append_eos: bool | None = Field(default=None, description="default: True for stream, False for document")
-    layout: Literal["stream", "document", "stream-with-meta"] = "stream"
+    layout: Layout = STREAM
     doc_index: bool = Field(default=False, description="stream: add a per-token doc_index field")
     format: Literal["json", "msgpack", "pickle"] = "json"
     passthrough: list[str] = Field(default_factory=list, description="document: fields to copy")
@@ -144,6 +153,13 @@ class IngestConfig(BaseModel):
     progress: Literal["auto", "rich", "plain", "none"] = "auto"
     storage_options: dict[str, Any] = Field(default_factory=dict, repr=False)
     input_storage_options: dict[str, Any] = Field(default_factory=dict, repr=False)
+
+    @field_validator("layout", mode="before")
+    @classmethod
+    def _one_spelling(cls, value: Any) -> Any:
+        """``document`` and ``stream-with-meta`` (the command line's and job files' spellings)
+        are `guideloom.types.LAYOUT_ALIASES`: stored as the one spelling of `LAYOUTS`."""
+        return layout_named(value) if isinstance(value, str) else value
 
     @field_validator("shard_size", "part_size", mode="before")
     @classmethod
@@ -228,7 +244,7 @@ class IngestConfig(BaseModel):
 
     @model_validator(mode="after")
     def _layout_options(self) -> IngestConfig:
-        if self.layout == "stream" and self.passthrough:
+        if self.layout == STREAM and self.passthrough:
             raise ValueError("passthrough fields need --layout document (a stream stores tokens only)")
         unknown = [name for name in self.passthrough_defaults if name not in self.passthrough]
         if unknown:
@@ -236,17 +252,17 @@ class IngestConfig(BaseModel):
                 f"--passthrough-default {unknown[0]}=... gives a default to a field that is not "
                 f"kept: add --passthrough {unknown[0]}"
             )
-        if self.layout == "document" and self.doc_index:
+        if self.layout == DOCUMENTS and self.doc_index:
             raise ValueError("--doc-index needs --layout stream (a document is its own index)")
-        if self.layout == "stream" and self.format != "json":
+        if self.layout == STREAM and self.format != "json":
             raise ValueError("--format chooses a document format: it needs --layout document")
         if self.eos_token is not None and not self.tokenizer_spec.startswith("hf:"):
             raise ValueError("--eos-token applies to hf: tokenizers only")
-        if self.chat and self.layout != "stream":
+        if self.chat and self.layout != STREAM:
             raise ValueError(
                 "--input-format chat writes a stream (tokens and loss_mask): use --layout stream"
             )
-        if self.layout == "stream-with-meta":
+        if self.layout == STREAM_WITH_META:
             if not self.meta_fields and self.spans_field is None:
                 raise ValueError(
                     "--layout stream-with-meta needs annotations: --meta-field FIELD (one span "
@@ -286,7 +302,7 @@ class IngestConfig(BaseModel):
     def eos(self) -> bool:
         """Whether an end-of-document token follows each document's tokens (`append_eos`, or
         by default True for streams (with metadata too) and False for documents)."""
-        return self.append_eos if self.append_eos is not None else self.layout != "document"
+        return self.append_eos if self.append_eos is not None else self.layout != DOCUMENTS
 
     def identity(self) -> dict[str, Any]:
         """The options that decide the bytes written (recorded in the manifest metadata).
@@ -310,6 +326,9 @@ class IngestConfig(BaseModel):
             "on_bad_record",
         }
         options = self.model_dump(include=keep)
+        # Recorded as ingestion always spelled it, so that the plan digest of a job (and so its
+        # resume and its re-run landing once) is what it was before layouts had one spelling.
+        options["layout"] = _RECORDED_LAYOUT[self.layout]
         # A tokenizer object is named by its spec here; the plan digest and the manifest also
         # record its describe() (guideloom.workers.results).
         options["tokenizer"] = self.tokenizer_spec
@@ -327,7 +346,7 @@ class IngestConfig(BaseModel):
             newer["passthrough_defaults"] = dict(sorted(self.passthrough_defaults.items()))
         if self.transform is not None:
             newer["transform_id"] = self.transform_id
-        if self.layout == "stream-with-meta":
+        if self.layout == STREAM_WITH_META:
             newer.update(
                 meta_fields=list(self.meta_fields), spans_field=self.spans_field, meta_format=self.meta_format
             )

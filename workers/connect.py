@@ -15,6 +15,7 @@ import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import ray
 
@@ -83,6 +84,24 @@ def _check_reachable(address: str, source: str) -> None:
         ) from None
 
 
+def _job_config() -> dict[str, Any]:
+    """Ray puts the driver's working folder on its workers' import path. When that folder holds
+    a folder named ``guideloom`` that is not the imported package (the folder that contains a
+    clone: git names the clone ``guideloom``), the workers of an editable install import it as an
+    empty namespace package (``module 'guideloom' has no attribute 'StreamStorage'``): the
+    install's own finder runs after the path finder. Naming the folder the imported package comes
+    from on the workers' path makes the path finder find the real package first (a regular
+    package wins over namespace portions wherever they sit on the path). Returns ``ray.init``'s
+    keyword arguments for that: none when nothing is shadowed."""
+    import guideloom
+
+    here = Path(guideloom.__file__).resolve().parent
+    shadow = Path.cwd() / "guideloom"
+    if not shadow.exists() or shadow.resolve() == here:
+        return {}
+    return {"job_config": ray.job_config.JobConfig(_py_driver_sys_path=[str(here.parent)])}
+
+
 def connect(config: IngestConfig, say: Callable[[str], None]) -> bool:
     """Connect to Ray; True when this call started a local Ray (and so must shut it down).
 
@@ -110,7 +129,7 @@ def connect(config: IngestConfig, say: Callable[[str], None]) -> bool:
         else:
             _check_reachable(address, source)
         try:
-            ray.init(address=address, log_to_driver=False, configure_logging=False)
+            ray.init(address=address, **_job_config(), log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise IngestError(
                 f"cannot join the Ray cluster at {address} ({source}): {err}. A driver must run "
@@ -126,6 +145,7 @@ def connect(config: IngestConfig, say: Callable[[str], None]) -> bool:
     ray.init(
         address="local",
         num_cpus=config.num_workers,
+        **_job_config(),
         include_dashboard=False,
         log_to_driver=False,
         configure_logging=False,

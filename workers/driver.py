@@ -29,6 +29,7 @@ import ray
 from guideloom.errors import DatasetExistsError, GuideLoomError, IngestError, SchemaMismatchError
 from guideloom.io import redact_url
 from guideloom.io.stats import IOStats, io_stats, merge_stats, subtract_stats
+from guideloom.manifest.totals import ingest_totals
 from guideloom.types import Tokenizer
 from guideloom.workers import hooks
 from guideloom.workers.annotate import encode_with_spans, has_offsets
@@ -207,6 +208,25 @@ def _committed_before(storage: Any, digest: str, config: IngestConfig) -> int:
     return int(recorded.get(COMMITTED_PARTS, 0))
 
 
+def _counts_before(config: IngestConfig, storage: Any, committed: int) -> tuple[int, int]:
+    """The documents and tokens of the dataset this job adds to ((0, 0) for a write or an
+    overwrite): the job's metadata counts the whole dataset. A job that goes on after an
+    interrupted ``--commit-every`` run reads them back from what its last step recorded."""
+    if config.overwrite or not storage.exists():
+        return 0, 0
+    manifest = storage.manifest
+    if committed:
+        recorded = (manifest.metadata or {}).get(METADATA_KEY, {})
+        job = recorded.get("job")
+        if not isinstance(job, dict):  # an earlier version's step: its counts are the job's
+            return 0, 0
+        return recorded["documents"] - job["documents"], recorded["tokens"] - job["tokens"]
+    if not config.append:
+        return 0, 0
+    totals = ingest_totals(manifest, storage.snapshots, storage.current_snapshot.id)
+    return totals.documents or 0, totals.tokens or 0
+
+
 class _Steps:
     """Commits a job's parts in steps (``--commit-every``): each time the parts up to the next
     commit point are all complete, a snapshot of them appended on top of the job's previous
@@ -229,6 +249,7 @@ class _Steps:
         self.points = [p for p in commit_points(plan, config.commit_rule) if p > committed]
         self.done: set[int] = set()
         self.manifest: Any = None
+        self.before = _counts_before(config, storage, committed)
 
     def part_done(self, results: list[PartResult]) -> None:
         """After each finished part: commit every step whose parts are now all complete (not
@@ -244,7 +265,7 @@ class _Steps:
     def _commit(self, point: int, results: list[PartResult]) -> Any:
         n = len(self.plan.parts)
         upto = [r for r in results if r["part"] < point]
-        recorded = metadata(self.config, self.plan, self.digest, self.tokenizer, upto)
+        recorded = metadata(self.config, self.plan, self.digest, self.tokenizer, upto, self.before)
         if point < n:
             if recorded[METADATA_KEY]["documents"] == 0:
                 return None  # nothing to read yet: the next step commits these parts too

@@ -156,7 +156,7 @@ def ingest_dataset(
         **options: Any other `IngestConfig` field: `tokenizer` (a spec or a tokenizer
             object), `input_format` (`"chat"` for conversations, with `messages_field`,
             `chat_template` and `train_on`), `eos_token`, `bos`, `layout`
-            (`"stream-with-meta"` with `meta_fields`, `spans_field`, `meta_format`),
+            (`"stream_with_meta"` with `meta_fields`, `spans_field`, `meta_format`),
             `transform` and `transform_id`,
             `shard_size` and `part_size` (bytes), `on_bad_record`, `overwrite`, `append`,
             `commit_every` (a snapshot per that many parts, or a size of input such as

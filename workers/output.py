@@ -30,7 +30,7 @@ from guideloom.errors import (
     StorageAccessError,
 )
 from guideloom.io import Location
-from guideloom.types import Tokenizer
+from guideloom.types import DOCUMENTS, STREAM, STREAM_WITH_META, Tokenizer
 from guideloom.workers.config import IngestConfig
 from guideloom.workers.tokenizer import token_dtype
 
@@ -54,14 +54,14 @@ def make_format(config: IngestConfig, tokenizer: Tokenizer) -> Any:
     """The GuideLoom format object for the job's layout and options."""
     import guideloom
 
-    if config.layout in ("stream", "stream-with-meta"):
+    if config.layout in (STREAM, STREAM_WITH_META):
         fields: dict[str, Any] = {"tokens": token_dtype(tokenizer.vocab_size)}
         if config.chat:
             fields["loss_mask"] = np.dtype(np.uint8)
         if config.doc_index:
             fields["doc_index"] = np.dtype(np.uint64)
         stream = guideloom.StreamNumpyFormat(fields)
-        if config.layout == "stream":
+        if config.layout == STREAM:
             return stream
         meta = {"json": guideloom.StreamWithMetaJsonFormat, "msgpack": guideloom.StreamWithMetaMsgpackFormat}
         return meta[config.meta_format](stream)
@@ -78,9 +78,9 @@ def open_storage(config: IngestConfig, tokenizer: Tokenizer) -> Any:
     import guideloom
 
     classes = {
-        "stream": guideloom.StreamStorage,
-        "document": guideloom.DocumentStorage,
-        "stream-with-meta": guideloom.StreamWithMetaStorage,
+        STREAM: guideloom.StreamStorage,
+        DOCUMENTS: guideloom.DocumentStorage,
+        STREAM_WITH_META: guideloom.StreamWithMetaStorage,
     }
     cls = classes[config.layout]
     return cls(config.output, make_format(config, tokenizer), storage_options=config.storage_options)

@@ -21,7 +21,15 @@ import numpy as np
 
 from guideloom.errors import IngestError
 from guideloom.io import redact_url
-from guideloom.types import BadRecord, Document, InputRecord, ReadOptions, Tokenizer
+from guideloom.types import (
+    DOCUMENTS,
+    STREAM_WITH_META,
+    BadRecord,
+    Document,
+    InputRecord,
+    ReadOptions,
+    Tokenizer,
+)
 from guideloom.workers import hooks
 from guideloom.workers.annotate import (
     CharSpan,
@@ -183,7 +191,7 @@ class _PartWriter:
             self._append(kept)
 
     def _append(self, kept: list[tuple[np.ndarray, np.ndarray | None, Any, _Pending]]) -> None:
-        if self.config.layout == "document":
+        if self.config.layout == DOCUMENTS:
             for ids, _, _, item in kept:
                 self.writer.append({"tokens": ids.tolist(), **item.fields})
                 self.documents += 1
@@ -200,9 +208,15 @@ class _PartWriter:
             first = (self.part << 32) + self.documents
             numbers = np.arange(first, first + len(kept), dtype=np.uint64)
             record["doc_index"] = np.repeat(numbers, lengths)
-        if self.config.layout == "stream-with-meta":
-            # spans go with `append` (one record per batch: its start is the batch's)
-            self.writer.append(record, spans=self._spans(kept))
+        if self.config.layout == STREAM_WITH_META:
+            # One record per document, as in a plain stream (trace, records and windows name
+            # documents): each with its own spans, in its own tokens' coordinates.
+            ends = np.cumsum(lengths)
+            for k, doc_spans in enumerate(self._spans(kept)):
+                start, stop = int(ends[k] - lengths[k]), int(ends[k])
+                self.writer.append(
+                    {name: column[start:stop] for name, column in record.items()}, spans=doc_spans
+                )
         else:
             # Each document is its own record (its start goes into the record-start file); the
             # batch fills the shard as a whole, so the shards' token bytes are those of one record.
@@ -210,17 +224,14 @@ class _PartWriter:
         self.documents += len(kept)
         self.tokens += int(tokens.size)
 
-    def _spans(self, kept: list[tuple[np.ndarray, np.ndarray | None, Any, _Pending]]) -> list[Any]:
-        """The batch's spans, shifted from each document's tokens into the batch record's."""
-        out: list[Any] = []
-        base = 0
+    def _spans(self, kept: list[tuple[np.ndarray, np.ndarray | None, Any, _Pending]]) -> list[list[Any]]:
+        """Each document's spans, in its own tokens' coordinates."""
+        out: list[list[Any]] = []
         for ids, _, record_spans, item in kept:
             if self.config.meta_fields:
-                doc_spans = fill_gaps(record_spans or [], int(ids.size), item.meta or {})
+                out.append(fill_gaps(record_spans or [], int(ids.size), item.meta or {}))
             else:
-                doc_spans = record_spans or []
-            out.extend((a + base, b + base, ann) for a, b, ann in doc_spans)
-            base += int(ids.size)
+                out.append(list(record_spans or []))
         return out
 
 
@@ -265,7 +276,7 @@ class _Preparer:
             tuple(config.passthrough),
             passthrough_defaults=dict(config.passthrough_defaults),
         )
-        self.plain = self.transform is None and not config.chat and config.layout != "stream-with-meta"
+        self.plain = self.transform is None and not config.chat and config.layout != STREAM_WITH_META
 
     def __call__(self, raw: InputRecord | Document | BadRecord, url: str) -> _Pending | Bad | None:
         if self.plain:  # text into a stream or documents: the path every plain job takes
@@ -278,7 +289,7 @@ class _Preparer:
         if isinstance(raw, Document):
             if not raw.text and self.transform is None:  # a blank line: an empty document
                 return _Pending(url, "", raw.fields, chat=ChatRecord("", []))
-            if self.transform is None and not self.config.chat and self.config.layout != "stream-with-meta":
+            if self.transform is None and not self.config.chat and self.config.layout != STREAM_WITH_META:
                 return _Pending(url, raw.text, raw.fields)
             raw = InputRecord({self.config.text_field: raw.text, **raw.fields})
         where = {"line": raw.line, "offset": raw.offset, "row": raw.row}
@@ -310,7 +321,7 @@ class _Preparer:
         doc = document(raw, self.doc_options)
         if isinstance(doc, BadRecord):
             return doc
-        if self.config.layout != "stream-with-meta":
+        if self.config.layout != STREAM_WITH_META:
             return _Pending(url, doc.text, doc.fields)
         try:
             meta = meta_annotation(data, self.config.meta_fields) if self.config.meta_fields else None
@@ -391,7 +402,8 @@ def write_part(
                 else:
                     raise IngestError(
                         f"{_where(f, item, options)}: {item.detail}. Fix the input, or pass "
-                        "--on-bad-record skip to skip and count such records"
+                        "--on-bad-record skip (on_bad_record='skip' in Python or a job file) to "
+                        "skip and count such records"
                     )
                 if on_record is not None:
                     on_record(part)

@@ -21,7 +21,7 @@ from guideloom.workers.planning import Plan
 __all__ = ["MAX_RECORDED_INPUTS", "METADATA_KEY", "METADATA_VERSION", "metadata", "open_code", "summary"]
 
 METADATA_KEY = "ingest"
-METADATA_VERSION = 2
+METADATA_VERSION = 3  # 3: documents and tokens are the whole dataset's (guideloom.manifest.totals)
 MAX_RECORDED_INPUTS = 16  # input patterns kept verbatim in the manifest's ingest metadata
 
 
@@ -33,9 +33,20 @@ def _digest_of_files(plan: Plan) -> str:
 
 
 def metadata(
-    config: IngestConfig, plan: Plan, digest: str, tokenizer: Tokenizer, results: list[PartResult]
+    config: IngestConfig,
+    plan: Plan,
+    digest: str,
+    tokenizer: Tokenizer,
+    results: list[PartResult],
+    before: tuple[int, int] = (0, 0),
 ) -> dict[str, Any]:
-    """The manifest metadata of a job (``{METADATA_KEY: {...}}``) from its parts' results."""
+    """The manifest metadata of a job (``{METADATA_KEY: {...}}``) from its parts' results.
+
+    ``documents`` and ``tokens`` are the whole dataset's: ``before`` (the documents and tokens of
+    the dataset an append adds to) plus this job's, which ``job`` holds on its own. The rest
+    (inputs, tokenizer, options, bad records) describes this job."""
+    documents = sum(r["documents"] for r in results)
+    tokens = sum(r["tokens"] for r in results)
     bad: dict[str, Counter[str]] = {}
     empty: Counter[str] = Counter()
     filtered: Counter[str] = Counter()
@@ -61,8 +72,9 @@ def metadata(
             },
             "empty_files": sum(f.size == 0 for f in plan.files),
             "parts": len(plan.parts),
-            "documents": sum(r["documents"] for r in results),
-            "tokens": sum(r["tokens"] for r in results),
+            "documents": before[0] + documents,
+            "tokens": before[1] + tokens,
+            "job": {"documents": documents, "tokens": tokens},
             "empty_documents": dict(sorted(empty.items())),
             "bad_records": {u: dict(sorted(c.items())) for u, c in sorted(bad.items())},
             "bad_records_total": sum(sum(c.values()) for c in bad.values()),
@@ -106,9 +118,13 @@ def summary(
     store, when given), then the Python lines that open it."""
     meta = manifest.metadata[METADATA_KEY]
     tok = meta["tokenizer"]
+    job = meta.get("job") or meta  # metadata version 2 and earlier: the job's counts only
+    dataset = ""
+    if job is not meta and (job["documents"], job["tokens"]) != (meta["documents"], meta["tokens"]):
+        dataset = f"; the dataset now: {meta['documents']:,} documents, {meta['tokens']:,} tokens"
     lines = [
-        f"committed {len(manifest.shards)} shards, {manifest.total_bytes:,} bytes: "
-        f"{meta['documents']:,} documents, {meta['tokens']:,} tokens in {meta['parts']} parts",
+        f"this job: {job['documents']:,} documents, {job['tokens']:,} tokens in {meta['parts']} parts",
+        f"committed: {len(manifest.shards)} shards, {manifest.total_bytes:,} bytes{dataset}",
         f"tokenizer {tok['spec']} (vocabulary {tok['vocab_size']:,}, eos {tok['eos_id']})",
     ]
     empty = sum(meta["empty_documents"].values())

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from guideloom.storage.wrapped import WrappedView
-from guideloom.types import DatasetView, StreamView, stream_view
+from guideloom.types import STREAM, STREAM_WITH_META, DatasetView, StreamView, stream_view
 
 __all__ = [
     "IGNORE_INDEX",
@@ -282,11 +282,19 @@ def boundary_settings(
             ``boundaries`` on documents or streams with metadata (no token windows to mark).
     """
     stream = stream_view(view) if isinstance(view, DatasetView) else None
-    if stream is None or view.layout != "stream":
-        what = f"{view.url} is a {view.layout}" if isinstance(view, DatasetView) else f"{view!r} is not a"
+    if stream is None or view.layout != STREAM:
+        kind = view.layout if isinstance(view, DatasetView) else type(view).__name__
+        url = view.url if isinstance(view, DatasetView) else repr(view)
+        if kind == STREAM_WITH_META:
+            raise ValueError(
+                f"boundaries= and labels= are not supported on streams with metadata yet: {url} "
+                "is read in windows whose documents are records (each window's 'spans' name "
+                "what each document's tokens are); load it without them, or ingest it as a "
+                "plain stream (--layout stream) to get position_ids, labels and cu_seqlens"
+            )
         raise ValueError(
-            f"boundaries= and labels= mark documents inside stream windows, but {what} "
-            f"dataset (documents are read whole, with no windows); load it without them, "
+            f"boundaries= and labels= mark documents inside stream windows, but {url} "
+            f"is a {kind} dataset (documents are read whole, with no windows); load it without them, "
             "or ingest it as a stream (--layout stream)"
         )
     view = stream

@@ -24,6 +24,7 @@ from typing import Any
 from guideloom.io.ranges import DEFAULT_GAP_BUDGET, DEFAULT_MAX_GAP, merge_ranges
 from guideloom.storage import Storage
 from guideloom.storage.indexfiles import IndexFiles
+from guideloom.types import DOCUMENTS, STREAM
 
 __all__ = ["PRICES", "PRICES_TAKEN", "Estimate", "estimate"]
 
@@ -131,9 +132,9 @@ def estimate(
     if not isinstance(storage, Storage):
         raise ValueError(f"estimate plays the reads of a Storage; got a {type(storage).__name__}")
     layout = storage.layout
-    if layout not in ("stream", "documents"):
+    if layout not in (STREAM, DOCUMENTS):
         raise ValueError(f"estimate plays stream and document reads; {storage.url} is a {layout} dataset")
-    if layout == "stream" and sequence_length is None:
+    if layout == STREAM and sequence_length is None:
         raise ValueError(f"{storage.url} is a stream: give sequence_length= (tokens per window)")
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
         raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
@@ -141,7 +142,7 @@ def estimate(
         sequence_length=sequence_length, batch_size=batch_size, shuffle=shuffle, seed=seed,
         world_size=world_size, drop_last=drop_last, **loader_options,
     )  # fmt: skip
-    if layout == "documents":
+    if layout == DOCUMENTS:
         settings.pop("sequence_length")
     out = Estimate(storage.url, {**settings, "num_workers": num_workers})
     loaders = [
@@ -156,13 +157,13 @@ def estimate(
         for rank, loader in enumerate(loaders):
             loader._prepare(epoch, 0)
             view = loader.view
-            if layout == "documents" and (num_workers or not planners[rank]):
+            if layout == DOCUMENTS and (num_workers or not planners[rank]):
                 # a worker's copy of the view starts with an empty index cache, each epoch
                 planners[rank] = [_Planner(view, rounds) for _ in range(max(1, num_workers))]
             for k, group in enumerate(loader._groups()):
                 flat = [i for batch in group for i in batch]
                 windows += len(flat)
-                if layout == "documents":
+                if layout == DOCUMENTS:
                     planner = planners[rank][k % len(planners[rank])]  # groups go round robin
                     planner.rounds = rounds
                     planner.view.__getitems__(flat)

@@ -28,7 +28,7 @@ from guideloom.io.stats import io_stats
 from guideloom.loading.boundaries import with_cu_seqlens
 from guideloom.loading.collate import collate_aligned, collate_documents, collate_windows
 from guideloom.loading.placement import pin
-from guideloom.types import DatasetView, GroupReader, Layout
+from guideloom.types import STREAM, DatasetView, GroupReader, Layout
 
 __all__ = ["BatchSource", "Finish", "GroupCollate", "Reported", "Whole", "batch_path", "unrolled"]
 
@@ -104,7 +104,7 @@ class BatchSource(Dataset):  # type: ignore[type-arg]
         self.batched = batched
         # streams read for the default collate: one dict of (B, L) arrays per read, which a
         # group keeps whole (one tensor per field through a worker's pipe, see `Whole`)
-        self.columns = batched and view.layout == "stream"
+        self.columns = batched and view.layout == STREAM
         # a view that marks each batch of a group itself (boundaries): asked once, not per read
         self._by_batch = self.columns and isinstance(view, GroupReader)
 

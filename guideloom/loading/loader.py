@@ -108,11 +108,11 @@ from guideloom.loading.sampler import (
     grouped,
 )
 from guideloom.loading.schedule import EpochSchedule
-from guideloom.loading.state import LoaderState, OrderIdentity, snapshot_of
+from guideloom.loading.state import LoaderState, OrderIdentity, expired_cause, snapshot_of
 from guideloom.loading.threads import SourceCopies, ThreadBatches, thread_settings
 from guideloom.storage import Storage, open_view
 from guideloom.storage.byurl import open_url
-from guideloom.types import DatasetView, as_mixture
+from guideloom.types import DOCUMENTS, DatasetView, as_mixture
 
 __all__ = ["DEFAULT_READ_AHEAD_BYTES", "READ_AHEAD_ENV", "StatefulDataLoader"]
 
@@ -362,7 +362,7 @@ class StatefulDataLoader(_TorchdataLoader):
 
         mixture = as_mixture(view)  # see loading/mixture.py
         num_samples = mixture.plan.epoch_length if mixture else len(view)
-        what = "documents" if layout == "documents" else "windows"
+        what = "documents" if layout == DOCUMENTS else "windows"
         where = view.url
         if num_samples < 1:
             raise ValueError(f"the dataset at {where} has no {what} to load")
@@ -808,7 +808,7 @@ class StatefulDataLoader(_TorchdataLoader):
                 return  # not a snapshot of this dataset: check_continues says what differs
             raise ResumeStateError(
                 f"the loader state was saved on snapshot {snapshot} of {self.view.url}, which is "
-                f"no longer kept: {err}. The saved order cannot be resumed exactly. Start the "
+                f"no longer kept: {expired_cause(err)}. The saved order cannot be resumed exactly. Start the "
                 "loader without loading the state (a new run on the current snapshot), or keep "
                 "the snapshots that running jobs read: expire(keep_last=N) with a larger N, or "
                 "a larger older_than"

@@ -58,10 +58,10 @@ from guideloom.loading.mixture_plan import (
     document_tokens,
     sample_weights,
 )
-from guideloom.loading.state import LoaderState
+from guideloom.loading.state import LoaderState, expired_cause
 from guideloom.storage import Storage, open_view
 from guideloom.storage.subset import take
-from guideloom.types import DatasetView
+from guideloom.types import DOCUMENTS, DatasetView
 
 __all__ = [
     "Mixture",
@@ -213,7 +213,7 @@ class Mixture:
         self.mean_tokens: tuple[float, ...] = ()
         documents: tuple[int, ...] = ()
         totals: list[int] = []
-        if weight_by == "tokens" and self.layout == "documents":
+        if weight_by == "tokens" and self.layout == DOCUMENTS:
             self.token_weights = tuple(float(w) for w in weights)
             totals = document_token_totals(self.storages, names, source_tokens)
             documents = tuple(s.manifest.total_records for s in self.storages)
@@ -269,7 +269,7 @@ class Mixture:
                     continue
                 raise ResumeStateError(
                     f"the loader state was saved with source {name!r} of the mixture at snapshot "
-                    f"{pin}, which is no longer kept: {err}. The saved order cannot be resumed "
+                    f"{pin}, which is no longer kept: {expired_cause(err)}. The saved order cannot be resumed "
                     "exactly: start without loading the state, or keep the snapshots that running "
                     "jobs read (expire(keep_last=N) with a larger N)"
                 ) from err
@@ -314,7 +314,7 @@ class Mixture:
             DatasetNotFoundError: A source has no committed dataset.
             StorageAccessError: The storage refused a request or could not be reached.
         """
-        if self.layout == "documents" and sequence_length is not None:
+        if self.layout == DOCUMENTS and sequence_length is not None:
             raise MixtureError(
                 f"sequence_length={sequence_length!r} has no meaning for a mixture of document "
                 f"datasets (source {self.names[0]!r}, ...): documents are read whole; leave it out"
@@ -330,7 +330,7 @@ class Mixture:
                     )
                 views.append(item)
                 continue
-            if self.layout != "documents":
+            if self.layout != DOCUMENTS:
                 if sequence_length is None:
                     raise MixtureError(
                         f"sequence_length is required to mix the stream source {name!r}: pass the "
@@ -352,7 +352,7 @@ class Mixture:
             raise MixtureError(f"the sources have different sequence lengths ({detail}); use one for all")
         for name, view, storage in zip(self.names, views, self.storages):
             if len(view) < 1:
-                what = "documents" if self.layout == "documents" else "complete windows"
+                what = "documents" if self.layout == DOCUMENTS else "complete windows"
                 raise MixtureError(
                     f"source {name!r} ({storage.url}) has no {what}: an empty source cannot be "
                     "mixed; leave it out"

@@ -13,7 +13,7 @@ from guideloom.loading.mixture_order import MixtureOrder
 from guideloom.loading.mixture_plan import MixturePlan
 from guideloom.loading.order import ShuffleSettings
 from guideloom.storage import WindowReader
-from guideloom.types import DatasetView, Layout, StreamView
+from guideloom.types import STREAM, DatasetView, Layout, StreamView
 
 __all__ = ["MixtureDataset"]
 
@@ -71,7 +71,7 @@ class MixtureDataset:
         """Samples ``indexes`` as the default collate takes them: streams ``{field: (batch,
         sequence_length) array}``; other layouts the list of samples (each source's own
         shape: records, or what its format's ``align`` builds)."""
-        if self.layout == "stream":
+        if self.layout == STREAM:
             return self.read_windows(indexes)
         return self.__getitems__(indexes)
 

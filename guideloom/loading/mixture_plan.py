@@ -11,7 +11,7 @@ See `guideloom.loading.mixture` for how a mixture epoch is ordered.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
@@ -21,6 +21,8 @@ import numpy as np
 
 from guideloom.errors import MixtureError
 from guideloom.loading.interleave import Interleave, check_schedule, decimal_fraction, integer_weights
+from guideloom.manifest.totals import INGEST_KEY, ingest_totals
+from guideloom.types import DOCUMENTS
 
 __all__ = [
     "MixturePlan",
@@ -213,7 +215,7 @@ def check_same_schema(layout: str, sources: Sequence[tuple[str, str, str, Mappin
         ValueError: A source whose schema differs from the first one's (both named, and both
             schemas).
     """
-    if layout == "documents" or not sources:
+    if layout == DOCUMENTS or not sources:
         return
     first_name, _, first_format, first_config = sources[0]
     theirs = source_schema(first_format, first_config)
@@ -249,18 +251,23 @@ def sample_weights(
     return integer_weights(per_document), means
 
 
-def document_tokens(manifest: Any) -> int | None:
+def document_tokens(
+    manifest: Any, snapshots: Callable[[], Sequence[Any]] | None = None, snapshot_id: str | None = None
+) -> int | None:
     """A document dataset's total tokens as its manifest records them, or None.
 
     Read from the manifest's metadata: ``"tokens"`` (what a writer records with
-    ``storage.writer(metadata={"tokens": n})``), else ``"ingest"`` -> ``"tokens"`` (what
-    ``guideloom ingest`` records).
+    ``storage.writer(metadata={"tokens": n})``), else what ``guideloom ingest`` records under
+    ``"ingest"``, for the whole dataset after appends (`guideloom.manifest.totals.ingest_totals`;
+    ``snapshots`` reads the snapshot log, which datasets ingested by earlier versions need).
     """
     meta = manifest.metadata or {}
-    for value in (meta.get("tokens"), (meta.get("ingest") or {}).get("tokens")):
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
+    value = meta.get("tokens")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if not isinstance(meta.get(INGEST_KEY), dict):
+        return None
+    return ingest_totals(manifest, snapshots, snapshot_id).tokens
 
 
 def document_token_totals(
@@ -281,7 +288,11 @@ def document_token_totals(
     out = []
     for name, storage in zip(names, storages):
         manifest = storage.manifest
-        total = given.get(name, document_tokens(manifest))
+        total = (
+            given[name]
+            if name in given
+            else document_tokens(manifest, storage.snapshots, storage.current_snapshot.id)
+        )
         if total is None:
             raise MixtureError(
                 f"source {name!r} ({storage.url}): weight_by='tokens' needs its number of tokens, and "

@@ -85,7 +85,14 @@ from guideloom.errors import ResumeStateError
 from guideloom.loading.order import ShuffleSettings
 from guideloom.types import DatasetView
 
-__all__ = ["STATE_KEY", "STATE_VERSION", "LoaderState", "OrderIdentity", "mixture_difference"]
+__all__ = [
+    "STATE_KEY",
+    "STATE_VERSION",
+    "LoaderState",
+    "OrderIdentity",
+    "expired_cause",
+    "mixture_difference",
+]
 
 STATE_KEY = "guideloom_loader"
 STATE_VERSION = 3
@@ -580,3 +587,9 @@ def _subset_part(fingerprint: Any) -> str:
     """The subset a fingerprint names ("all of it" when none)."""
     text = str(fingerprint)
     return text.split("[", 1)[1].rstrip("]") if "[" in text else "all of it"
+
+
+def expired_cause(err: Exception) -> str:
+    """An expired snapshot's error without its advice to pick a kept snapshot: a saved state
+    cannot be resumed on another snapshot, so a resume error gives its own fixes."""
+    return str(err).split(". Pick a kept one")[0]

@@ -178,6 +178,7 @@ class Snapshot(_Frozen):
         return (
             f"{self.id}  {self.time}  {self.operation:<9}  parent={self.parent or '-'}  "
             f"records={s.records} tokens={s.tokens} shards={s.shards} (+{s.added_shards} -{s.removed_shards})"
+            + (f"  restores={self.source}" if self.operation == "rollback" and self.source else "")
         )
 
 

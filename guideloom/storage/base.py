@@ -38,7 +38,7 @@ from guideloom.storage.checks import (
 )
 from guideloom.storage.commit import DEFAULT_GRACE, Committer, check_run
 from guideloom.storage.writer import DEFAULT_SHARD_SIZE, Writer
-from guideloom.types import Layout
+from guideloom.types import DOCUMENTS, STREAM, STREAM_WITH_META, Layout
 
 __all__ = ["DocumentStorage", "Storage", "StreamStorage", "StreamWithMetaStorage", "check_run"]
 
@@ -620,7 +620,7 @@ class DocumentStorage(Storage):
     """Documents: one record per sample, each encoded by a `DocumentStorageFormat`."""
 
     storage_class = "DocumentStorage"
-    layout = "documents"
+    layout = DOCUMENTS
     format_type = DocumentStorageFormat
 
 
@@ -628,7 +628,7 @@ class StreamStorage(Storage):
     """A stream: records joined end to end, read as fixed, non-overlapping windows."""
 
     storage_class = "StreamStorage"
-    layout = "stream"
+    layout = STREAM
     format_type = StreamNumpyFormat
 
 
@@ -636,7 +636,7 @@ class StreamWithMetaStorage(Storage):
     """A stream plus annotations mapped to token spans (a `StreamWithMetaStorageFormat`)."""
 
     storage_class = "StreamWithMetaStorage"
-    layout = "stream_with_meta"
+    layout = STREAM_WITH_META
     format_type = StreamWithMetaStorageFormat
 
 

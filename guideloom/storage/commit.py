@@ -1,26 +1,30 @@
 """The commit protocol: how finished parts become the dataset that readers see.
 
-A dataset changes in exactly one step: ``manifest.json`` is replaced by one atomic write
-(`Committer.publish`). Everything before that step adds files no manifest names yet (shards under
-an attempt's own prefix, part completion records); everything after it removes files the new
-manifest no longer names. So a reader always sees one whole committed dataset, old or new.
+A dataset changes in exactly one step: the exclusive creation of its next snapshot record,
+``snapshots/log/<sequence>.json`` (`History.create`: created only if no commit took that
+sequence number first, the compare-and-swap). `Committer.publish` and `Committer.rollback` are
+the only callers. Everything before that step adds files no snapshot names yet (shards under an
+attempt's own prefix, part completion records, the snapshot's shard-table piece); everything
+after it is a copy or a clean-up: ``manifest.json`` is overwritten with the new record as a hint
+for readers (a reader that finds it stale follows the log one number further), and files no
+kept snapshot names are removed. So a reader always sees one whole committed snapshot.
 
 * A part writer (``storage.writer(part=k, run=r)``) ends by writing its completion record
   (`Committer.write_part_record`), which names the exact files and checksums of its attempt;
   the last attempt to write it wins.
 * ``storage.commit(num_parts=n, run=r)`` (`Committer.commit`) reads the records of parts
   ``0 .. n - 1``, checks that each names files of the recorded sizes, merges them in part order
-  and publishes the manifest.
+  and publishes the snapshot.
 * A single writer (``storage.writer()``) publishes straight from its own record
   (`Committer.publish_record`): no file another writer could replace sits between its shards
-  and its manifest.
-* After publishing, the shard folders of the manifest it replaced and of the run's losing
-  attempts are removed (best effort); `Committer.remove_unreferenced` removes everything else the
-  committed manifest does not use.
-
-`Committer.publish` is the one place that changes what a dataset is: a compare-and-swap commit
-(publish only if the manifest is still the one the commit started from) or a log of snapshots
-belongs there, in `_swap`.
+  and its snapshot.
+* A write or overwrite that loses the race for its sequence number is a `CommitConflictError`
+  (nothing committed); an append retries on top of the winner (only its metadata is redone),
+  and an append job that already landed (`Snapshot.job`) is not committed twice.
+* After publishing, the shard folders of the run's losing attempts are removed (best effort).
+  The files of older snapshots stay while a snapshot names them: `Committer.expire` deletes
+  snapshots and then files no kept snapshot uses that are older than the grace period;
+  `Committer.remove_unreferenced` removes what the current snapshot does not use.
 """
 
 from __future__ import annotations
@@ -318,6 +322,10 @@ class Committer:
         current = self.history.materialize(current)
         target = self.history.materialize(target)
         self._check_pieces(target)
+        # The shards that change: those of the target that the current snapshot lacks (added),
+        # and those of the current snapshot that the target lacks (removed); shared ones stay.
+        now = set(self._data_paths(current))
+        then = set(self._data_paths(target))
         snap = Snapshot(
             id=snapshot_id(current.sequence + 1, new_token()),
             sequence=current.sequence + 1,
@@ -325,7 +333,7 @@ class Committer:
             time=now_iso(),
             operation="rollback",
             summary=target.summary.model_copy(
-                update={"added_shards": target.summary.shards, "removed_shards": current.summary.shards}
+                update={"added_shards": len(then - now), "removed_shards": len(now - then)}
             ),
             storage_class=target.storage_class,
             format=target.format,
@@ -345,6 +353,11 @@ class Committer:
         if self._on_publish is not None:
             self._on_publish(self.history.manifest(snap), snap)
         return snap
+
+    def _data_paths(self, snap: Snapshot) -> list[str]:
+        """The data file of each of ``snap``'s shards."""
+        table = self.history.manifest(snap).shard_table
+        return [table.path(i, "data") for i in range(len(table))]
 
     def _check_pieces(self, snap: Snapshot) -> None:
         for piece in snap.pieces:

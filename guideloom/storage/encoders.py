@@ -32,7 +32,7 @@ from guideloom.formats import (
     check_spans,
 )
 from guideloom.layout import FileKind, FileName
-from guideloom.types import Layout
+from guideloom.types import DOCUMENTS, STREAM, STREAM_WITH_META, Layout
 
 __all__ = [
     "ENCODERS",
@@ -125,7 +125,7 @@ class ShardEncoder:
 class DocumentEncoder(ShardEncoder):
     """Documents: the format's bytes of each record back to back, and their offsets."""
 
-    layout = "documents"
+    layout = DOCUMENTS
 
     def __init__(self, format: Format) -> None:
         super().__init__(format)
@@ -266,7 +266,7 @@ class _RecordStarts(ShardEncoder):
 class StreamEncoder(_RecordStarts):
     """A stream: each record's structured elements back to back, and where each record starts."""
 
-    layout = "stream"
+    layout = STREAM
 
     def __init__(self, format: Format) -> None:
         if not isinstance(format, StreamNumpyFormat):
@@ -348,7 +348,7 @@ class StreamWithMetaEncoder(_RecordStarts):
     """A stream plus annotations: elements, each span's encoded annotation, and per shard the
     span table and its directory."""
 
-    layout = "stream_with_meta"
+    layout = STREAM_WITH_META
     takes_spans = True
 
     def __init__(self, format: Format) -> None:

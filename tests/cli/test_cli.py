@@ -46,7 +46,9 @@ def _ingested_like(tmp_path, storage_cls, fmt, records, documents):
     """A dataset whose metadata is what `guideloom ingest` records (documents, inputs, options)."""
     storage = storage_cls(str(tmp_path / "ingested"), fmt)
     inputs = [{"url": f"/corpus/file-{i:03d}.jsonl", "size": 1000 + i} for i in range(40)]
-    metadata = {"ingest": {"documents": documents, "inputs": inputs, "options": {"note": "n" * 300}}}
+    metadata = {
+        "ingest": {"version": 3, "documents": documents, "inputs": inputs, "options": {"note": "n" * 300}}
+    }
     with storage.writer(shard_size=4096, metadata=metadata) as w:
         for r in records:
             w.append(r)
@@ -64,7 +66,7 @@ def test_inspect_reads_well_at_80_columns_and_counts_documents(tmp_path):
     too_long = [line for line in lines if len(line.replace(storage.location.url, "URL")) > 80]
     assert not too_long, too_long
     assert "documents      2,471" in lines
-    assert "records        3 (one per append; ingestion appends batches)" in lines
+    assert "records        3 (one per batch written: a record holds several documents)" in lines
     assert "layout         1 shard in 1 part" in lines  # singular, not "1 shards / 1 parts"
     assert "    inputs: [40 items; --json shows them]" in lines
 

@@ -47,10 +47,16 @@ def test_rollback_then_expire(grown):
     out = run_cli("rollback", url, first)
     assert out.returncode == 0, out.stderr
     assert "rollback" in out.stdout and "records=1 tokens=10" in out.stdout
+    # the first snapshot's one shard is kept, the three appended ones go (not "+1 -4")
+    assert "(+0 -3)" in out.stdout and f"restores={first}" in out.stdout
+    assert f"restores={first}" in run_cli("log", url).stdout.splitlines()[-1]
     assert StreamStorage(url, FMT).manifest.total_tokens == 10
-    out = run_cli("expire", url, "--keep-last", "2", "--grace", "0s")
+    out = run_cli("expire", url, "--keep-last", "4")
     assert out.returncode == 0, out.stderr
-    assert "3 snapshots expired" in out.stdout
+    assert "1 snapshot expired" in out.stdout and "younger than --grace 1d stay" in out.stdout
+    out = run_cli("expire", url, "--keep-last", "2", "--grace", "0s")  # the fix the line gives
+    assert out.returncode == 0, out.stderr
+    assert "2 snapshots expired" in out.stdout and "stay" not in out.stdout
     assert len(StreamStorage(url, FMT).snapshots()) == 2
     assert StreamStorage(url, FMT).manifest.total_tokens == 10
 

@@ -108,6 +108,7 @@ def test_expired_snapshot_names_it_and_the_oldest_kept(grown: StreamStorage) -> 
     message = str(info.value)
     assert pinned in message and "no longer kept" in message
     assert f"the oldest snapshot kept is {oldest}" in message
+    assert "Pick a kept one" not in message  # a state cannot be resumed on another snapshot
     assert "without loading the state" in message and "keep_last" in message
 
 

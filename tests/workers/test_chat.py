@@ -191,7 +191,58 @@ BAD_CHATS = [
     ),
     ({"messages": [{"role": "user", "content": [{"type": "image"}]}]}, "bad_content", "not a text part"),
     ({"messages": [{"role": "user", "content": "no reply"}]}, "no_assistant", "has no assistant turn"),
+    (
+        {"messages": [{"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]}]},
+        "bad_tool_calls",
+        "tool call 0 has no function name",
+    ),
 ]
+
+TOOL_CHAT = {
+    "messages": [
+        {"role": "user", "content": "weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "18C"},
+        {"role": "assistant", "content": "18C in Paris."},
+    ]
+}
+
+
+def test_openai_tool_calls_with_null_content_are_rendered_and_trained_on(tmp_path):
+    from guideloom.workers.chat import check_conversation
+
+    messages = check_conversation(TOOL_CHAT, "messages", "assistant")
+    call = '<tool_call>\n{"name": "weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    assert messages[1] == {"role": "assistant", "content": call}
+    path = _write(tmp_path, [TOOL_CHAT, GOOD])
+    config = validate_config(
+        {
+            "inputs": [str(path)],
+            "output": str(tmp_path / "ds"),
+            "input_format": "chat",
+            "chat_template": "chatml",
+        }
+    )
+    result = _one_part(config)
+    assert result["documents"] == 2 and result["bad_records"] == {}
+    from guideloom import StreamStorage
+    from guideloom.workers.output import make_format
+
+    storage = StreamStorage(str(tmp_path / "ds"), make_format(config, load_tokenizer("bytes")))
+    storage.commit(num_parts=1, run="d" * 64)
+    whole = StreamDataset(storage, sequence_length=storage.manifest.total_tokens)[0]
+    trained = bytes(t for t in whole["tokens"][whole["loss_mask"] == 1].tolist() if t < 256).decode()
+    assert call + "<|im_end|>" in trained and "weather in Paris?" not in trained
 
 
 @pytest.mark.parametrize(("row", "reason", "detail"), BAD_CHATS)
@@ -208,7 +259,8 @@ def test_bad_conversations_are_named_by_file_and_line_or_counted(tmp_path, row, 
     with pytest.raises(IngestError) as err:
         _one_part(config)
     assert f"{path} line 2: " in str(err.value) and detail in str(err.value)
-    assert "--on-bad-record skip" in str(err.value)
+    assert str(err.value).count("--on-bad-record skip") == 1  # the advice once, not twice
+    assert "on_bad_record='skip' in Python" in str(err.value)
     skip = config.model_copy(update={"on_bad_record": "skip", "output": str(tmp_path / "ds2")})
     result = _one_part(skip)
     assert result["documents"] == 2 and result["bad_records"] == {str(path): {reason: 1}}
@@ -261,9 +313,20 @@ def test_a_template_that_fails_to_render_and_injected_specials(tmp_path, chat_to
 def test_auto_template_without_one_names_the_alternatives(tmp_path, hf_tokenizer_json):
     path = _write(tmp_path, [GOOD])
     for spec in ("bytes", f"hf:{hf_tokenizer_json}"):
-        with pytest.raises(IngestError, match=r"has no chat template.*use chat_template: chatml") as err:
+        with pytest.raises(IngestError, match=r"has no chat template.*use --chat-template chatml") as err:
             ingest_dataset([str(path)], str(tmp_path / "ds"), input_format="chat", tokenizer=spec)
         assert "tokenizer_config.json" in str(err.value)
+        assert "chat_template='chatml' in Python" in str(err.value)
+    # the fix, as the message gives it for Python
+    fixed = validate_config(
+        {
+            "inputs": [str(path)],
+            "output": str(tmp_path / "ok"),
+            "input_format": "chat",
+            "chat_template": "chatml",
+        }
+    )
+    assert _one_part(fixed)["documents"] == 1
 
 
 def test_chat_options_are_checked(tmp_path):

@@ -3,6 +3,8 @@ continues, a re-run of an append job lands once, and another layout is refused."
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from guideloom import StreamDataset
@@ -57,3 +59,34 @@ def test_append_of_another_layout_is_refused_naming_both(
     assert "StreamStorage" in str(info.value) and "DocumentStorage" in str(info.value)
     with pytest.raises(ValueError, match="pass one of them"):
         ingest_config([write_jsonl("c.jsonl", doc_rows(1))], out, append=True, overwrite=True)
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("layout", ["stream", "document"])
+def test_after_an_append_the_metadata_inspect_and_token_weights_count_the_whole_dataset(
+    ray_local, ingest_config, write_jsonl, doc_rows, tmp_path, layout
+):
+    from typer.testing import CliRunner
+
+    from guideloom import DocumentStorage
+    from guideloom.cli import app
+    from guideloom.formats import DocumentJsonFormat
+    from guideloom.loading.mixture import Mixture
+
+    out = tmp_path / "ds"
+    first, second = doc_rows(8), doc_rows(4, start=100)
+    first[0]["text"] *= 20  # a long first document: the two jobs' means differ
+    run_ingest(ingest_config([write_jsonl("a.jsonl", first)], out, layout=layout))
+    grown = run_ingest(ingest_config([write_jsonl("b.jsonl", second)], out, append=True, layout=layout))
+    meta = grown.metadata["ingest"]
+    eos = 1 if layout == "stream" else 0  # documents are stored without the end-of-text token
+    tokens = sum(len(r["text"].encode()) + eos for r in first + second)
+    assert (meta["documents"], meta["tokens"]) == (12, tokens)
+    assert meta["job"] == {"documents": 4, "tokens": sum(len(r["text"].encode()) + eos for r in second)}
+    shown = CliRunner().invoke(app, ["inspect", str(out), "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)["documents"] == 12
+    if layout == "document":
+        docs = DocumentStorage(str(out), DocumentJsonFormat())
+        mix = Mixture([(docs, 1), (docs, 1)], weight_by="tokens")
+        assert mix.mean_tokens == (tokens / 12, tokens / 12)

@@ -151,6 +151,8 @@ def test_meta_fields_cover_each_record_and_read_back_through_the_loader_on_s3(
         assert cities == ["Zürich", "Paris"]
         pos += n
     assert pos == result.tokens
+    # one record per document (not one per batch), so records, trace and inspect name documents
+    assert result.storage.manifest.total_records == len(ROWS) == result.documents
     reopened = scope["storage"]
     make = lambda: StatefulDataLoader.from_storage(  # noqa: E731
         reopened, sequence_length=64, batch_size=4, shuffle=True, seed=3, num_workers=2
