@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from guideloom.errors import (
     BucketNotFoundError,
@@ -22,6 +23,9 @@ from guideloom.errors import (
     StorageTimeoutError,
 )
 from guideloom.io.urls import redact_secrets
+
+if TYPE_CHECKING:
+    from guideloom.io.backends.base import Backend
 
 __all__ = [
     "DEADLINE_ENV",
@@ -220,7 +224,11 @@ def translated(action: str, where: str, endpoint: Callable[[], str | None]) -> I
         code, text = _service_code(err)
         if code:
             hint = _CODE_HINTS.get(code, _generic_hint(where))
-            if action == "checking" and code in ("403", "Forbidden") and _store(where) == "s3":
+            if (
+                action == "checking"
+                and code in ("403", "Forbidden")
+                and _store(where).forbidden_head_may_be_missing
+            ):
                 hint = _HEAD_FORBIDDEN_HINT
             raise StorageAccessError(
                 f"{action} {where}: access denied by the storage endpoint {at} ({code}"
@@ -349,27 +357,16 @@ _CODE_HINTS = {
 }
 
 
-_STORE_NAMES = {"s3": "S3", "gcs": "GCS", "azure": "Azure Blob"}
-
-
 def _throttled_text(where: str, endpoint: str | None, err: BaseException) -> str:
     return (
-        f"the {_STORE_NAMES[_store(where)]} endpoint {endpoint} throttled the requests "
+        f"the {_store(where).display_name} endpoint {endpoint} throttled the requests "
         f"(it answered {throttle_answer(err)}: slow down)"
     )
 
 
 def _throttle_fix(where: str) -> str:
     """What to do about throttling that lasts: fewer requests, a higher limit, more prefixes."""
-    spread = {
-        "s3": "S3 scales each partitioned prefix to about 5,500 GETs per second: spread the data "
-        "over more prefixes (e.g. one dataset per prefix rather than many readers on one), or ask "
-        "AWS to partition the prefix",
-        "gcs": "GCS raises a bucket's rate gradually: ramp the readers up over minutes, or spread "
-        "the objects over more names",
-        "azure": "an Azure storage account has a request-rate target: spread the data over more "
-        "accounts, or ask for a higher limit",
-    }[_store(where)]
+    spread = _store(where).throttle_spread
     return (
         "GuideLoom already lowered its requests in flight and backed off; the store still asks "
         "for fewer. Lower the request rate (fewer DataLoader workers or readers of this "
@@ -382,24 +379,23 @@ def _at(endpoint: str | None) -> str:
     return "the local file system" if endpoint is None else f"the storage endpoint {endpoint}"
 
 
-def _store(where: str) -> str:
-    for prefix, store in (("gs://", "gcs"), ("gcs://", "gcs"), ("az://", "azure"), ("abfs", "azure")):
-        if where.startswith(prefix):
-            return store
-    return "s3"
+def _store(where: str) -> Backend:
+    """The backend (`guideloom.io.backends.Backend`) of the URL ``where``, for its texts; a store
+    without texts of its own (memory://, another fsspec protocol) is worded as S3 is."""
+    from guideloom.io.backends import BACKENDS, backend_for  # (the backends import this module)
+
+    backend = backend_for(where)
+    if backend.generic_hint is None:
+        return next(b for b in BACKENDS if b.key == "s3")
+    return backend
 
 
 def _bucket_word(where: str) -> str:
-    return "container" if _store(where) == "azure" else "bucket"
+    return str(_store(where).bucket_word)
 
 
 def _endpoint_options(where: str) -> str:
-    return {
-        "s3": "storage_options endpoint_url or client_kwargs.endpoint_url, FSSPEC_S3_ENDPOINT_URL, "
-        "AWS_ENDPOINT_URL",
-        "gcs": "storage_options endpoint_url, STORAGE_EMULATOR_HOST",
-        "azure": "storage_options account_name or connection_string, AZURE_STORAGE_CONNECTION_STRING",
-    }[_store(where)]
+    return str(_store(where).endpoint_options)
 
 
 # S3 answers a HEAD of a missing object with 403 (no body, so no code) when the caller may not
@@ -412,16 +408,7 @@ _HEAD_FORBIDDEN_HINT = (
 
 
 def _generic_hint(where: str) -> str:
-    return {
-        "s3": "Check the credentials (storage_options key/secret or the AWS_* environment "
-        "variables), the endpoint_url, and that the bucket exists and you may use it",
-        "gcs": "Check the credentials (storage_options token: a service-account JSON file, "
-        "'google_default' or 'anon'; or GOOGLE_APPLICATION_CREDENTIALS), and that the bucket "
-        "exists and you may use it",
-        "azure": "Check the credentials (storage_options account_name with account_key, "
-        "sas_token or credential; or connection_string), and that the container exists and you "
-        "may use it",
-    }[_store(where)]
+    return str(_store(where).generic_hint)
 
 
 def _service_code(err: BaseException) -> tuple[str | None, str]:

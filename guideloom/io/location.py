@@ -33,15 +33,16 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, TypeVar
 
 import fsspec
 import fsspec.asyn
-from fsspec.implementations.local import LocalFileSystem
 
 from guideloom.errors import CommitConflictError, UnknownProtocolError
-from guideloom.io import s3, stats, stores, throttle
+from guideloom.io import s3, stats, throttle
+from guideloom.io.backends import DEFAULT_BACKEND, Backend, backend_for, backend_of_fs
 from guideloom.io.failures import (
     DEADLINE_ENV,
     DEADLINE_OPTION,
@@ -53,11 +54,12 @@ from guideloom.io.failures import (
     translated,
 )
 from guideloom.io.ranges import DEFAULT_GAP_BUDGET, DEFAULT_MAX_GAP, merge_ranges
-from guideloom.io.stores import sized_ranged_get
 from guideloom.io.urls import redact_url
 
 __all__ = ["DEADLINE_ENV", "DEADLINE_OPTION", "DEFAULT_DEADLINE_S", "Location", "endpoint_of"]
 
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 DEFAULT_DEADLINE_S = 120.0  # seconds one storage operation may take, retries included
 _RETRIES = 3
 # What `_call`'s methods send, for `guideloom.io.stats` (others count as their own name).
@@ -76,67 +78,18 @@ _CONDITIONAL: dict[str, bool] = {}  # endpoint -> whether it honours If-None-Mat
 CLAIM_LEASE_S = 30.0  # a claim on a name older than this is a crashed writer's (`create`)
 
 
-_GCS_PROTOCOLS = ("gs://", "gcs://")
-_AZURE_PROTOCOLS = ("az://", "abfs://", "abfss://", "adl://")
-
-
 def endpoint_of(fs: Any, url: str, options: dict[str, Any]) -> str | None:
     """The endpoint requests for ``url`` go to (redacted), for messages; None on local disk.
 
     Taken from the live filesystem ``fs`` where there is one (so it is right however it was
     given), else from ``options`` and the environment as the backend would read them. Only an
     ``s3://`` URL looks at the ``AWS_*`` variables: a local path or another store is never
-    blamed on the S3 endpoint.
+    blamed on the S3 endpoint. The store's backend (`guideloom.io.backends`) decides.
     """
-    if "://" not in url or url.startswith(("file://", "local://")) or isinstance(fs, LocalFileSystem):
-        return None
-    if url.startswith(s3.S3_PROTOCOLS) or s3.is_s3(fs):
-        return _s3_endpoint(fs, options)
-    if url.startswith(_GCS_PROTOCOLS):
-        found = getattr(fs, "_location", None) if fs is not None else None
-        found = found or options.get("endpoint_url") or os.environ.get("STORAGE_EMULATOR_HOST")
-        return redact_url(str(found)) if found else "https://storage.googleapis.com (the GCS default)"
-    if url.startswith(_AZURE_PROTOCOLS):
-        return _azure_endpoint(fs, options)
-    if url.startswith("memory://"):
-        return "fsspec's in-memory filesystem (this process)"
-    return "(the default for this protocol)"
-
-
-def _s3_endpoint(fs: Any, options: dict[str, Any]) -> str:
-    client = getattr(fs, "_s3", None)
-    found = getattr(getattr(client, "meta", None), "endpoint_url", None)
-    if not found:
-        found = getattr(fs, "endpoint_url", None) or (getattr(fs, "client_kwargs", None) or {}).get(
-            "endpoint_url"
-        )
-    if not found:
-        found = (
-            options.get("endpoint_url")
-            or (options.get("client_kwargs") or {}).get("endpoint_url")
-            or os.environ.get("FSSPEC_S3_ENDPOINT_URL")
-            or os.environ.get("AWS_ENDPOINT_URL_S3")
-            or os.environ.get("AWS_ENDPOINT_URL")
-        )
-    return redact_url(str(found)) if found else "the AWS default endpoint (no endpoint_url given)"
-
-
-def _azure_endpoint(fs: Any, options: dict[str, Any]) -> str:
-    client = getattr(fs, "service_client", None)
-    found = getattr(client, "url", None) or getattr(fs, "account_url", None)
-    conn = options.get("connection_string") or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
-    if not found and conn:
-        fields = dict(p.split("=", 1) for p in str(conn).split(";") if "=" in p)
-        found = fields.get("BlobEndpoint")
-        if not found and fields.get("AccountName"):
-            suffix = fields.get("EndpointSuffix", "core.windows.net")
-            found = f"https://{fields['AccountName']}.blob.{suffix}"
-    account = options.get("account_name") or os.environ.get("AZURE_STORAGE_ACCOUNT_NAME")
-    if not found and account:
-        found = f"https://{account}.blob.core.windows.net"
-    if not found:
-        return "the Azure default endpoint (no account given)"
-    return redact_url(str(found).split("?", 1)[0])  # never a SAS token appended to the URL
+    backend = backend_for(url)
+    if backend is DEFAULT_BACKEND and fs is not None:
+        backend = backend_of_fs(fs)
+    return backend.endpoint(fs, url, options)
 
 
 class Location:
@@ -177,9 +130,13 @@ class Location:
         if not self.deadline_s > 0:
             raise ValueError(f"the storage deadline must be positive seconds, got {self.deadline_s}")
         self._fs: fsspec.AbstractFileSystem | None = None
+        # What differs by store, looked up once by protocol (`guideloom.io.backends`).
+        self.backend: Backend = backend_for(self.url)
         self._pid = -1
         self._root = ""
-        _ = self.fs  # resolve the protocol now, so an unknown one fails at construction
+        fs = self.fs  # resolve the protocol now, so an unknown one fails at construction
+        if self.backend is DEFAULT_BACKEND:  # a URL fsspec resolved to a store we know
+            self.backend = backend_of_fs(fs)
         # Where `guideloom.io.stats` counts this location's requests (None: local disk, uncounted).
         protocol = self.url.partition("://")[0] if "://" in self.url else "file"
         self._store: str | None = None if self.is_local else " ".join(filter(None, (protocol, self.endpoint)))
@@ -203,20 +160,18 @@ class Location:
                         "fsspec URL such as s3://bucket/prefix, gs://..., memory://..."
                     ) from err
                 raise
-            stores.quicken_azure_retries(fs)
+            self.backend.prepare(fs)
             self._fs, self._root, self._pid = fs, root.rstrip("/"), os.getpid()
         return self._fs
 
     def _fs_options(self) -> dict[str, Any]:
         """The options given to fsspec: the user's, plus on S3 a connection pool as large as the
         number of ranges fetched at once (where the user did not choose one)."""
-        if self.url.startswith(s3.S3_PROTOCOLS):
-            return s3.s3_options(self.storage_options)
-        return dict(self.storage_options)
+        return self.backend.fs_options(self.storage_options)
 
     @property
     def is_local(self) -> bool:
-        return isinstance(self.fs, LocalFileSystem)
+        return self.backend.is_local
 
     def path(self, rel: str) -> str:
         """Full path of ``rel`` inside the filesystem (no protocol)."""
@@ -231,7 +186,7 @@ class Location:
     def endpoint(self) -> str | None:
         """The endpoint this location's requests go to, as tried (redacted), for messages; None
         for local disk (no endpoint: an error there is never blamed on one). See `endpoint_of`."""
-        return endpoint_of(self._fs, self.url, self.storage_options)
+        return self.backend.endpoint(self._fs, self.url, self.storage_options)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -279,7 +234,9 @@ class Location:
                 if self._store is not None:
                     # (in a finally clause, exc_info is the exception on its way out, if any)
                     missing = sys.exc_info()[0] is FileNotFoundError or result is False or result == []
-                    self._count(method, args, result, attempts[0] > 1, missing and s3.is_s3(fs))
+                    self._count(
+                        method, args, result, attempts[0] > 1, missing and self.backend.missing_costs_list
+                    )
 
         return self._retrying(once, deadline, requests)
 
@@ -290,10 +247,10 @@ class Location:
     async def _slotted(
         self, fs: Any, make: Callable[[], Any], requests: builtins.list[throttle.Request] | None = None
     ) -> Any:
-        """``await make()`` under a slot of the store's limit (`throttle.limited`); on S3 the
-        client reports each throttling answer as it comes (`s3.watch_throttling`)."""
-        if s3.is_s3(fs):
-            await s3.watch_throttling(fs)
+        """``await make()`` under a slot of the store's limit (`throttle.limited`); where the
+        store's client can, it reports each throttling answer as it comes
+        (`Backend.watch_throttling`)."""
+        await self.backend.watch_throttling(fs)
         return await throttle.limited(self._concurrency(), make, requests)
 
     def _count(
@@ -377,10 +334,9 @@ class Location:
     def read(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         """Bytes ``[start, end)`` of a file (the whole file when both are None)."""
         with self._translated("reading", rel):
-            if end is None and s3.is_s3(self.fs):  # checked against the answer's Content-Range
-                return bytes(self._call_async(s3.read_from, self.path(rel), start or 0))
-            if end is None and not start and stores.is_gcs(self.fs):  # and GCS's stored size
-                return bytes(self._call_async(stores.gcs_read_whole, self.path(rel)))
+            checked = self.backend.read_from(start or 0, end)  # against the store's own headers
+            if checked is not None:
+                return bytes(self._call_async(checked, self.path(rel)))
             # Keyword arguments: s3fs's second positional argument is a version id.
             data = self._call("cat_file", self.path(rel), start=start, end=end)
         return bytes(data)
@@ -521,7 +477,7 @@ class Location:
                 "cat_ranges", paths, starts, ends, on_error="return", deadline=deadline
             )
             return result
-        ranged_get = sized_ranged_get(fs)
+        ranged_get = self.backend.sized_ranged_get()
 
         async def get(path: str, start: int, end: int) -> Any:
             if ranged_get is not None and end > start:
@@ -612,6 +568,15 @@ class Location:
             out[name] = float(when or 0.0)
         return out
 
+    def each(self, read: Callable[[_T], _R], items: Sequence[_T], threads: int = 8) -> builtins.list[_R]:
+        """``[read(item) for item in items]``, in order: on up to ``threads`` threads where each
+        read waits on a request (remote stores), one after another on local disk (no request
+        latency to overlap) or for a single item."""
+        if len(items) <= 1 or self.is_local:
+            return [read(item) for item in items]
+        with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
+            return list(pool.map(read, items))
+
     def local_path(self, rel: str) -> str:
         """The OS path of a file on a local filesystem (for positioned reads)."""
         if not self.is_local:
@@ -626,6 +591,7 @@ class Location:
         Local disk: a temporary file in the same directory, then an atomic rename. Object
         stores: one PUT (a multipart upload also appears at once, when it completes).
         """
+        self.backend.refuse_write(self.describe(rel))
         parts = [chunks] if isinstance(chunks, (bytes, bytearray, memoryview)) else list(chunks)
         with self._translated("writing", rel):
             path = self.path(rel)
@@ -654,6 +620,7 @@ class Location:
         name), writers claim the name first (`_create_by_claim`); without it, a check then a
         PUT, which two writers racing within one request's time can both pass.
         """
+        self.backend.refuse_write(self.describe(rel))
         with self._translated("creating", rel):
             path = self.path(rel)
             if self.is_local:
@@ -769,6 +736,7 @@ class Location:
 
     def delete(self, rel: str, recursive: bool = False) -> None:
         """Remove a file (or a tree with ``recursive``); missing is fine."""
+        self.backend.refuse_write(self.describe(rel))
         with self._translated("deleting", rel):
             try:
                 self._call("rm", self.path(rel), recursive=recursive)
@@ -807,14 +775,10 @@ def _temp_beside(path: str) -> str:
     return os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
 
 
-_EXTRAS = {"s3": ("s3", "s3fs"), "s3a": ("s3", "s3fs"), "gs": ("gcs", "gcsfs"), "gcs": ("gcs", "gcsfs"),
-           "az": ("azure", "adlfs"), "abfs": ("azure", "adlfs"), "abfss": ("azure", "adlfs")}  # fmt: skip
-
-
 def _install_hint(url: str) -> str:
     """What to install for ``url``'s protocol (the extra that brings its fsspec backend)."""
     protocol = url.partition("://")[0] if "://" in url else ""
-    extra = _EXTRAS.get(protocol)
+    extra = backend_for(url).extra if protocol else None
     if extra is None:
         return "install the fsspec backend for this protocol (see fsspec's list of implementations)"
     return (

@@ -42,11 +42,11 @@ class MixtureDataset:
         self.storage = mixture.storages[0]  # the layout and format all sources share
         self.sequence_length: int | None = self.views[0].sequence_length
         self._starts = np.concatenate([[0], np.cumsum(plan.sizes)]).astype(np.int64)
-        self.is_local = all(s.location.is_local for s in mixture.storages)
         # local stream sources are read by one WindowReader, all in one pass into one array
+        # (whether a source is local is its reader's answer: `guideloom.io` decides it)
         streams = [v for v in self.views if isinstance(v, StreamDataset)]
         local_windows = (
-            self.is_local
+            all(v.reader.local for v in streams)
             and len(streams) == len(self.views)
             and len({v.stream_format.dtype for v in streams}) == 1
         )

@@ -156,11 +156,7 @@ class History:
             if is_snapshot_record(data):
                 raise ManifestError(f"{self.location.display_url}: snapshot {snap.id} has no table")
             return parse_manifest(data, self.location.describe(layout.manifest_path()))
-        if len(snap.pieces) == 1 or self.location.is_local:  # no request latency to overlap
-            tables = [self.read_piece(p) for p in snap.pieces]
-        else:
-            with ThreadPoolExecutor(max_workers=min(_THREADS, len(snap.pieces))) as pool:
-                tables = list(pool.map(self.read_piece, snap.pieces))
+        tables = self.location.each(self.read_piece, snap.pieces, _THREADS)
         try:
             table = ShardTable.concat(tables)
         except ValueError as err:

@@ -287,12 +287,11 @@ class Windows(View):
         return lo, hi, values
 
     def _map_starts(self, shard: int) -> np.ndarray:
-        import mmap
-
-        fd = self.reader.descriptor(shard, "starts")  # type: ignore[attr-defined]
+        mapped = self.reader.map_file(shard, "starts")  # size-checked; None: not on local disk
+        if mapped is None:
+            raise RuntimeError(f"{self.url}: record starts are mapped only from local disk (reader.local)")
         if self.manifest.shard_table.records[shard] == 0:
             return np.empty(0, layout.RECORD_START_DTYPE)
-        mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
         return np.frombuffer(mapped, layout.RECORD_START_DTYPE, offset=layout.HEADER_SIZE)
 
     def _window_positions(
