@@ -5,10 +5,15 @@ nothing else: atomic whole-file writes, half-open byte ranges (only fsspec build
 headers), a few retries on transient network errors under one total deadline per operation,
 translation of every backend error into `guideloom.errors` once (`guideloom.io.failures`), and
 fork safety: the filesystem object is created lazily in each process, because an s3fs
-instance used in a parent process does not work in a forked DataLoader worker. Batches of
-ranges are planned by `guideloom.io.ranges` and, on S3, fetched with the client pieces of
-`guideloom.io.s3`. Shard files are read through `guideloom.io.shards`, which checks sizes and
-lengths against the manifest.
+instance used in a parent process does not work in a forked DataLoader worker.
+
+`Location` itself holds the filesystem, paths and listings; its mixins hold the rest, one
+concern each: `guideloom.io.requests` (retries under the deadline, throttling slots, error
+translation, request counts), `guideloom.io.reads` (whole files and batches of ranges, planned
+by `guideloom.io.ranges`) and `guideloom.io.writes` (atomic writes, creates, deletes). What
+differs by store is asked of the location's backend (`self.backend`, `guideloom.io.backends`),
+found once by protocol. Shard files are read through `guideloom.io.shards`, which checks sizes
+and lengths against the manifest.
 
 The deadline: every operation (one read, one batch of ranges, one write, one listing), retries
 included, ends within ``deadline_s`` seconds (default `DEFAULT_DEADLINE_S`; set it with
@@ -25,57 +30,37 @@ number of times; throttling that lasts the whole deadline fails with a message s
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import os
-import random
-import sys
-import time
-import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 import fsspec
 import fsspec.asyn
 
-from guideloom.errors import CommitConflictError, UnknownProtocolError
-from guideloom.io import s3, stats, throttle
+from guideloom.errors import UnknownProtocolError
 from guideloom.io.backends import DEFAULT_BACKEND, Backend, backend_for, backend_of_fs
 from guideloom.io.failures import (
     DEADLINE_ENV,
     DEADLINE_OPTION,
-    DeadlineExceeded,
-    ThrottledError,
-    is_deadline,
-    is_throttled,
-    is_transient,
-    translated,
 )
-from guideloom.io.ranges import DEFAULT_GAP_BUDGET, DEFAULT_MAX_GAP, merge_ranges
+from guideloom.io.reads import Reads
+from guideloom.io.requests import DEFAULT_DEADLINE_S
 from guideloom.io.urls import redact_url
+from guideloom.io.writes import CLAIM_LEASE_S, Writes
 
-__all__ = ["DEADLINE_ENV", "DEADLINE_OPTION", "DEFAULT_DEADLINE_S", "Location", "endpoint_of"]
+__all__ = [
+    "CLAIM_LEASE_S",
+    "DEADLINE_ENV",
+    "DEADLINE_OPTION",
+    "DEFAULT_DEADLINE_S",
+    "Location",
+    "endpoint_of",
+]
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
-DEFAULT_DEADLINE_S = 120.0  # seconds one storage operation may take, retries included
-_RETRIES = 3
-# What `_call`'s methods send, for `guideloom.io.stats` (others count as their own name).
-_REQUEST_KINDS = {
-    "cat_file": "GET",
-    "cat_ranges": "GET",
-    "pipe_file": "PUT",
-    "exists": "HEAD",
-    "size": "HEAD",
-    "info": "HEAD",
-    "find": "LIST",
-    "ls": "LIST",
-    "rm": "DELETE",
-}
-_CONDITIONAL: dict[str, bool] = {}  # endpoint -> whether it honours If-None-Match: * (probed once)
-CLAIM_LEASE_S = 30.0  # a claim on a name older than this is a crashed writer's (`create`)
 
 
 def endpoint_of(fs: Any, url: str, options: dict[str, Any]) -> str | None:
@@ -92,7 +77,7 @@ def endpoint_of(fs: Any, url: str, options: dict[str, Any]) -> str | None:
     return backend.endpoint(fs, url, options)
 
 
-class Location:
+class Location(Reads, Writes):
     """A directory-like root (``s3://bucket/prefix``, ``/data/x``, ``memory://x``) on fsspec.
 
     Paths given to methods are relative to the root and use ``/``. Byte ranges are half-open
@@ -196,323 +181,6 @@ class Location:
     def __repr__(self) -> str:
         return f"Location({self.display_url!r})"
 
-    # -- error translation and retries ----------------------------------------------------------
-
-    def _translated(self, action: str, rel: str) -> AbstractContextManager[None]:
-        """Backend errors of the body as `guideloom.errors` naming ``rel`` (see `translated`)."""
-        return translated(action, self.describe(rel), lambda: self.endpoint)
-
-    def _call(self, method: str, *args: Any, deadline: float | None = None, **kwargs: Any) -> Any:
-        """``fs.<method>(*args, **kwargs)`` with retries on transient errors, all within the
-        deadline (passed to async filesystems as fsspec's ``timeout``, which cancels the request).
-        ``deadline`` is a ``time.monotonic()`` instant; default: ``deadline_s`` from now."""
-        fs = self.fs
-        attempts = [0]
-        requests: list[throttle.Request] = []
-
-        def once(remaining: float) -> Any:
-            attempts[0] += 1
-            result: Any = None
-            try:
-                coroutine = getattr(fs, f"_{method}", None) if getattr(fs, "async_impl", False) else None
-                if coroutine is not None and asyncio.iscoroutinefunction(coroutine):
-                    # The async implementation, under fsspec's timeout: some backends (adlfs)
-                    # define sync methods of their own that take no ``timeout``. It waits for
-                    # a slot of the store's adaptive limit (`guideloom.io.throttle`).
-                    result = fsspec.asyn.sync(
-                        fs.loop,
-                        self._slotted,
-                        fs,
-                        lambda: coroutine(*args, **kwargs),
-                        requests,
-                        timeout=remaining,
-                    )
-                else:
-                    result = getattr(fs, method)(*args, **kwargs)
-                return result
-            finally:
-                if self._store is not None:
-                    # (in a finally clause, exc_info is the exception on its way out, if any)
-                    missing = sys.exc_info()[0] is FileNotFoundError or result is False or result == []
-                    self._count(
-                        method, args, result, attempts[0] > 1, missing and self.backend.missing_costs_list
-                    )
-
-        return self._retrying(once, deadline, requests)
-
-    def _concurrency(self) -> throttle.Concurrency:
-        """This process's adaptive limit of requests in flight to this location's store."""
-        return throttle.concurrency(self._store or self.url.partition("://")[0], s3.MAX_CONCURRENT_RANGES)
-
-    async def _slotted(
-        self, fs: Any, make: Callable[[], Any], requests: builtins.list[throttle.Request] | None = None
-    ) -> Any:
-        """``await make()`` under a slot of the store's limit (`throttle.limited`); where the
-        store's client can, it reports each throttling answer as it comes
-        (`Backend.watch_throttling`)."""
-        await self.backend.watch_throttling(fs)
-        return await throttle.limited(self._concurrency(), make, requests)
-
-    def _count(
-        self, method: str, args: tuple[Any, ...], result: Any, retry: bool, s3_missing: bool = False
-    ) -> None:
-        """Count one attempt of `_call` in `guideloom.io.stats` (requests by kind, bytes).
-        ``s3_missing``: S3 found nothing, after which s3fs sends one more request, billed as a
-        LIST: a HEAD that finds no object lists the key as a folder prefix, and a listing that
-        comes back empty lists the folder's parent."""
-        kind = _REQUEST_KINDS.get(method, method.upper())
-        if s3_missing and (kind == "HEAD" or method == "ls"):
-            stats.record(self._store or "", "LIST", retry=retry)
-        if method == "cat_ranges":  # one GET per range
-            if args and args[0]:
-                stats.record(self._store or "", kind, retry=retry, n=len(args[0]))
-            return
-        read = len(result) if kind == "GET" and isinstance(result, (bytes, bytearray, memoryview)) else 0
-        written = len(args[1]) if method == "pipe_file" and len(args) > 1 else 0
-        stats.record(self._store or "", kind, read=read, written=written, retry=retry)
-
-    def _call_async(self, function: Callable[..., Any], *args: Any) -> Any:
-        """``await function(fs, *args)`` on the filesystem's loop, retried like `_call` (one
-        ``GET`` in `guideloom.io.stats` per attempt)."""
-        fs = self.fs
-        attempts = [0]
-        requests: list[throttle.Request] = []
-
-        def once(remaining: float) -> Any:
-            attempts[0] += 1
-            data = b""
-            try:
-                data = fsspec.asyn.sync(
-                    fs.loop, self._slotted, fs, lambda: function(fs, *args), requests, timeout=remaining
-                )
-                return data
-            finally:
-                if self._store is not None:
-                    stats.record(self._store, "GET", read=len(data), retry=attempts[0] > 1)
-
-        return self._retrying(once, None, requests)
-
-    def _retrying(
-        self,
-        once: Callable[[float], Any],
-        deadline: float | None,
-        requests: builtins.list[throttle.Request] | None = None,
-    ) -> Any:
-        """``once(seconds left)`` until it returns, retrying transient errors within the deadline:
-        a few times, except throttling answers, retried with backoff until the deadline.
-        ``requests`` (filled by `_slotted`) tells whether an attempt cut off by the deadline
-        was being throttled."""
-        if deadline is None:
-            deadline = time.monotonic() + self.deadline_s
-        last: BaseException | None = None
-        failures = throttled = 0
-        attempt = 0
-        while True:
-            attempt += 1
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise DeadlineExceeded(self.deadline_s, attempt - 1, _throttled_last(last, requests))
-            try:
-                return once(remaining)
-            except Exception as err:
-                if is_deadline(err) or (isinstance(err, TimeoutError) and time.monotonic() >= deadline):
-                    raise DeadlineExceeded(
-                        self.deadline_s, attempt, _throttled_last(last, requests)
-                    ) from None
-                if is_throttled(err):
-                    throttled += 1
-                else:
-                    failures += 1
-                if not is_transient(err) or failures >= _RETRIES:
-                    raise
-                last = err
-                pause = _backoff(failures, throttled if is_throttled(err) else 0)
-                time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-
-    # -- reading ---------------------------------------------------------------------------------
-
-    def read(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
-        """Bytes ``[start, end)`` of a file (the whole file when both are None)."""
-        with self._translated("reading", rel):
-            checked = self.backend.read_from(start or 0, end)  # against the store's own headers
-            if checked is not None:
-                return bytes(self._call_async(checked, self.path(rel)))
-            # Keyword arguments: s3fs's second positional argument is a version id.
-            data = self._call("cat_file", self.path(rel), start=start, end=end)
-        return bytes(data)
-
-    def read_ranges(
-        self,
-        rels: Sequence[str],
-        starts: Sequence[int],
-        ends: Sequence[int],
-        max_gap: int | None = None,
-        gap_budget: float = DEFAULT_GAP_BUDGET,
-        *,
-        totals: dict[str, int] | None = None,
-    ) -> list[bytes]:
-        """Many byte ranges at once, each ``[start, end)`` of file ``rel``.
-
-        Ranges of one file that touch or overlap are merged into one request; so are ranges at
-        most ``max_gap`` bytes apart (default: `DEFAULT_MAX_GAP` on remote filesystems, 0 on
-        local disk), smallest gaps first, while the gap bytes read through stay within
-        ``gap_budget`` of the bytes asked for. Remote filesystems fetch the requests
-        concurrently. A result shorter than asked means the file is shorter than expected;
-        callers check lengths. ``totals``, when given, is filled with ``rel`` -> the size of the
-        whole file where it comes for free with the bytes: local files (``fstat``), S3, GCS and
-        Azure (the ``Content-Range`` of the ranged GET). A file that grew past what a caller
-        expects is then caught without another request; other filesystems leave it out.
-        """
-        if not rels:
-            return []
-        if max_gap is None:
-            max_gap = 0 if self.is_local else DEFAULT_MAX_GAP
-        merged = merge_ranges(rels, starts, ends, max_gap, gap_budget)
-        paths = [self.path(r) for r, _, _ in merged.requests]
-        req_starts = [s for _, s, _ in merged.requests]
-        req_ends = [e for _, _, e in merged.requests]
-        rel_of = [r for r, _, _ in merged.requests]
-        blobs: list[Any] = [None] * len(paths)
-        sizes: dict[str, int] | None = None if totals is None else {}
-        if self.is_local:
-            for i, (p, a, b) in enumerate(zip(paths, req_starts, req_ends)):
-                with self._translated("reading", rel_of[i]):
-                    blobs[i] = self._read_local(p, a, b, sizes)
-        else:
-            self._fetch_ranges(rel_of, paths, req_starts, req_ends, blobs, sizes)
-        if totals is not None and sizes:
-            totals.update({rel: sizes[p] for rel, p in zip(rel_of, paths) if p in sizes})
-        views = [memoryview(b) for b in blobs]
-        # A range that is a whole request (nothing merged into it) is handed over as fetched.
-        return [
-            blobs[i] if a == 0 and b == len(views[i]) and type(blobs[i]) is bytes else bytes(views[i][a:b])
-            for i, a, b in merged.slices
-        ]
-
-    def _fetch_ranges(
-        self,
-        rels: list[str],
-        paths: list[str],
-        starts: list[int],
-        ends: list[int],
-        out: list[Any],
-        totals: dict[str, int] | None = None,
-    ) -> None:
-        """Fill ``out`` with the ranges, fetched concurrently; ranges that fail transiently are
-        fetched again (all within one deadline), and a range that keeps failing raises an error
-        that names its own file."""
-        deadline = time.monotonic() + self.deadline_s
-        todo = list(range(len(paths)))
-        files = sorted(set(rels))
-        label = files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more files)"
-        failures = throttled = 0
-        seen: dict[int, BaseException] = {}  # each range's last failure
-        attempt = 0
-        while True:
-            attempt += 1
-            with self._translated("reading", label):
-                got = self._ranges_once(
-                    [paths[i] for i in todo],
-                    [starts[i] for i in todo],
-                    [ends[i] for i in todo],
-                    deadline,
-                    totals,
-                )
-            if self._store is not None and getattr(self.fs, "async_impl", False):
-                sent = [b for b in got if not (isinstance(b, DeadlineExceeded) and b.attempts == 0)]
-                read = sum(len(b) for b in sent if isinstance(b, (bytes, bytearray, memoryview)))
-                stats.record(self._store, "GET", read=read, retry=attempt > 1, n=len(sent))
-            failed = []
-            for i, blob in zip(todo, got):
-                if isinstance(blob, DeadlineExceeded):
-                    blob.attempts = attempt
-                    if blob.last is None and i in seen:
-                        blob.last = seen[i]
-                    with self._translated("reading", rels[i]):
-                        raise blob
-                if isinstance(blob, BaseException):
-                    failed.append((i, blob))
-                    seen[i] = blob
-                else:
-                    out[i] = blob
-            if not failed:
-                return
-            # Throttling answers are retried until the deadline; other failures a few times.
-            slowed = all(is_throttled(e) for _, e in failed)
-            if slowed:
-                throttled += 1
-            else:
-                failures += 1
-            final = failures >= _RETRIES or not all(is_transient(e) for _, e in failed)
-            if final or time.monotonic() >= deadline:
-                i, err = next(((i, e) for i, e in failed if not is_transient(e)), failed[0])
-                if time.monotonic() >= deadline and is_throttled(err):
-                    err = DeadlineExceeded(self.deadline_s, attempt, err)
-                with self._translated("reading", rels[i]):
-                    raise err
-            todo = [i for i, _ in failed]
-            pause = _backoff(failures, throttled if slowed else 0)
-            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-
-    def _ranges_once(
-        self,
-        paths: list[str],
-        starts: list[int],
-        ends: list[int],
-        deadline: float,
-        totals: dict[str, int] | None = None,
-    ) -> list[Any]:
-        """One concurrent round of range requests; a failed range comes back as its exception.
-
-        On async filesystems each range has its own timeout (the time left to ``deadline``), so
-        a range that never completes is reported as itself (a ``DeadlineExceeded``), and the
-        others still arrive. On S3, GCS and Azure, ``totals`` gets each file's whole size from the
-        responses (`guideloom.io.stores`)."""
-        fs = self.fs
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return [DeadlineExceeded(self.deadline_s, 0, None)] * len(paths)
-        if not getattr(fs, "async_impl", False):
-            result: list[Any] = self._call(
-                "cat_ranges", paths, starts, ends, on_error="return", deadline=deadline
-            )
-            return result
-        ranged_get = self.backend.sized_ranged_get()
-
-        async def get(path: str, start: int, end: int) -> Any:
-            if ranged_get is not None and end > start:
-                data, total = await ranged_get(fs, path, start, end)
-                if totals is not None and total is not None:
-                    totals[path] = total
-                return data
-            # Keyword arguments: s3fs's second positional argument is a version id.
-            return await fs._cat_file(path, start=start, end=end)
-
-        async def one(path: str, start: int, end: int) -> Any:
-            # Each range waits for a slot of the store's adaptive limit (`guideloom.io.throttle`).
-            requests: builtins.list[throttle.Request] = []
-            try:
-                return await asyncio.wait_for(
-                    self._slotted(fs, lambda: get(path, start, end), requests), remaining
-                )
-            except asyncio.TimeoutError:
-                return DeadlineExceeded(self.deadline_s, 1, _throttled_last(None, requests))
-            except Exception as err:  # returned, not raised: the caller names its file
-                return err
-
-        async def gather() -> list[Any]:
-            return list(await asyncio.gather(*(one(p, a, b) for p, a, b in zip(paths, starts, ends))))
-
-        results: list[Any] = fsspec.asyn.sync(fs.loop, gather)
-        return results
-
-    @staticmethod
-    def _read_local(path: str, start: int, end: int, totals: dict[str, int] | None = None) -> bytes:
-        with open(path, "rb") as f:
-            if totals is not None:
-                totals[path] = os.fstat(f.fileno()).st_size
-            return os.pread(f.fileno(), end - start, start)
-
     # Other processes write these files: never answer from fsspec's listings cache.
 
     def exists(self, rel: str) -> bool:
@@ -582,197 +250,6 @@ class Location:
         if not self.is_local:
             raise ValueError(f"{self.describe(rel)} is not on a local filesystem")
         return self.path(rel)
-
-    # -- writing ---------------------------------------------------------------------------------
-
-    def write(self, rel: str, chunks: bytes | Sequence[bytes | memoryview]) -> None:
-        """Write a whole file so that readers see the old file or the new one, never a mix.
-
-        Local disk: a temporary file in the same directory, then an atomic rename. Object
-        stores: one PUT (a multipart upload also appears at once, when it completes).
-        """
-        self.backend.refuse_write(self.describe(rel))
-        parts = [chunks] if isinstance(chunks, (bytes, bytearray, memoryview)) else list(chunks)
-        with self._translated("writing", rel):
-            path = self.path(rel)
-            if self.is_local:
-                tmp = _temp_beside(path)
-                try:
-                    with open(tmp, "wb") as f:
-                        for part in parts:
-                            f.write(part)
-                    os.replace(tmp, path)
-                except BaseException:
-                    if os.path.exists(tmp):
-                        os.unlink(tmp)
-                    raise
-            else:
-                data = parts[0] if len(parts) == 1 else b"".join(parts)
-                self._call("pipe_file", path, bytes(data))
-
-    def create(self, rel: str, data: bytes, claims: str | None = None) -> bool:
-        """Write a new file only if none is at ``rel``: True if this call created it, False if
-        a file was already there (then nothing is written).
-
-        Local disk: a temporary file, then ``os.link`` to the name (atomic; fails if the name
-        exists). Object stores: a conditional PUT (``If-None-Match: *``) where the endpoint
-        honours it (`conditional_writes`). Elsewhere, with ``claims`` (a folder for this one
-        name), writers claim the name first (`_create_by_claim`); without it, a check then a
-        PUT, which two writers racing within one request's time can both pass.
-        """
-        self.backend.refuse_write(self.describe(rel))
-        with self._translated("creating", rel):
-            path = self.path(rel)
-            if self.is_local:
-                tmp = _temp_beside(path)
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                try:
-                    os.link(tmp, path)
-                except FileExistsError:
-                    return False
-                finally:
-                    os.unlink(tmp)
-                return True
-            if self.conditional_writes():
-                try:
-                    self._call("pipe_file", path, bytes(data), mode="create")
-                except FileExistsError:
-                    return False
-                return True
-        if claims is not None:
-            return self._create_by_claim(rel, data, claims)
-        with self._translated("creating", rel):
-            if self._exists_now(path):
-                return False
-            self._call("pipe_file", path, bytes(data))
-            return True
-
-    def _exists_now(self, path: str) -> bool:
-        self.fs.invalidate_cache(path)
-        return bool(self._call("exists", path))
-
-    def _create_by_claim(self, rel: str, data: bytes, claims: str) -> bool:
-        """`create` on a store that ignores ``If-None-Match``, safe for any number of writers
-        on a store whose listings show every finished write (S3, GCS and Azure are strongly
-        consistent; so is Ceph RGW within one zone).
-
-        A writer PUTs a claim of its own (a new, unique name) into ``claims``, then lists the
-        folder, and creates ``rel`` only if its claim is the only live one there. Of two claims,
-        the one written second is listed beside the first, so two writers never both see
-        themselves alone; when each sees the other, both withdraw and try again after a random
-        pause. A claim older than `CLAIM_LEASE_S` (by the store's clock, against this writer's
-        own claim) is a crashed writer's and does not count. What is left unsafe: a writer that
-        pauses for longer than the lease between its listing and its PUT of ``rel``.
-        """
-        path = self.path(rel)
-        mine = f"{claims}/{time.time_ns():020d}-{uuid.uuid4().hex}"
-        give_up = time.monotonic() + 2 * CLAIM_LEASE_S  # a crashed writer's claim goes stale first
-        round_ = 0
-        while True:
-            with self._translated("creating", rel):
-                if self._exists_now(path):
-                    return False
-            self.write(mine, b"")
-            try:
-                live = self._live_claims(claims, mine)
-                if live == [mine]:
-                    with self._translated("creating", rel):
-                        if self._exists_now(path):  # taken while this writer claimed
-                            return False
-                        self._call("pipe_file", path, bytes(data))
-                    return True
-            finally:
-                self.delete(mine)
-            if time.monotonic() >= give_up:
-                break
-            time.sleep(random.uniform(0.02, 0.1) * 2 ** min(round_, 4))
-            round_ += 1
-        raise CommitConflictError(
-            f"creating {self.describe(rel)}: other writers kept claiming the same name for "
-            f"{2 * CLAIM_LEASE_S:g} s; this store ignores conditional writes (If-None-Match), so "
-            "writers take turns by claims. Try again, or commit from fewer writers at once"
-        )
-
-    def _live_claims(self, claims: str, mine: str) -> builtins.list[str]:
-        """The claims under ``claims`` that are not stale (`CLAIM_LEASE_S`), as relative paths;
-        stale ones are removed on the way."""
-        listed = self.modified_under(claims)
-        own = listed.get(mine)
-        live = []
-        for name, when in listed.items():
-            if own and when and when < own - CLAIM_LEASE_S:
-                self.delete(name)  # a crashed writer's claim
-                continue
-            live.append(name)
-        return sorted(live)
-
-    def conditional_writes(self) -> bool:
-        """Whether the store refuses a second create of one name (``If-None-Match: *``):
-        detected once per endpoint and process, by creating a probe object twice."""
-        key = self.endpoint or self.url.partition("://")[0]  # no endpoint: one answer per protocol
-        known = _CONDITIONAL.get(key)
-        if known is not None:
-            return known
-        if self.is_local:
-            _CONDITIONAL[key] = True
-            return True
-        probe = self.path(f".guideloom-probe-{uuid.uuid4().hex}")
-        supported = False
-        try:
-            self._call("pipe_file", probe, b"1", mode="create")
-            self._call("pipe_file", probe, b"2", mode="create")
-        except FileExistsError:
-            supported = True  # the second create was refused
-        except (OSError, ValueError, TypeError):
-            supported = False  # the filesystem has no conditional create
-        finally:
-            try:
-                self._call("rm", probe)
-            except (OSError, FileNotFoundError):
-                pass
-        _CONDITIONAL[key] = supported
-        return supported
-
-    def delete(self, rel: str, recursive: bool = False) -> None:
-        """Remove a file (or a tree with ``recursive``); missing is fine."""
-        self.backend.refuse_write(self.describe(rel))
-        with self._translated("deleting", rel):
-            try:
-                self._call("rm", self.path(rel), recursive=recursive)
-            except FileNotFoundError:
-                pass
-
-
-def _backoff(failures: int, throttled: int) -> float:
-    """Seconds to wait before the next attempt: after a throttling answer (``throttled``-th in a
-    row) a jittered, growing pause of up to 2 s (readers that throttle together do not come back
-    together); after another failure 0.2 s, doubling."""
-    if throttled:
-        return random.uniform(0.5, 1.0) * min(2.0, 0.1 * 2 ** (throttled - 1))
-    return 0.2 * 2 ** max(0, failures - 1)
-
-
-def _throttled_last(
-    last: BaseException | None, requests: builtins.list[throttle.Request] | None
-) -> BaseException | None:
-    """The error to name when the deadline cut an attempt off: ``last``, or a `ThrottledError`
-    when the store was throttling the attempts (seen by `throttle`) and ``last`` says nothing
-    of it."""
-    if last is not None and is_throttled(last):
-        return last
-    slowed = [r for r in requests or () if r.throttled]
-    if slowed:
-        return ThrottledError(sum(r.throttled for r in slowed), slowed[-1].answer)
-    return last
-
-
-def _temp_beside(path: str) -> str:
-    """A fresh temporary name in ``path``'s folder (made if missing), for a file that then
-    takes ``path`` in one atomic step (rename or link)."""
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    return os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
 
 
 def _install_hint(url: str) -> str:

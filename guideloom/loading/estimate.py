@@ -223,6 +223,9 @@ class _Planner:
     def read_iter(self, requests: Sequence[tuple[int, str, int, int]]) -> Iterator[bytes]:
         return iter(self.read(requests))
 
+    def map_file(self, shard: int, file: str) -> memoryview | None:
+        return None  # played as a remote reader: nothing mapped
+
     def read_into(
         self, requests: Sequence[tuple[int, str, int, int]], buffers: Sequence[Sequence[memoryview]]
     ) -> None:

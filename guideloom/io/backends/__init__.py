@@ -19,7 +19,15 @@ from guideloom.io.backends.local import LocalBackend
 from guideloom.io.backends.memory import MemoryBackend
 from guideloom.io.backends.s3 import S3Backend
 
-__all__ = ["BACKENDS", "DEFAULT_BACKEND", "Backend", "backend_for", "backend_of_fs", "protocol_of"]
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_BACKEND",
+    "Backend",
+    "backend_for",
+    "backend_of_fs",
+    "protocol_of",
+    "texts_for",
+]
 
 # The registry: one line per store.
 BACKENDS: tuple[Backend, ...] = (
@@ -52,3 +60,11 @@ def backend_of_fs(fs: Any) -> Backend:
         if protocol in _BY_PROTOCOL:
             return _BY_PROTOCOL[protocol]
     return DEFAULT_BACKEND
+
+
+def texts_for(backend: Backend) -> Backend:
+    """The backend whose texts word ``backend``'s errors: its own, or, for a store with none of
+    its own (memory://, another fsspec protocol), S3's (GuideLoom's default wording)."""
+    if backend.generic_hint is not None:
+        return backend
+    return next(b for b in BACKENDS if b.key == "s3")
