@@ -21,6 +21,7 @@ from guideloom.io.backends.s3 import S3Backend
 
 __all__ = [
     "BACKENDS",
+    "PRICES_TAKEN",
     "DEFAULT_BACKEND",
     "Backend",
     "backend_for",
@@ -28,6 +29,9 @@ __all__ = [
     "protocol_of",
     "texts_for",
 ]
+
+PRICES_TAKEN = "2026-12"
+"""When the backends' `list_prices` were written down (check your provider's current ones)."""
 
 # The registry: one line per store.
 BACKENDS: tuple[Backend, ...] = (

@@ -43,6 +43,9 @@ class AzureBackend(Backend):
         "accounts, or ask for a higher limit"
     )
 
+    # Hot tier read operations
+    list_prices: ClassVar[dict[str, float] | None] = {"get_per_1000": 0.00044, "egress_per_gb": 0.087}
+
     def prepare(self, fs: Any) -> None:
         quicken_azure_retries(fs)
 

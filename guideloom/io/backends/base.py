@@ -43,6 +43,9 @@ class Backend:
     generic_hint: ClassVar[str | None] = None
     #: How to get more request rate from this store, for throttling that lasts; or None.
     throttle_spread: ClassVar[str | None] = None
+    #: US dollars per 1,000 GET-class requests and per GB sent out (``get_per_1000``,
+    #: ``egress_per_gb``), as `PRICES_TAKEN`; None: no list price (`guideloom.loading.estimate`).
+    list_prices: ClassVar[dict[str, float] | None] = None
     #: A missing object costs one more request billed as a LIST (s3fs looks for a folder).
     missing_costs_list: ClassVar[bool] = False
     #: A HEAD answered 403 may mean "missing, and you may not list" (S3's rule).

@@ -37,6 +37,9 @@ class GCSBackend(Backend):
         "the objects over more names"
     )
 
+    # Standard storage, class B operations
+    list_prices: ClassVar[dict[str, float] | None] = {"get_per_1000": 0.0004, "egress_per_gb": 0.12}
+
     def endpoint(self, fs: Any, url: str, options: dict[str, Any]) -> str | None:
         found = getattr(fs, "_location", None) if fs is not None else None
         found = found or options.get("endpoint_url") or os.environ.get("STORAGE_EMULATOR_HOST")

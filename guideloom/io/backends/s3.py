@@ -34,6 +34,8 @@ class S3Backend(Backend):
         "over more prefixes (e.g. one dataset per prefix rather than many readers on one), or ask "
         "AWS to partition the prefix"
     )
+    # Standard, us-east-1
+    list_prices: ClassVar[dict[str, float] | None] = {"get_per_1000": 0.0004, "egress_per_gb": 0.09}
     missing_costs_list: ClassVar[bool] = True
     forbidden_head_may_be_missing: ClassVar[bool] = True
 
