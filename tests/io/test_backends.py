@@ -48,6 +48,9 @@ def test_every_backend_keeps_the_contract() -> None:
             for text in ("generic_hint", "endpoint_options", "throttle_spread"):
                 assert isinstance(getattr(backend, text), str), (backend, text)
             assert backend.extra is not None, f"{backend!r}: which extra installs it?"
+        if backend.list_prices is not None:
+            assert set(backend.list_prices) == {"get_per_1000", "egress_per_gb"}, backend
+            assert all(v >= 0 for v in backend.list_prices.values()), backend
         assert backend.is_local == (backend.endpoint(None, f"{backend.protocols[0]}://h/x", {}) is None)
     assert backend_for("/a/local/path").is_local and backend_for("file:///x").is_local
     assert backend_for("ftp://host/x") is DEFAULT_BACKEND
