@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fsspec
 import fsspec.asyn
@@ -62,23 +62,20 @@ class Requests:
     backend: Backend
     _store: str | None
 
-    @property
-    def fs(self) -> Any:
-        raise NotImplementedError
+    if TYPE_CHECKING:
 
-    @property
-    def endpoint(self) -> str | None:
-        raise NotImplementedError
+        @property
+        def fs(self) -> Any: ...
 
-    @property
-    def is_local(self) -> bool:
-        raise NotImplementedError
+        @property
+        def endpoint(self) -> str | None: ...
 
-    def path(self, rel: str) -> str:
-        raise NotImplementedError
+        @property
+        def is_local(self) -> bool: ...
 
-    def describe(self, rel: str) -> str:
-        raise NotImplementedError
+        def path(self, rel: str) -> str: ...
+
+        def describe(self, rel: str) -> str: ...
 
     def _translated(self, action: str, rel: str) -> AbstractContextManager[None]:
         """Backend errors of the body as `guideloom.errors` naming ``rel`` (see `translated`)."""

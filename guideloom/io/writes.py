@@ -12,6 +12,7 @@ import random
 import time
 import uuid
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from guideloom.errors import CommitConflictError
 from guideloom.io.requests import Requests
@@ -25,8 +26,9 @@ CLAIM_LEASE_S = 30.0  # a claim on a name older than this is a crashed writer's 
 class Writes(Requests):
     """`write`, `create`, `delete` (see the module docstring)."""
 
-    def modified_under(self, rel: str) -> dict[str, float]:
-        raise NotImplementedError  # `Location`'s listing
+    if TYPE_CHECKING:
+
+        def modified_under(self, rel: str) -> dict[str, float]: ...  # `Location`'s listing
 
     def write(self, rel: str, chunks: bytes | Sequence[bytes | memoryview]) -> None:
         """Write a whole file so that readers see the old file or the new one, never a mix.

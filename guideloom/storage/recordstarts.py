@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,8 +36,9 @@ class RecordStarts:
     shard_starts: np.ndarray
     shard_tokens: np.ndarray
 
-    def _indexes(self, indexes: Any) -> np.ndarray:
-        raise NotImplementedError  # `View._indexes`
+    if TYPE_CHECKING:
+
+        def _indexes(self, indexes: Any) -> np.ndarray: ...  # `View._indexes`
 
     @property
     def has_record_starts(self) -> bool:
