@@ -171,6 +171,13 @@ class ShardReader(Protocol):
         """The files and the sizes every read is checked against."""
         ...
 
+    def map_file(self, shard: int, file: str) -> memoryview | None:
+        """A read-only memory map of shard ``shard``'s whole file ``file`` (size-checked like a
+        read), where the reader's files are on local disk; None elsewhere (read it instead).
+        For small index files read many times at random (record starts): mapped pages stay
+        resident in the process, so data files are read, never mapped."""
+        ...
+
     def read(self, requests: Sequence[tuple[int, str, int, int]]) -> list[bytes]:
         """The bytes of each request (a `ByteRequest` or a plain tuple in its order), in request
         order. Bytes, not arrays: a positioned read returns them as they are, decoders take

@@ -20,6 +20,7 @@ from typing import Any
 
 from guideloom.errors import IngestError
 from guideloom.io import redact_url
+from guideloom.io.backends import backend_of_fs
 from guideloom.io.location import endpoint_of
 from guideloom.types import BadRecord, Document, InputReader, InputRecord, ReadOptions
 from guideloom.workers.readers import BUILTIN_KINDS, INPUT_READERS, first_fields, input_reader, line_number
@@ -196,8 +197,8 @@ def _listing_error(pattern: str, err: BaseException) -> IngestError:
 
 
 def _is_local(fs: Any) -> bool:
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    return protocol in ("file", "local")
+    """Whether ``fs`` is local disk: the answer of its store's backend (`guideloom.io.backends`)."""
+    return backend_of_fs(fs).is_local
 
 
 def read_segment(

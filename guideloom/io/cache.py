@@ -468,6 +468,9 @@ class CachedShardReader:
     def local(self) -> bool:
         return False
 
+    def map_file(self, shard: int, file: str) -> memoryview | None:
+        return None  # read through the cache, never around it
+
     @property
     def table(self) -> FileTable:
         return self.inner.table

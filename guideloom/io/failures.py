@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Protocol
 
 from guideloom.errors import (
     BucketNotFoundError,
@@ -167,13 +168,38 @@ def is_deadline(err: BaseException) -> bool:
     return type(err).__name__ == "FSTimeoutError"
 
 
+class StoreTexts(Protocol):
+    """How messages word one store (a `guideloom.io.backends.Backend` is one)."""
+
+    @property
+    def display_name(self) -> str: ...
+
+    @property
+    def bucket_word(self) -> str: ...
+
+    @property
+    def endpoint_options(self) -> str | None: ...
+
+    @property
+    def generic_hint(self) -> str | None: ...
+
+    @property
+    def throttle_spread(self) -> str | None: ...
+
+    @property
+    def forbidden_head_may_be_missing(self) -> bool: ...
+
+
 @contextmanager
-def translated(action: str, where: str, endpoint: Callable[[], str | None]) -> Iterator[None]:
+def translated(
+    action: str, where: str, endpoint: Callable[[], str | None], store: StoreTexts
+) -> Iterator[None]:
     """Raise what the body raises as a `guideloom.errors` error (or ``FileNotFoundError``) whose
     message starts with ``"{action} {where}"`` and names ``endpoint()`` where it matters.
 
     ``endpoint()`` is None for local disk: an error there names the disk, never an endpoint (an
-    ``AWS_ENDPOINT_URL`` in the environment has nothing to do with a local path)."""
+    ``AWS_ENDPOINT_URL`` in the environment has nothing to do with a local path). ``store``
+    (the store's backend, `guideloom.io.backends.texts_for`) words what differs by store."""
     try:
         yield
     except GuideLoomError:
@@ -181,9 +207,9 @@ def translated(action: str, where: str, endpoint: Callable[[], str | None]) -> I
     except DeadlineExceeded as err:
         if err.last is not None and is_throttled(err.last):
             raise StorageTimeoutError(
-                f"{action} {where}: {_throttled_text(where, endpoint(), err.last)} for the whole "
+                f"{action} {where}: {_throttled_text(store, endpoint(), err.last)} for the whole "
                 f"I/O deadline of {err.seconds:g} s ({err.attempts} attempt(s)). "
-                f"{_throttle_fix(where)}"
+                f"{_throttle_fix(store)}"
             ) from err.last
         last = f"; last error: {type(err.last).__name__}: {_safe(err.last)}" if err.last else ""
         raise StorageTimeoutError(
@@ -198,15 +224,15 @@ def translated(action: str, where: str, endpoint: Callable[[], str | None]) -> I
         at = endpoint()
         if _bucket_missing(err):
             raise BucketNotFoundError(
-                f"{action} {where}: the {_bucket_word(where)} does not exist at the endpoint {at}; "
-                f"create the {_bucket_word(where)} first, or check its name and the endpoint "
-                f"({_endpoint_options(where)})"
+                f"{action} {where}: the {_bucket_word(store)} does not exist at the endpoint {at}; "
+                f"create the {_bucket_word(store)} first, or check its name and the endpoint "
+                f"({_endpoint_options(store)})"
             ) from err
         if action == "writing" and at is not None:
             raise FileNotFoundError(
-                f"{action} {where}: the {_bucket_word(where)} does not exist at the endpoint {at}; "
-                f"create the {_bucket_word(where)} first, or check its name and the endpoint "
-                f"({_endpoint_options(where)})"
+                f"{action} {where}: the {_bucket_word(store)} does not exist at the endpoint {at}; "
+                f"create the {_bucket_word(store)} first, or check its name and the endpoint "
+                f"({_endpoint_options(store)})"
             ) from err
         raise FileNotFoundError(f"{action} {where}: not found") from err
     except PermissionError as err:
@@ -219,8 +245,8 @@ def translated(action: str, where: str, endpoint: Callable[[], str | None]) -> I
             ) from err
         code, text = _service_code(err)
         if code:
-            hint = _CODE_HINTS.get(code, _generic_hint(where))
-            if action == "checking" and code in ("403", "Forbidden") and _store(where) == "s3":
+            hint = _CODE_HINTS.get(code, _generic_hint(store))
+            if action == "checking" and code in ("403", "Forbidden") and store.forbidden_head_may_be_missing:
                 hint = _HEAD_FORBIDDEN_HINT
             raise StorageAccessError(
                 f"{action} {where}: access denied by the storage endpoint {at} ({code}"
@@ -228,7 +254,7 @@ def translated(action: str, where: str, endpoint: Callable[[], str | None]) -> I
             ) from err
         raise StorageAccessError(
             f"{action} {where}: access denied by the storage endpoint {at} "
-            f"({type(err).__name__}: {_safe(err)}). {_generic_hint(where)}"
+            f"({type(err).__name__}: {_safe(err)}). {_generic_hint(store)}"
         ) from err
     except Exception as err:
         name = type(err).__name__
@@ -236,9 +262,9 @@ def translated(action: str, where: str, endpoint: Callable[[], str | None]) -> I
             at = endpoint()
             if _bucket_missing(err):
                 raise BucketNotFoundError(
-                    f"{action} {where}: the {_bucket_word(where)} does not exist at the endpoint "
-                    f"{at}; create the {_bucket_word(where)} first, or check its name and the "
-                    f"endpoint ({_endpoint_options(where)})"
+                    f"{action} {where}: the {_bucket_word(store)} does not exist at the endpoint "
+                    f"{at}; create the {_bucket_word(store)} first, or check its name and the "
+                    f"endpoint ({_endpoint_options(store)})"
                 ) from err
             raise FileNotFoundError(f"{action} {where}: not found at the endpoint {at}") from err
         status = getattr(err, "status_code", None) or getattr(err, "code", None)
@@ -247,7 +273,7 @@ def translated(action: str, where: str, endpoint: Callable[[], str | None]) -> I
             shown = f"{code}{': ' + text if text else ''}" if code else f"HTTP {status}"
             raise StorageAccessError(
                 f"{action} {where}: access denied by the storage endpoint {endpoint()} ({shown}). "
-                f"{_CODE_HINTS.get(code or '', _generic_hint(where))}"
+                f"{_CODE_HINTS.get(code or '', _generic_hint(store))}"
             ) from err
         if name in _CREDENTIAL_PROBLEMS:
             raise StorageAccessError(
@@ -256,8 +282,8 @@ def translated(action: str, where: str, endpoint: Callable[[], str | None]) -> I
             ) from err
         if is_throttled(err):
             raise StorageAccessError(
-                f"{action} {where}: {_throttled_text(where, endpoint(), err)} on every retry. "
-                f"{_throttle_fix(where)}"
+                f"{action} {where}: {_throttled_text(store, endpoint(), err)} on every retry. "
+                f"{_throttle_fix(store)}"
             ) from err
         if is_checksum_mismatch(err) or isinstance(err, ShortBodyError):
             # It persisted through the retries: the object is damaged, or its way is.
@@ -276,7 +302,7 @@ def translated(action: str, where: str, endpoint: Callable[[], str | None]) -> I
         if name in _UNREACHABLE:  # botocore / aiohttp: nothing answered
             raise StorageAccessError(
                 f"{action} {where}: could not connect to the storage endpoint {endpoint()} "
-                f"({name}). Check the endpoint ({_endpoint_options(where)}) and that the server "
+                f"({name}). Check the endpoint ({_endpoint_options(store)}) and that the server "
                 "is running"
             ) from err
         if not _is_backend_error(err):
@@ -292,7 +318,7 @@ def translated(action: str, where: str, endpoint: Callable[[], str | None]) -> I
             shown = f"{code}{': ' + text if text else ''}" if code else _safe(err)
             raise StorageAccessError(
                 f"{action} {where}: the storage endpoint {at} refused the request ({shown}). "
-                f"{_CODE_HINTS.get(code or '', _generic_hint(where))}"
+                f"{_CODE_HINTS.get(code or '', _generic_hint(store))}"
             ) from err
         raise StorageAccessError(
             f"{action} {where}: the storage endpoint {at} failed "
@@ -349,27 +375,16 @@ _CODE_HINTS = {
 }
 
 
-_STORE_NAMES = {"s3": "S3", "gcs": "GCS", "azure": "Azure Blob"}
-
-
-def _throttled_text(where: str, endpoint: str | None, err: BaseException) -> str:
+def _throttled_text(store: StoreTexts, endpoint: str | None, err: BaseException) -> str:
     return (
-        f"the {_STORE_NAMES[_store(where)]} endpoint {endpoint} throttled the requests "
+        f"the {store.display_name} endpoint {endpoint} throttled the requests "
         f"(it answered {throttle_answer(err)}: slow down)"
     )
 
 
-def _throttle_fix(where: str) -> str:
+def _throttle_fix(store: StoreTexts) -> str:
     """What to do about throttling that lasts: fewer requests, a higher limit, more prefixes."""
-    spread = {
-        "s3": "S3 scales each partitioned prefix to about 5,500 GETs per second: spread the data "
-        "over more prefixes (e.g. one dataset per prefix rather than many readers on one), or ask "
-        "AWS to partition the prefix",
-        "gcs": "GCS raises a bucket's rate gradually: ramp the readers up over minutes, or spread "
-        "the objects over more names",
-        "azure": "an Azure storage account has a request-rate target: spread the data over more "
-        "accounts, or ask for a higher limit",
-    }[_store(where)]
+    spread = store.throttle_spread
     return (
         "GuideLoom already lowered its requests in flight and backed off; the store still asks "
         "for fewer. Lower the request rate (fewer DataLoader workers or readers of this "
@@ -382,24 +397,12 @@ def _at(endpoint: str | None) -> str:
     return "the local file system" if endpoint is None else f"the storage endpoint {endpoint}"
 
 
-def _store(where: str) -> str:
-    for prefix, store in (("gs://", "gcs"), ("gcs://", "gcs"), ("az://", "azure"), ("abfs", "azure")):
-        if where.startswith(prefix):
-            return store
-    return "s3"
+def _bucket_word(store: StoreTexts) -> str:
+    return str(store.bucket_word)
 
 
-def _bucket_word(where: str) -> str:
-    return "container" if _store(where) == "azure" else "bucket"
-
-
-def _endpoint_options(where: str) -> str:
-    return {
-        "s3": "storage_options endpoint_url or client_kwargs.endpoint_url, FSSPEC_S3_ENDPOINT_URL, "
-        "AWS_ENDPOINT_URL",
-        "gcs": "storage_options endpoint_url, STORAGE_EMULATOR_HOST",
-        "azure": "storage_options account_name or connection_string, AZURE_STORAGE_CONNECTION_STRING",
-    }[_store(where)]
+def _endpoint_options(store: StoreTexts) -> str:
+    return str(store.endpoint_options)
 
 
 # S3 answers a HEAD of a missing object with 403 (no body, so no code) when the caller may not
@@ -411,17 +414,8 @@ _HEAD_FORBIDDEN_HINT = (
 )
 
 
-def _generic_hint(where: str) -> str:
-    return {
-        "s3": "Check the credentials (storage_options key/secret or the AWS_* environment "
-        "variables), the endpoint_url, and that the bucket exists and you may use it",
-        "gcs": "Check the credentials (storage_options token: a service-account JSON file, "
-        "'google_default' or 'anon'; or GOOGLE_APPLICATION_CREDENTIALS), and that the bucket "
-        "exists and you may use it",
-        "azure": "Check the credentials (storage_options account_name with account_key, "
-        "sas_token or credential; or connection_string), and that the container exists and you "
-        "may use it",
-    }[_store(where)]
+def _generic_hint(store: StoreTexts) -> str:
+    return str(store.generic_hint)
 
 
 def _service_code(err: BaseException) -> tuple[str | None, str]:

@@ -1,8 +1,8 @@
 """The S3 client pieces GuideLoom adds to s3fs: one session per process, a connection pool as
 large as the ranges fetched at once, and ranged GETs that also report the object's size.
 
-Nothing here is needed for other filesystems; `guideloom.io.location.Location` calls in when a
-URL is ``s3://`` (or ``s3a://``) or its filesystem is s3fs's.
+Nothing here is needed for other filesystems; the S3 backend (`guideloom.io.backends.s3`)
+says when to use these pieces.
 """
 
 from __future__ import annotations
@@ -17,11 +17,9 @@ from guideloom.io.throttle import note_throttled
 __all__ = [
     "MAX_CONCURRENT_RANGES",
     "POOL_OPTION",
-    "S3_PROTOCOLS",
     "check_body_length",
     "content_range_span",
     "content_range_total",
-    "is_s3",
     "ranged_get",
     "read_from",
     "s3_options",
@@ -29,7 +27,6 @@ __all__ = [
 ]
 
 MAX_CONCURRENT_RANGES = 64  # range requests in flight at once for one batch
-S3_PROTOCOLS = ("s3://", "s3a://")
 # s3fs's client (aiobotocore) keeps at most 10 connections by default, which would queue most of
 # the concurrent ranges; GuideLoom asks for as many as it sends, unless the user set the option.
 POOL_OPTION = "max_pool_connections"  # in s3fs's config_kwargs (botocore's Config)
@@ -174,8 +171,3 @@ async def watch_throttling(fs: Any) -> None:
             client._guideloom_watched = True
         except AttributeError:  # pragma: no cover - unique_id keeps it registered once anyway
             pass
-
-
-def is_s3(fs: Any) -> bool:
-    """Whether ``fs`` is s3fs's filesystem (its ranged GETs report the object's size)."""
-    return type(fs).__name__ == "S3FileSystem"

@@ -9,10 +9,11 @@ requests ``(shard, file, start, stop)`` and is one round of I/O.
   closed first: a hit costs one dictionary lookup, no bookkeeping). A file's size is
   checked against the table once, when it is opened (``fstat``). Descriptors belong to the
   process that opened them: a forked child, or an unpickled copy, opens its own. Nothing is
-  memory-mapped: mapped pages of a file stay resident in the reading process, so its RSS would
-  grow with the dataset, while positioned reads keep it flat (measured against a map with
-  ``MADV_RANDOM``: large page-cache folios made each fault map about a megabyte, and keeping the
-  map within 64 MiB brought it to 0.55x of positioned reads).
+  memory-mapped by a read: mapped pages of a file stay resident in the reading process, so its
+  RSS would grow with the dataset, while positioned reads keep it flat (measured against a map
+  with ``MADV_RANDOM``: large page-cache folios made each fault map about a megabyte, and keeping
+  the map within 64 MiB brought it to 0.55x of positioned reads). Only small index files are
+  mapped, by a caller that asks (`LocalShardReader.map_file`; the record starts of a stream).
 * `RemoteShardReader` (object stores and other fsspec filesystems): the requests of a call are
   merged where close and fetched concurrently (`Location.read_ranges`); where the backend says
   how large the whole object is with the bytes (S3's ``Content-Range``), that size is checked
@@ -20,7 +21,8 @@ requests ``(shard, file, start, stop)`` and is one round of I/O.
 
 Either way a read shorter than asked is a `ShardCorruptError` and a missing file a
 `ShardNotFoundError`, each naming the shard and the file. `open_shard_reader` decides between
-them, once per location.
+them, once per location, from the store's backend (`guideloom.io.backends`): whether files are
+local is io's business alone, and views only see the reader's interface.
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ def open_shard_reader(
 ) -> LocalShardReader | RemoteShardReader | CachedShardReader:
     """The reader for ``location``'s files: positioned reads on local disk, range requests
     elsewhere; with a ``cache`` (`guideloom.io.cache`), that reader behind the local block cache."""
-    reader = LocalShardReader(location, table) if location.is_local else RemoteShardReader(location, table)
+    local = location.backend.is_local
+    reader = LocalShardReader(location, table) if local else RemoteShardReader(location, table)
     if cache is None:
         return reader
     return CachedShardReader(reader, cache, f"{location.url}\0{location.endpoint}")
@@ -151,6 +154,16 @@ class LocalShardReader(_Reader):
         fd = self._fds.get((shard, file))
         return self._open(shard, file) if fd is None else fd
 
+    def map_file(self, shard: int, file: str) -> memoryview | None:
+        """A read-only memory map of the whole file (size-checked when its descriptor was
+        opened); an empty file is an empty view."""
+        import mmap
+
+        fd = self.descriptor(shard, file)
+        if os.fstat(fd).st_size == 0:
+            return memoryview(b"")
+        return memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
+
     def read(self, requests: Sequence[Request]) -> list[bytes]:
         """One ``pread`` per request, in order."""
         if self._generation != _FORKS[0]:
@@ -237,6 +250,9 @@ class RemoteShardReader(_Reader):
     @property
     def local(self) -> bool:
         return False
+
+    def map_file(self, shard: int, file: str) -> memoryview | None:
+        return None  # behind requests: nothing to map
 
     def read(self, requests: Sequence[Request]) -> list[bytes]:
         """The requests merged where close and fetched concurrently, each checked for length and,

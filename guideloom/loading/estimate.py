@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from guideloom.io.backends import BACKENDS, PRICES_TAKEN
 from guideloom.io.ranges import DEFAULT_GAP_BUDGET, DEFAULT_MAX_GAP, merge_ranges
 from guideloom.storage import Storage
 from guideloom.storage.indexfiles import IndexFiles
@@ -28,15 +29,12 @@ from guideloom.types import DOCUMENTS, STREAM
 
 __all__ = ["PRICES", "PRICES_TAKEN", "Estimate", "estimate"]
 
-PRICES_TAKEN = "2026-12"
-"""When the list prices in `PRICES` were written down (check your provider's current ones)."""
-
+# US dollars: per 1,000 GET-class requests, and per GB (10**9 bytes) sent to the internet, by
+# store: each store's backend holds its list prices (`guideloom.io.backends`, `list_prices`, as
+# of `PRICES_TAKEN`). Reading from a machine in the bucket's own region usually costs no
+# transfer: pass 0.
 PRICES: dict[str, dict[str, float]] = {
-    # US dollars: per 1,000 GET-class requests, and per GB (10**9 bytes) sent to the internet.
-    # Reading from a machine in the bucket's own region usually costs no transfer: pass 0.
-    "s3": {"get_per_1000": 0.0004, "egress_per_gb": 0.09},  # S3 Standard, us-east-1
-    "gcs": {"get_per_1000": 0.0004, "egress_per_gb": 0.12},  # Standard, class B operations
-    "azure": {"get_per_1000": 0.00044, "egress_per_gb": 0.087},  # Hot tier read operations
+    str(b.key): dict(b.list_prices) for b in BACKENDS if b.key is not None and b.list_prices
 }
 
 
@@ -223,6 +221,9 @@ class _Planner:
 
     def read_iter(self, requests: Sequence[tuple[int, str, int, int]]) -> Iterator[bytes]:
         return iter(self.read(requests))
+
+    def map_file(self, shard: int, file: str) -> memoryview | None:
+        return None  # played as a remote reader: nothing mapped
 
     def read_into(
         self, requests: Sequence[tuple[int, str, int, int]], buffers: Sequence[Sequence[memoryview]]

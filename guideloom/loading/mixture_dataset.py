@@ -12,7 +12,7 @@ import numpy as np
 from guideloom.loading.mixture_order import MixtureOrder
 from guideloom.loading.mixture_plan import MixturePlan
 from guideloom.loading.order import ShuffleSettings
-from guideloom.storage import WindowReader
+from guideloom.storage.windows import joined_reader
 from guideloom.types import STREAM, DatasetView, Layout, StreamView
 
 __all__ = ["MixtureDataset"]
@@ -44,9 +44,8 @@ class MixtureDataset:
         self.storage = mixture.storages[0]  # the layout and format all sources share
         self.sequence_length: int | None = self.views[0].sequence_length
         self._starts = np.concatenate([[0], np.cumsum(plan.sizes)]).astype(np.int64)
-        self.is_local = all(s.location.is_local for s in mixture.storages)
         # local stream sources are read by one WindowReader, all in one pass into one array
-        self._windows = WindowReader.joining(self.views) if self.is_local else None
+        self._windows = joined_reader(self.views)
         self.fingerprints = [str(s.manifest.fingerprint) for s in mixture.storages]
         ident = {**plan.identity(), "fingerprints": self.fingerprints}
         self.identity = ident

@@ -249,11 +249,7 @@ class History:
             if isinstance(legacy, Snapshot):
                 raise ManifestError(f"{where}: snapshot {snap.id} has no table pieces")
             return legacy
-        if len(snap.pieces) == 1 or self.location.is_local:  # no request latency to overlap
-            tables = [self.read_piece(p) for p in snap.pieces]
-        else:
-            with ThreadPoolExecutor(max_workers=min(_THREADS, len(snap.pieces))) as pool:
-                tables = list(pool.map(self.read_piece, snap.pieces))
+        tables = self.location.each(self.read_piece, snap.pieces, _THREADS)
         record = self.location.describe(layout.snapshot_log_path(snap.sequence))
         pieces = ", ".join(p.path.rsplit("/", 1)[-1] for p in snap.pieces)
         try:

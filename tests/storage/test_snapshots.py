@@ -384,7 +384,7 @@ def test_appenders_racing_on_a_store_without_conditional_writes_all_land(s3_buck
 @pytest.mark.s3
 def test_a_crashed_writers_claim_expires(s3_bucket, s3_options, monkeypatch):
     """A claim left by a writer that died holding it blocks the number only for the lease."""
-    import guideloom.io.location as location_module
+    import guideloom.io.writes as location_module  # (the claims live in io/writes.py)
 
     monkeypatch.setattr(Location, "conditional_writes", lambda self: False)
     monkeypatch.setattr(location_module, "CLAIM_LEASE_S", 1.0)

@@ -178,7 +178,7 @@ def test_small_and_large_plans_read_the_same_samples(where: str, monkeypatch: py
 def test_a_window_reader_over_several_views_reads_each_views_windows(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import guideloom.storage.windows as windows_module
+    import guideloom.storage.windowplan as windows_module  # (WindowReader lives in windowplan.py)
 
     views = [
         StreamDataset(_stream(str(tmp_path / f"s{k}"), seed=k, count=60 + 40 * k), SEQ) for k in range(3)

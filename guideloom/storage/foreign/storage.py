@@ -40,7 +40,8 @@ from guideloom.manifest.models import FileColumn, FormatSpecModel, ShardTable
 from guideloom.storage.base import StreamStorage
 from guideloom.storage.foreign.layouts import TokenFile
 from guideloom.storage.indexfiles import IndexFiles
-from guideloom.storage.windows import _FEW_PIECES, StreamDataset
+from guideloom.storage.recordstarts import _FEW_PIECES
+from guideloom.storage.windows import StreamDataset
 
 __all__ = ["ForeignReader", "ForeignStorage", "ForeignStreamDataset", "identity_of"]
 
