@@ -135,7 +135,7 @@ class BatchOrder(OrderedBatchSampler):
         ``set_epoch`` a framework calls before each epoch keeps a resumed position)."""
         if epoch == self._epoch:
             return
-        if epoch == self._epoch + 1 and not self._fresh:
+        if epoch == self._epoch + 1:
             self._next_epoch()
         else:
             self._configure(int(epoch), 0)

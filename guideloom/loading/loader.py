@@ -884,6 +884,19 @@ class StatefulDataLoader(_TorchdataLoader):
         previous = self._pass() if self._pass is not None else None
         if previous is not None and self._threads is not None:
             previous.close()  # a new pass stops the threads of an abandoned one
+        progress = Progress()
+        current = Pass(lambda: self._open_pass(progress), progress, self._schedule.num_steps)
+        self._live, self._pass = progress, weakref.ref(current)
+        return current
+
+    def _open_pass(self, progress: Progress) -> tuple[Iterator[Any], list[Any]]:
+        """The batches of the pass `__iter__` set up, read from the order as it is now (a
+        ``set_epoch`` since `__iter__` moved it), and what ends their workers."""
+        order = self._order
+        if order._fresh:  # set_epoch moved the order since __iter__
+            order._fresh = False
+            self._rank_counts.start(self._schedule)
+            self._live = progress
         closers: list[Any] = []
         batches: Iterator[Any]
         if self._schedule.num_steps == 0:
@@ -901,10 +914,7 @@ class StatefulDataLoader(_TorchdataLoader):
             closers.append(batches)
         if self._device is not None:
             batches = Placed(batches, self._device)
-        progress = Progress()
-        current = Pass(batches, progress, closers, self._schedule.num_steps)
-        self._live, self._pass = progress, weakref.ref(current)
-        return current
+        return batches, closers
 
     # -- num_workers=0 and thread workers ----------------------------------------------------
     def _groups(self) -> Iterator[list[list[int]]]:
