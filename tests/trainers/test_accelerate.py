@@ -27,6 +27,10 @@ def storage(tmp_path_factory: Any) -> Any:
     return StreamStorage(url, StreamNumpyFormat({"tokens": np.uint16}))
 
 
+def _digest(batch: Any) -> str:
+    return hashlib.sha1(batch["tokens"].numpy().tobytes()).hexdigest()[:12]
+
+
 def _loader(storage: Any, num_workers: int = 0) -> Any:
     return StatefulDataLoader.from_storage(
         storage, sequence_length=SEQ, batch_size=BATCH, shuffle=True, seed=3, num_workers=num_workers
@@ -81,6 +85,8 @@ def test_accelerate_resumes_exactly(storage: Any, tmp_path: Any, stops: tuple[in
                                     workers: tuple[int, int]) -> None:  # fmt: skip
     whole, steps = _run(storage, 0, tmp_path / "unused", False, None)
     assert steps == EPOCHS * STEPS
+    own = _loader(storage)  # GuideLoom's own loop: the batches accelerate must deliver
+    assert [d for d, _ in whole] == [_digest(b) for _ in range(EPOCHS) for b in own]
     seen: list[Any] = []
     for i, stop in enumerate([*stops, None]):
         part, _ = _run(storage, workers[min(i, 1)], tmp_path / "state", i > 0, stop)
