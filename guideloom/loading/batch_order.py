@@ -23,13 +23,28 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
+import torch.distributed as dist
+
 from guideloom.loading.mixture import MixtureDataset
-from guideloom.loading.order import EpochOrder, ShuffleSettings
+from guideloom.loading.order import EpochOrder, ShuffleSettings, positive_int
 from guideloom.loading.sampler import OrderedBatchSampler
 from guideloom.loading.schedule import EpochSchedule
 from guideloom.loading.state import LoaderState, OrderIdentity
 
 __all__ = ["BatchOrder"]
+
+
+def _distributed_default(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    initialized = dist.is_available() and dist.is_initialized()
+    if world_size is None:
+        world_size = dist.get_world_size() if initialized else 1
+    if rank is None:
+        rank = dist.get_rank() if initialized else 0
+    world_size = positive_int("world_size", world_size)
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be an integer in [0, world_size={world_size}), got {rank!r}")
+    return int(rank), world_size
 
 
 class BatchOrder(OrderedBatchSampler):
@@ -56,8 +71,6 @@ class BatchOrder(OrderedBatchSampler):
         rank: int | None = None,
         world_size: int | None = None,
     ) -> None:
-        from guideloom.loading.loader import _distributed_default  # one place decides the defaults
-
         rank, world_size = _distributed_default(rank, world_size)
         settings = (
             shuffle

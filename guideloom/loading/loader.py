@@ -83,7 +83,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 
 from guideloom.errors import DatasetNotFoundError, ResumeStateError
 from guideloom.io.stats import IOStats, io_stats, merge_stats, subtract_stats
-from guideloom.loading.batch_order import BatchOrder
+from guideloom.loading.batch_order import BatchOrder, _distributed_default
 from guideloom.loading.fetch import BatchSource, Finish, GroupCollate, batch_path, unrolled
 from guideloom.loading.mixture import Mixture, MixtureDataset
 from guideloom.loading.mixture_sources import (
@@ -142,18 +142,6 @@ def _or(value: Any, default: Any) -> Any:
 def _is_view(dataset: Any) -> bool:
     """A GuideLoom dataset view (or a mixture's): a `guideloom.types.DatasetView`."""
     return isinstance(dataset, DatasetView)
-
-
-def _distributed_default(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    initialized = dist.is_available() and dist.is_initialized()
-    if world_size is None:
-        world_size = dist.get_world_size() if initialized else 1
-    if rank is None:
-        rank = dist.get_rank() if initialized else 0
-    world_size = positive_int("world_size", world_size)
-    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be an integer in [0, world_size={world_size}), got {rank!r}")
-    return int(rank), world_size
 
 
 def _torchdata_init(loader: _TorchdataLoader, *args: Any, **kwargs: Any) -> None:
