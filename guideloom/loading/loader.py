@@ -161,7 +161,7 @@ class StatefulDataLoader(_TorchdataLoader):
     ``collate_fn``, when given, receives the list of samples instead.
 
     Iterating it (``for batch in loader``) yields the rest of the current epoch, then a new
-    ``for`` loop starts the next epoch; ``len(loader)`` is the number of batches of that pass.
+    ``for`` loop starts the next epoch; ``len(loader)`` is always a whole epoch's batches (torchdata's rule), also after a resume.
     Reading errors of a batch (`ShardNotFoundError`, `ShardCorruptError`,
     `StorageAccessError`) reach the loop with their type and message, also from worker
     processes.
@@ -1084,7 +1084,8 @@ class StatefulDataLoader(_TorchdataLoader):
         return out
 
     def __len__(self) -> int:
-        """Batches in the current (or next) pass: a whole epoch, or its rest after a resume.
+        """A whole epoch's batches of this rank, also after a resume (``len(iter(loader))`` is the
+        rest of the pass; Lightning keeps ``len(loader)`` as the epoch length for the whole fit).
         (torchdata's length, for a loader over a plain torch dataset.)"""
         if not self._guideloom:
             return super().__len__()
