@@ -35,10 +35,11 @@ from guideloom.storage import (
 )
 
 if TYPE_CHECKING:
-    from guideloom.loading import StatefulDataLoader
+    from guideloom.loading import BatchOrder, StatefulDataLoader
     from guideloom.storage.byurl import open_url as open  # noqa: A004, F401
 
 __all__ = [
+    "BatchOrder",
     "DocumentDataset",
     "DocumentJsonFormat",
     "DocumentMsgpackFormat",
@@ -75,6 +76,10 @@ def __getattr__(name: str) -> Any:
         from guideloom.loading import StatefulDataLoader
 
         return StatefulDataLoader
+    if name == "BatchOrder":
+        from guideloom.loading import BatchOrder
+
+        return BatchOrder
     if name == "open":  # guideloom.open; defined lazily so the builtin is never shadowed here
         from guideloom.storage.byurl import open_url
 

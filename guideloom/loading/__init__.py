@@ -19,9 +19,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from guideloom.loading.batch_order import BatchOrder
     from guideloom.loading.loader import StatefulDataLoader
 
-__all__ = ["StatefulDataLoader"]
+__all__ = ["BatchOrder", "StatefulDataLoader"]
 
 
 def __getattr__(name: str) -> Any:
@@ -29,4 +30,8 @@ def __getattr__(name: str) -> Any:
         from guideloom.loading.loader import StatefulDataLoader
 
         return StatefulDataLoader
+    if name == "BatchOrder":
+        from guideloom.loading.batch_order import BatchOrder
+
+        return BatchOrder
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -83,6 +83,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 
 from guideloom.errors import DatasetNotFoundError, ResumeStateError
 from guideloom.io.stats import IOStats, io_stats, merge_stats, subtract_stats
+from guideloom.loading.batch_order import BatchOrder, _distributed_default
 from guideloom.loading.fetch import BatchSource, Finish, GroupCollate, batch_path, unrolled
 from guideloom.loading.mixture import Mixture
 from guideloom.loading.mixture_sources import (
@@ -94,7 +95,6 @@ from guideloom.loading.mixture_sources import (
 from guideloom.loading.order import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_BUFFER_BLOCKS,
-    EpochOrder,
     ShuffleSettings,
     positive_int,
 )
@@ -103,8 +103,8 @@ from guideloom.loading.placement import Placed, accelerator_available
 from guideloom.loading.sampler import (
     DEFAULT_READ_AHEAD_BYTES,
     READ_AHEAD_ENV,
+    GroupedBatches,
     Grouping,
-    OrderedBatchSampler,
     grouped,
 )
 from guideloom.loading.schedule import EpochSchedule
@@ -143,18 +143,6 @@ def _is_view(dataset: Any) -> bool:
     return isinstance(dataset, DatasetView)
 
 
-def _distributed_default(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    initialized = dist.is_available() and dist.is_initialized()
-    if world_size is None:
-        world_size = dist.get_world_size() if initialized else 1
-    if rank is None:
-        rank = dist.get_rank() if initialized else 0
-    world_size = positive_int("world_size", world_size)
-    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be an integer in [0, world_size={world_size}), got {rank!r}")
-    return int(rank), world_size
-
-
 def _torchdata_init(loader: _TorchdataLoader, *args: Any, **kwargs: Any) -> None:
     with warnings.catch_warnings():
         # torchdata 0.11 calls the deprecated torch.set_vital in its constructor; the warning
@@ -172,7 +160,7 @@ class StatefulDataLoader(_TorchdataLoader):
     ``collate_fn``, when given, receives the list of samples instead.
 
     Iterating it (``for batch in loader``) yields the rest of the current epoch, then a new
-    ``for`` loop starts the next epoch; ``len(loader)`` is the number of batches of that pass.
+    ``for`` loop starts the next epoch; ``len(loader)`` is always a whole epoch's batches (torchdata's rule), also after a resume.
     Reading errors of a batch (`ShardNotFoundError`, `ShardCorruptError`,
     `StorageAccessError`) reach the loop with their type and message, also from worker
     processes.
@@ -396,17 +384,29 @@ class StatefulDataLoader(_TorchdataLoader):
             kwargs["pin_memory"] = True  # torch's pin-memory thread serves its worker processes
         # torchdata's worker processes get whole groups from the sampler (one item each); thread
         # workers and num_workers=0 group consecutive batches themselves (see _groups).
-        sampler = OrderedBatchSampler(rank, grouping if torch_workers else None)
+        identity = OrderIdentity.of_view(
+            view, mixture, num_samples=num_samples, seed=int(seed), shuffle=settings
+        )
+        order = BatchOrder._for_loader(view, identity, batch_size, rank, world_size, bool(drop_last))
         self._grouping = grouping
         self._finish_batch = Finish(collate, self._pin)
+        # Public: the view as a DataLoader reads it, the order (a stateful batch sampler) and the
+        # batch's collate; a loader rebuilt from them reads GuideLoom's batches.
         _torchdata_init(
-            self,
-            source,
-            batch_sampler=sampler,
-            num_workers=torch_workers,
-            collate_fn=GroupCollate(collate) if torch_workers else collate,
-            **kwargs,
+            self, source, batch_sampler=order, num_workers=torch_workers, collate_fn=collate, **kwargs
         )
+        # torchdata's worker processes get whole groups (one item each) from a private loader.
+        self._workers: _TorchdataLoader | None = None
+        if torch_workers:
+            self._workers = _TorchdataLoader.__new__(_TorchdataLoader)
+            _torchdata_init(
+                self._workers,
+                source,
+                batch_sampler=GroupedBatches(order, grouping),
+                num_workers=torch_workers,
+                collate_fn=GroupCollate(collate),
+                **kwargs,
+            )
         # DataLoader sets these to None/False for a batch_sampler; report the real settings.
         object.__setattr__(self, "batch_size", batch_size)
         object.__setattr__(self, "drop_last", bool(drop_last))
@@ -420,11 +420,8 @@ class StatefulDataLoader(_TorchdataLoader):
         self.rank = rank
         self.world_size = world_size
         self._shuffle = settings
-        self._identity = OrderIdentity.of_view(
-            view, mixture, num_samples=num_samples, seed=int(seed), shuffle=settings
-        )
         self._source_names: tuple[str, ...] = tuple(mixture.mixture.names) if mixture else ()
-        self._sampler = sampler
+        order._on_epoch_end = self._epoch_ends
         self._live: Progress | None = None  # what the current pass has delivered
         self._pass: weakref.ref[Pass] | None = None  # the current pass, not kept alive by us
         self._copies: SourceCopies | None = None  # thread workers' private views, made lazily
@@ -735,7 +732,9 @@ class StatefulDataLoader(_TorchdataLoader):
         object.__setattr__(self, "dataset", BatchSource(view, source.batched))
         self.view = view
         self._copies = None  # thread workers' private copies were of the old view
-        self._iterator = None  # worker processes receive the new view when they start
+        if self._workers is not None:  # worker processes receive the new view when they start
+            object.__setattr__(self._workers, "dataset", self.dataset)
+            self._workers._iterator = None
         mixture = as_mixture(view)
         if mixture is not None:  # its sources at other snapshots: a new plan
             self._mixture = view = mixture
@@ -823,39 +822,69 @@ class StatefulDataLoader(_TorchdataLoader):
             raise AttributeError("epoch is GuideLoom's: a loader over a plain torch dataset has none")
         return self._epoch
 
+    # The order and where the next pass starts live in the batch sampler (`BatchOrder`).
+    @property
+    def _order(self) -> BatchOrder:
+        return self.batch_sampler  # type: ignore[no-any-return]
+
+    @property
+    def _identity(self) -> OrderIdentity:
+        return self._order.identity
+
+    @_identity.setter
+    def _identity(self, identity: OrderIdentity) -> None:
+        self._order.identity = identity
+
+    @property
+    def _epoch(self) -> int:
+        return self._order.epoch
+
+    @property
+    def _schedule(self) -> EpochSchedule:
+        return self._order._schedule
+
     def _prepare(self, epoch: int, position: int) -> None:
         """Set up the next pass to start at ``position`` of ``epoch`` (an empty pass if nothing
         of that epoch is left for this rank)."""
-        ident = self._identity
-        schedule = EpochSchedule(
-            ident.num_samples, self.batch_size, self.world_size, self.drop_last, position
-        )
-        order: Any
-        if self._mixture is not None:
-            order = self._mixture.epoch_order(self._shuffle, ident.seed, epoch)
-        else:
-            order = EpochOrder(ident.num_samples, shuffle=self._shuffle, seed=ident.seed, epoch=epoch)
-        self._sampler.configure(order, schedule)
         self._rank_counts.update(self._live.received if self._live is not None else 0)
-        self._rank_counts.start(schedule)
-        self._epoch = epoch
-        self._schedule = schedule
+        self._order._configure(epoch, position)
+        self._rank_counts.start(self._schedule)
         self._start_handed = position  # positions of the epoch handed out when the pass starts
-        self._fresh = True  # the next __iter__ starts here instead of moving to the next epoch
         self._live = None
+
+    def _epoch_ends(self) -> None:
+        """The order moves to the next epoch: count the one that ends (and follow the storage)."""
+        done = delivered(self.view, self._handed_out())
+        self._samples_before = [a + b for a, b in zip(self._samples_before, done)]
+        self._follow_current()  # follow=True: the epoch boundary is where it moves
+        self._rank_counts.update(self._live.received if self._live is not None else 0)
+        self._live = None
+        self._start_handed = 0
 
     def __iter__(self) -> Any:
         if not self._guideloom:
             return _TorchdataLoader.__iter__(self)
-        if not self._fresh:
-            done = delivered(self.view, self._handed_out())  # the epoch ends here: count it
-            self._samples_before = [a + b for a, b in zip(self._samples_before, done)]
-            self._follow_current()  # follow=True: the epoch boundary is where it moves
-            self._prepare(self._epoch + 1, 0)
-        self._fresh = False
+        order = self._order
+        if not order._fresh:
+            order._next_epoch()  # calls _epoch_ends first
+            self._rank_counts.start(self._schedule)
+        order._fresh = False
         previous = self._pass() if self._pass is not None else None
         if previous is not None and self._threads is not None:
             previous.close()  # a new pass stops the threads of an abandoned one
+        progress = Progress()
+        current = Pass(lambda: self._open_pass(progress), progress, self._schedule.num_steps)
+        self._live, self._pass = progress, weakref.ref(current)
+        return current
+
+    def _open_pass(self, progress: Progress) -> tuple[Iterator[Any], list[Any]]:
+        """The batches of the pass `__iter__` set up, read from the order as it is now (a
+        ``set_epoch`` since `__iter__` moved it), and what ends their workers."""
+        order = self._order
+        if order._fresh:  # set_epoch moved the order since __iter__
+            order._fresh = False
+            self._rank_counts.start(self._schedule)
+            self._live = progress
         closers: list[Any] = []
         batches: Iterator[Any]
         if self._schedule.num_steps == 0:
@@ -865,21 +894,19 @@ class StatefulDataLoader(_TorchdataLoader):
         elif self.num_workers == 0:
             batches = self._inline_batches()
         else:
-            torch_batches = super().__iter__()
+            assert self._workers is not None
+            torch_batches = self._workers.__iter__()
             closers.append(torch_batches)  # it yields one list of collated batches per group
             batches = unrolled(torch_batches, self._worker_io.__setitem__)
         if not closers:
             closers.append(batches)
         if self._device is not None:
             batches = Placed(batches, self._device)
-        progress = Progress()
-        current = Pass(batches, progress, closers, len(self))
-        self._live, self._pass = progress, weakref.ref(current)
-        return current
+        return batches, closers
 
     # -- num_workers=0 and thread workers ----------------------------------------------------
     def _groups(self) -> Iterator[list[list[int]]]:
-        return grouped(iter(self._sampler), *self._grouping)
+        return grouped(self._order._batches(), *self._grouping)
 
     def _inline_batches(self) -> Iterator[Any]:
         """``num_workers=0``: the same fetch-and-collate path as a thread, run in the loop's
@@ -942,22 +969,10 @@ class StatefulDataLoader(_TorchdataLoader):
         if not self._guideloom:
             return super().state_dict()
         live = self._live
-        if live is None:
-            position, finished = self._schedule.start, False
-        else:
-            position, finished = self._schedule.position_after(live.received), live.ended
-        state = LoaderState(
-            self._identity,
-            epoch=self._epoch,
-            position=position,
-            batch_size=self.batch_size,  # type: ignore[arg-type]
-            world_size=self.world_size,
-            drop_last=self.drop_last,
-            finished=finished,
-            samples_before=tuple(self._samples_before),
-            handed_out=self._handed_out(),
+        received, ended = (live.received, live.ended) if live is not None else (0, False)
+        return self._order.state_at(
+            received, ended, samples_before=tuple(self._samples_before), handed_out=self._handed_out()
         )
-        return state.to_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from a saved state at O(1) cost: the next ``iter(loader)`` resumes there.
@@ -987,13 +1002,7 @@ class StatefulDataLoader(_TorchdataLoader):
         self._pin_saved_sources(saved.identity.source_snapshots)  # a mixture's, per source
         saved.identity.check_continues(self._identity, self._source_names)
         num_samples = self._identity.num_samples
-
-        def batches_left(position: int) -> int:
-            return EpochSchedule(
-                num_samples, self.batch_size, self.world_size, self.drop_last, position
-            ).num_steps
-
-        epoch, position = saved.next_pass(batches_left)
+        epoch, position = self._order._next_pass(saved)
         before, handed = saved.delivered_before(
             lambda start: (
                 EpochSchedule(
@@ -1075,11 +1084,12 @@ class StatefulDataLoader(_TorchdataLoader):
         return out
 
     def __len__(self) -> int:
-        """Batches in the current (or next) pass: a whole epoch, or its rest after a resume.
+        """A whole epoch's batches of this rank, also after a resume (``len(iter(loader))`` is the
+        rest of the pass; Lightning keeps ``len(loader)`` as the epoch length for the whole fit).
         (torchdata's length, for a loader over a plain torch dataset.)"""
         if not self._guideloom:
             return super().__len__()
-        return self._schedule.num_steps
+        return len(self._order)
 
 
 def _refuse_guideloom_only(dataset: Any, takes_order: list[str], shuffle: Any, given: dict[str, Any]) -> None:

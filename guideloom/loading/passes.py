@@ -8,7 +8,7 @@ epoch's end resumes (torchdata's rule, see `guideloom.loading.state`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["Pass", "Progress"]
@@ -32,16 +32,25 @@ class Pass:
     never what was prefetched or already copied to the device.
     """
 
-    def __init__(self, batches: Iterator[Any], progress: Progress, closers: list[Any], length: int) -> None:
-        self._batches = batches
+    def __init__(
+        self, start: Callable[[], tuple[Iterator[Any], list[Any]]], progress: Progress, length: int
+    ) -> None:
+        """``start()`` -> ``(batches, closers)``, called at the first ``next``: a framework may
+        call ``set_epoch`` between ``iter(loader)`` and the first batch (Lightning does), and the
+        pass reads the epoch it set."""
+        self._start: Callable[[], tuple[Iterator[Any], list[Any]]] | None = start
+        self._batches: Iterator[Any] = iter(())
         self._progress = progress
-        self._closers = closers  # objects whose close/_shutdown_workers ends the pass's workers
+        self._closers: list[Any] = []  # objects whose close/_shutdown_workers ends the pass's workers
         self._length = length
 
     def __iter__(self) -> Pass:
         return self
 
     def __next__(self) -> Any:
+        if self._start is not None:
+            start, self._start = self._start, None
+            self._batches, self._closers = start()
         try:
             batch = next(self._batches)
         except StopIteration:
@@ -55,6 +64,7 @@ class Pass:
 
     def close(self) -> None:
         """End the pass now: stop its worker threads or processes."""
+        self._start = None
         for c in self._closers:
             stop = getattr(c, "close", None) or getattr(c, "_shutdown_workers", None)
             if stop is not None:

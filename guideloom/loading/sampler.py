@@ -36,6 +36,7 @@ __all__ = [
     "DEFAULT_READ_AHEAD_BYTES",
     "READ_AHEAD_ENV",
     "Group",
+    "GroupedBatches",
     "Grouping",
     "OrderedBatchSampler",
     "grouped",
@@ -185,3 +186,24 @@ class OrderedBatchSampler(Sampler[list[int]]):
 
     def __len__(self) -> int:
         return self.schedule.num_steps if self.schedule is not None else 0
+
+
+class GroupedBatches(Sampler[list[int]]):
+    """The current pass of an `OrderedBatchSampler` in `Group`s of consecutive batches: what the
+    loader's worker processes get (the DataLoader hands item j to worker j % workers, so each
+    worker gets whole groups). Iterating it does not move the order to another epoch."""
+
+    def __init__(self, batches: OrderedBatchSampler, grouping: Grouping) -> None:
+        super().__init__()
+        self.batches = batches
+        self.grouping = grouping
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for group in grouped(self.batches._batches(), *self.grouping):
+            item = Group(i for b in group for i in b)
+            item.sizes = [len(b) for b in group]
+            yield item
+
+    def __len__(self) -> int:
+        schedule = self.batches.schedule
+        return -(-schedule.num_steps // self.grouping.size) if schedule is not None else 0

@@ -134,10 +134,10 @@ def test_a_state_at_the_last_batch_gives_an_empty_pass(stream: Any) -> None:
     assert (state["epoch"], state["position"], state["finished"]) == (1, WINDOWS, False)
     resumed = _loader(stream)
     resumed.load_state_dict(loader.state_dict())
-    assert (resumed.epoch, len(resumed)) == (1, 0)
+    assert (resumed.epoch, len(resumed)) == (1, len(epoch0))  # len() is always a whole epoch
     assert list(resumed) == []
     assert resumed.state_dict()["guideloom_loader"]["finished"] is True  # that pass has ended
-    assert (resumed.epoch, len(resumed)) == (1, 0)
+    assert resumed.epoch == 1
     epoch2 = list(resumed)
     assert resumed.epoch == 2 and len(epoch2) == len(epoch0)
     reference = _loader(stream)
