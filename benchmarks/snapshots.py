@@ -55,7 +55,7 @@ def _synthetic(url: Path, shards: int) -> None:
     history = History(Location(str(url)))
     piece = history.write_piece(table, 1)
     snap = Snapshot(
-        id=snapshot_id(1, "synthetc"),
+        id=snapshot_id(1, "5e7e71c0"),  # 8 hex digits, as every snapshot id
         sequence=1,
         parent=None,
         time="2026-01-01T00:00:00+00:00",

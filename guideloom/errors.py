@@ -58,7 +58,15 @@ EXCERPT_CHARS = 40
 def excerpt(value: object, limit: int = EXCERPT_CHARS) -> str:
     """``repr(value)`` cut to about ``limit`` characters: what a message may quote of a value
     read from a file (escaped, so control characters and odd bytes show as escapes; never the
-    whole file)."""
+    whole file).
+
+    Args:
+        value: What was read.
+        limit: Characters of its ``repr`` to keep.
+
+    Returns:
+        The excerpt, with the full length said when it was cut.
+    """
     text = repr(value)
     return text if len(text) <= limit else f"{text[:limit]}...({len(text)} chars)"
 

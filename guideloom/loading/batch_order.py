@@ -56,8 +56,8 @@ class BatchOrder(OrderedBatchSampler):
         shuffle: False, True, ``"blocks"``, ``"full"`` or a `ShuffleSettings`.
         seed: The order's seed.
         drop_last: Leave out the epoch's last, smaller batch.
-        rank, world_size: This process's rank and the number of ranks (default: torch.distributed's,
-            else 0 and 1).
+        rank: This process's rank (default: torch.distributed's, else 0).
+        world_size: The number of ranks (default: torch.distributed's, else 1).
     """
 
     def __init__(
@@ -147,7 +147,11 @@ class BatchOrder(OrderedBatchSampler):
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` at its beginning, unless the order is already in ``epoch`` (so the
-        ``set_epoch`` a framework calls before each epoch keeps a resumed position)."""
+        ``set_epoch`` a framework calls before each epoch keeps a resumed position).
+
+        Args:
+            epoch: The epoch the next pass reads (0-based).
+        """
         if epoch == self._epoch:
             return
         if epoch == self._epoch + 1:
@@ -179,7 +183,16 @@ class BatchOrder(OrderedBatchSampler):
 
     # -- state -------------------------------------------------------------------------------
     def state_at(self, received: int, ended: bool, **extra: Any) -> dict[str, Any]:
-        """The state after ``received`` batches of the current pass (``ended``: it raised StopIteration)."""
+        """The state after ``received`` batches of the current pass.
+
+        Args:
+            received: Batches of the current pass the training loop has taken.
+            ended: Whether the pass raised StopIteration (the epoch is over).
+            **extra: More `guideloom.loading.state.LoaderState` fields (a loader's own).
+
+        Returns:
+            The state as `state_dict` gives it.
+        """
         schedule = self._schedule
         if received == 0 and not ended:
             position = schedule.start
@@ -197,15 +210,26 @@ class BatchOrder(OrderedBatchSampler):
         ).to_dict()
 
     def state_dict(self) -> dict[str, Any]:
-        """Where this order is: after the batches its current pass has yielded."""
+        """Where this order is: after the batches its current pass has yielded.
+
+        Returns:
+            A small dict (seed, epoch, one global position, the order's identity) that
+            `load_state_dict` takes, on any rank and with any worker count.
+        """
         if self._fresh:
             return self.state_at(0, False)
         return self.state_at(self._yielded, self._ended)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from a saved state (this order's or a GuideLoom loader's): the next pass
-        starts there, in O(1). Raises `ResumeStateError` naming what differs for a state of
-        other data or another order."""
+        starts there, in O(1).
+
+        Args:
+            state_dict: What `state_dict` (or `StatefulDataLoader.state_dict`) returned.
+
+        Raises:
+            ResumeStateError: The state is of other data or another order (named).
+        """
         saved = LoaderState.from_dict(state_dict)
         saved.identity.check_continues(self.identity, self._source_names())
         epoch, position = self._next_pass(saved)

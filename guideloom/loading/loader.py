@@ -731,6 +731,7 @@ class StatefulDataLoader(_TorchdataLoader):
         source: BatchSource = self.dataset  # type: ignore[assignment]
         object.__setattr__(self, "dataset", BatchSource(view, source.batched))
         self.view = view
+        self._order.view = view  # the order reads the new view's plan (a mixture's) from now on
         self._copies = None  # thread workers' private copies were of the old view
         if self._workers is not None:  # worker processes receive the new view when they start
             object.__setattr__(self._workers, "dataset", self.dataset)

@@ -152,6 +152,12 @@ class OrderedBatchSampler(Sampler[list[int]]):
         self.schedule: EpochSchedule | None = None
 
     def configure(self, order: Order, schedule: EpochSchedule) -> None:
+        """Read ``order`` with ``schedule`` from the next pass on.
+
+        Args:
+            order: The epoch's order (sample index of each position).
+            schedule: Which positions this rank takes, in batches, from where.
+        """
         self.order, self.schedule = order, schedule
 
     def __iter__(self) -> Iterator[list[int]]:

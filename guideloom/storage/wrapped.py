@@ -33,8 +33,15 @@ class WrappedView:
         self.view: Any = view
 
     def base_indexes(self, indexes: Sequence[int] | np.ndarray) -> np.ndarray:
-        """The inner view's sample indexes of this wrapper's ``indexes`` (int64, in order):
-        the same indexes unless a subclass maps them."""
+        """The inner view's sample indexes of this wrapper's ``indexes``: the same indexes
+        unless a subclass maps them.
+
+        Args:
+            indexes: Sample indexes of this wrapper.
+
+        Returns:
+            The inner view's indexes (int64), in the same order.
+        """
         return np.asarray(indexes, dtype=np.int64).reshape(-1)
 
     # -- guideloom.types.DatasetView ----------------------------------------------------------
@@ -83,12 +90,26 @@ class WrappedView:
         return bool(self.view.has_record_starts)
 
     def pieces(self, window: int) -> list[tuple[int, int, int, int]]:
-        """Where window ``window`` is stored (see `guideloom.types.StreamView.pieces`)."""
+        """Where window ``window`` is stored (see `guideloom.types.StreamView.pieces`).
+
+        Args:
+            window: A window of this wrapper.
+
+        Returns:
+            ``(shard, start, stop, offset)`` per shard the window touches.
+        """
         return self.view.pieces(int(self.base_indexes([window])[0]))  # type: ignore[no-any-return]
 
     def record_starts_batch(self, indexes: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where records start in the windows ``indexes`` (see
-        `guideloom.types.StreamView.record_starts_batch`), through `base_indexes`."""
+        `guideloom.types.StreamView.record_starts_batch`), through `base_indexes`.
+
+        Args:
+            indexes: Windows of this wrapper.
+
+        Returns:
+            ``(positions, counts)``, int64: positions within each window, and how many each has.
+        """
         return self.view.record_starts_batch(self.base_indexes(indexes))  # type: ignore[no-any-return]
 
 
