@@ -2,7 +2,7 @@
 import these; `conftest.py` beside it makes fixtures of them).
 
 Megatron pairs are written by `guideloom.storage.foreign.export.write_megatron` (checked against
-megatron-core's own builder and reader in test_megatron_core.py where megatron-core imports);
+megatron-core's own builder and reader in test_foreign_peers.py where megatron-core imports);
 datatrove, nanoGPT and llm.c files by the few lines of NumPy their layouts take.
 """
 
