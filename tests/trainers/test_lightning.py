@@ -135,15 +135,26 @@ def _stop_at_5(tmp_path: Any, model: Any, loader: Any) -> None:
          model, loader)  # fmt: skip
 
 
-def test_estimated_stepping_batches_on_resume_is_a_named_error(storage: Any, tmp_path: Any) -> None:
+def _rebuilt(storage: Any) -> Any:
+    """torchdata's own StatefulDataLoader over GuideLoom's dataset and BatchOrder."""
+    from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
+
+    own = _loader(storage)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*set_vital.*")
+        return TorchdataLoader(own.dataset, batch_sampler=own.batch_sampler, collate_fn=own.collate_fn)
+
+
+@pytest.mark.parametrize("make", [_loader, _rebuilt], ids=["guideloom-loader", "torchdata-batch-order"])
+def test_estimated_stepping_batches_on_resume_is_a_named_error(
+    storage: Any, tmp_path: Any, make: Any
+) -> None:
     """Lightning #20550 would drop the loader state silently; GuideLoom refuses, naming the fix."""
     first = OneCycle()
-    _stop_at_5(tmp_path, first, _loader(storage))  # a fresh fit may read it: no state to lose
+    _stop_at_5(tmp_path, first, make(storage))  # a fresh fit may read it: no state to lose
     assert len(first.seen) == 5
     with pytest.raises(ResumeStateError, match=r"#20550.*len\(train_loader\) \* trainer.max_epochs"):
-        _fit(
-            _trainer(tmp_path, max_epochs=EPOCHS), OneCycle(), _loader(storage), str(tmp_path / "step=5.ckpt")
-        )
+        _fit(_trainer(tmp_path, max_epochs=EPOCHS), OneCycle(), make(storage), str(tmp_path / "step=5.ckpt"))
 
 
 def test_total_steps_from_len_loader_resumes_exactly(storage: Any, tmp_path: Any) -> None:
