@@ -20,12 +20,16 @@ batch sampler that has one) and resumes exactly, in O(1).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
+from itertools import islice
+from types import FrameType
 from typing import Any
 
 import numpy as np
 import torch.distributed as dist
 
+from guideloom.errors import ResumeStateError
 from guideloom.loading.order import EpochOrder, ShuffleSettings, positive_int
 from guideloom.loading.sampler import OrderedBatchSampler
 from guideloom.loading.schedule import EpochSchedule
@@ -45,6 +49,53 @@ def _distributed_default(rank: int | None, world_size: int | None) -> tuple[int,
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
         raise ValueError(f"rank must be an integer in [0, world_size={world_size}), got {rank!r}")
     return int(rank), world_size
+
+
+_LIGHTNING = ("pytorch_lightning", "lightning")
+
+
+def iteration_before_restore() -> ResumeStateError | None:
+    """The `ResumeStateError` to raise at the first batch when Lightning iterates the loader
+    before it restores its state, else None.
+
+    Lightning #20550: ``trainer.estimated_stepping_batches`` (read in ``configure_optimizers``)
+    builds and iterates the train loader before ``fit(ckpt_path=...)`` restores the loop's
+    state, and Lightning then never hands the checkpoint's loader state to the loader: the run
+    would silently start its epoch over. The loader only sees ``iter()`` either way, so this
+    looks at who calls it (a frame of that property, with the trainer resuming a checkpoint).
+    The error is raised at the first batch, not by ``iter()``: Lightning's teardown needs the
+    iterator it was building, and would hide an error raised there behind its own.
+    """
+    frame: FrameType | None = sys._getframe(1)
+    for _ in range(48):
+        if frame is None:
+            return None
+        code = frame.f_code
+        if code.co_name == "estimated_stepping_batches" and (
+            str(frame.f_globals.get("__name__", "")).split(".")[0] in _LIGHTNING
+        ):
+            trainer = frame.f_locals.get("self")
+            ckpt = getattr(trainer, "ckpt_path", None)  # the Trainer's, not a view's
+            if ckpt is None:
+                return None  # a fresh fit: there is no loader state to lose
+            return ResumeStateError(
+                f"Lightning is resuming from {ckpt}, but `trainer.estimated_stepping_batches` "
+                "(read in configure_optimizers) iterates the GuideLoom loader before Lightning "
+                "restores the checkpoint's loader state, and Lightning then never loads that "
+                "state (Lightning issue #20550): the run would silently start the epoch over, "
+                "replaying batches. Fix: compute the scheduler's total steps without it, e.g. "
+                "`len(train_loader) * trainer.max_epochs // trainer.accumulate_grad_batches` "
+                "(len(loader) is a whole epoch's batches of this rank, also after a resume; with "
+                "max_steps set, use trainer.max_steps), and pass the loader or the number to "
+                "your LightningModule."
+            )
+        frame = frame.f_back
+    return None
+
+
+def _raising(error: Exception) -> Iterator[Any]:
+    raise error
+    yield  # a generator: it raises at its first item
 
 
 class BatchOrder(OrderedBatchSampler):
@@ -105,6 +156,8 @@ class BatchOrder(OrderedBatchSampler):
         self._on_epoch_end: Callable[[], None] | None = None
         self._yielded = 0  # batches the current pass's iterator has yielded
         self._ended = False
+        # every skip_steps so far: (epoch, first position, end position), saved in the state
+        self._skipped: tuple[tuple[int, int, int], ...] = ()
         self._configure(0, 0)
 
     # -- the order ---------------------------------------------------------------------------
@@ -124,6 +177,7 @@ class BatchOrder(OrderedBatchSampler):
 
     def _configure(self, epoch: int, position: int) -> None:
         """The next pass starts at ``position`` of ``epoch``."""
+        self._epoch_of_split = epoch
         ident = self.identity
         schedule = EpochSchedule(
             ident.num_samples, self.batch_size, self.world_size, self.drop_last, position
@@ -139,6 +193,50 @@ class BatchOrder(OrderedBatchSampler):
         self._schedule = schedule
         self._fresh = True  # the next pass starts here instead of moving to the next epoch
         self._yielded, self._ended = 0, False
+        self._segments = self._split(schedule)
+
+    def _split(self, schedule: EpochSchedule) -> list[tuple[EpochSchedule, int]]:
+        """The pass as ``(schedule, steps)`` pieces: the skipped steps of this epoch ahead of
+        ``schedule.start`` cut it (the last piece runs to the epoch's end: steps -1)."""
+        pieces: list[tuple[EpochSchedule, int]] = []
+        current = schedule
+        for epoch, lo, hi in sorted(self._skipped):
+            if epoch != self._epoch_of_split or lo < current.start:
+                continue
+            pieces.append((current, (lo - current.start) // current.step_size))
+            current = EpochSchedule(
+                current.num_samples, current.batch_size, current.world_size, current.drop_last, hi
+            )
+        pieces.append((current, -1))
+        return pieces
+
+    def _batches(self, schedule: EpochSchedule | None = None) -> Iterator[list[int]]:
+        if schedule is not None:
+            yield from OrderedBatchSampler._batches(self, schedule)
+            return
+        for piece, steps in self._segments:
+            batches = OrderedBatchSampler._batches(self, piece)
+            yield from (batches if steps < 0 else islice(batches, steps))
+
+    def _walk(self, received: int) -> tuple[EpochSchedule, int]:
+        """The piece of the pass the ``received``-th batch ends in, and the steps taken in it."""
+        for piece, steps in self._segments:
+            if steps < 0 or received < steps:
+                return piece, received
+            received -= steps
+        raise AssertionError("the last piece runs to the epoch's end")
+
+    def pass_steps(self) -> int:
+        """Batches of this rank the current pass yields (skipped steps left out)."""
+        return sum(p.num_steps if n < 0 else n for p, n in self._segments)
+
+    def handed_out(self, received: int) -> int:
+        """The epoch's positions handed out after ``received`` batches of the pass (skipped ones
+        count as handed out: the next pass starts after them)."""
+        piece, steps = self._walk(received)
+        if steps >= piece.num_steps:
+            return piece.start + piece.consumed
+        return piece.start + steps * piece.step_size
 
     def _next_epoch(self) -> None:
         if self._on_epoch_end is not None:
@@ -160,6 +258,9 @@ class BatchOrder(OrderedBatchSampler):
             self._configure(int(epoch), 0)
 
     def __iter__(self) -> Iterator[list[int]]:
+        refused = iteration_before_restore()  # Lightning #20550
+        if refused is not None:
+            return _raising(refused)
         if not self._fresh:
             self._next_epoch()
         if self._schedule.num_steps == 0:  # a state at an epoch's last batch: never an empty pass
@@ -197,7 +298,10 @@ class BatchOrder(OrderedBatchSampler):
         if received == 0 and not ended:
             position = schedule.start
         else:
-            position = schedule.position_after(received)
+            piece, steps = self._walk(received)
+            position = piece.position_after(steps)
+        if self._skipped:
+            extra["skipped"] = self._skipped
         return LoaderState(
             self.identity,
             epoch=self._epoch,
@@ -233,7 +337,48 @@ class BatchOrder(OrderedBatchSampler):
         saved = LoaderState.from_dict(state_dict)
         saved.identity.check_continues(self.identity, self._source_names())
         epoch, position = self._next_pass(saved)
+        self._skipped = saved.skipped
         self._configure(epoch, position)
+
+    def skip_steps(self, steps: range) -> None:
+        """Leave out global steps ``steps.start .. steps.stop - 1`` of the pass about to start:
+        it yields step ``start - 1``'s batch, then step ``stop``'s; the skipped batches are
+        never read. Steps are numbered from the start of training at this order's batch size
+        and world size (as `guideloom.trace` numbers them); the range lies in the epoch the
+        next pass is in, at or after where it starts. The skip is part of the state: a resume
+        from any later state (any world size) and `guideloom.trace` leave the same samples out.
+        """
+        if not isinstance(steps, range) or steps.step != 1 or len(steps) == 0:
+            raise ValueError(f"skip_steps takes a non-empty range of consecutive steps, got {steps!r}")
+        if not self._fresh:
+            raise ValueError(
+                "skip_steps is for the pass about to start: call it after load_state_dict (or "
+                "between epochs), before iterating the loader"
+            )
+        schedule, per_epoch = self._schedule, len(self)
+        epoch, step_size = self._epoch, schedule.step_size
+        if schedule.start % step_size:
+            raise ValueError(
+                f"the pass starts at position {schedule.start} of epoch {epoch}, not at a step of "
+                f"{step_size} positions (batch_size * world_size): step numbers do not apply; "
+                "resume with the saving run's batch size and world size to skip steps"
+            )
+        first = epoch * per_epoch + schedule.start // step_size
+        last = (epoch + 1) * per_epoch
+        if steps.start < first or steps.stop > last:
+            raise ValueError(
+                f"skip_steps({steps!r}): the next pass runs steps {first}..{last - 1} (epoch "
+                f"{epoch}, {per_epoch} steps an epoch at batch_size={self.batch_size}, "
+                f"world_size={self.world_size}); skip a range inside it (and the rest of a later "
+                "epoch once the loader is there)"
+            )
+        base = epoch * per_epoch
+        lo = (steps.start - base) * step_size
+        hi = min((steps.stop - base) * step_size, self.identity.num_samples)
+        if steps.stop == last:
+            hi = self.identity.num_samples
+        self._skipped = tuple(sorted({*self._skipped, (epoch, lo, hi)}))
+        self._segments = self._split(schedule)
 
     def _next_pass(self, saved: LoaderState) -> tuple[int, int]:
         num_samples = self.identity.num_samples

@@ -83,7 +83,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 
 from guideloom.errors import DatasetNotFoundError, ResumeStateError
 from guideloom.io.stats import IOStats, io_stats, merge_stats, subtract_stats
-from guideloom.loading.batch_order import BatchOrder, _distributed_default
+from guideloom.loading.batch_order import BatchOrder, _distributed_default, iteration_before_restore
 from guideloom.loading.fetch import BatchSource, Finish, GroupCollate, batch_path, unrolled
 from guideloom.loading.mixture import Mixture
 from guideloom.loading.mixture_sources import (
@@ -865,6 +865,7 @@ class StatefulDataLoader(_TorchdataLoader):
     def __iter__(self) -> Any:
         if not self._guideloom:
             return _TorchdataLoader.__iter__(self)
+        refused = iteration_before_restore()  # Lightning #20550: raised at the first batch
         order = self._order
         if not order._fresh:
             order._next_epoch()  # calls _epoch_ends first
@@ -874,13 +875,18 @@ class StatefulDataLoader(_TorchdataLoader):
         if previous is not None and self._threads is not None:
             previous.close()  # a new pass stops the threads of an abandoned one
         progress = Progress()
-        current = Pass(lambda: self._open_pass(progress), progress, self._schedule.num_steps)
+        current = Pass(lambda: self._open_pass(progress, refused), progress, order.pass_steps())
         self._live, self._pass = progress, weakref.ref(current)
         return current
 
-    def _open_pass(self, progress: Progress) -> tuple[Iterator[Any], list[Any]]:
+    def _open_pass(
+        self, progress: Progress, refused: Exception | None = None
+    ) -> tuple[Iterator[Any], list[Any]]:
         """The batches of the pass `__iter__` set up, read from the order as it is now (a
-        ``set_epoch`` since `__iter__` moved it), and what ends their workers."""
+        ``set_epoch`` since `__iter__` moved it), and what ends their workers (``refused``: an
+        error `__iter__` found, raised now, at the first batch)."""
+        if refused is not None:
+            raise refused
         order = self._order
         if order._fresh:  # set_epoch moved the order since __iter__
             order._fresh = False
@@ -1019,21 +1025,46 @@ class StatefulDataLoader(_TorchdataLoader):
             handed = 0
         if position == 0 and epoch > saved.epoch:
             self._follow_current()  # the saved epoch ended: the next one may move (follow=True)
+        self._order._skipped = saved.skipped
         self._prepare(epoch, position)
         self._samples_before = before
         self._start_handed = handed
         self.next_iter_state = None  # torchdata must never fast-forward: its own state stays empty
 
+    def skip_steps(self, steps: range) -> None:
+        """Leave out global steps ``steps.start .. steps.stop - 1``: the next pass yields step
+        ``start - 1``'s batch, then step ``stop``'s, and never reads the ones between (skip the
+        batches around a loss spike, say). Call it after `load_state_dict`, before iterating.
+
+        Steps are numbered from the start of training at this loader's batch size and world
+        size, as `guideloom.trace` numbers them; the range lies in the epoch the next pass is in,
+        at or after where it starts. The skip is saved in `state_dict`: later resumes (any world
+        size or number of workers) leave the same samples out, and `guideloom.trace` of a later
+        state omits those steps. `source_counts` counts the skipped samples as passed over.
+
+        Raises:
+            ValueError: Not a non-empty range, the pass already started, or the range is outside
+                the next pass (the message names the steps it runs).
+        """
+        if not self._guideloom:
+            raise AttributeError(
+                "skip_steps is GuideLoom's: build the loader with StatefulDataLoader.from_storage"
+            )
+        if self._live is not None and self._live.received:
+            raise ValueError(
+                "skip_steps is for the pass about to start: call it after load_state_dict (or "
+                "between epochs), before iterating the loader"
+            )
+        self._order.skip_steps(steps)
+
     def _handed_out(self) -> int:
         """Positions of the current epoch handed out up to the last batch the loop received (the
         state's ``position``, except at the epoch's end: not the remainder left out)."""
-        live, schedule = self._live, self._schedule
+        live = self._live
         received = live.received if live is not None else 0
         if received == 0:
             return self._start_handed
-        if received >= schedule.num_steps:
-            return schedule.start + schedule.consumed
-        return schedule.start + received * schedule.step_size
+        return self._order.handed_out(received)
 
     def source_counts(self, scope: str = "global") -> dict[str, dict[str, int | None]]:
         """Samples and tokens delivered per source: since training began over all ranks, or this rank's.

@@ -169,8 +169,9 @@ class OrderedBatchSampler(Sampler[list[int]]):
             item.sizes = [len(b) for b in group]
             yield item
 
-    def _batches(self) -> Iterator[list[int]]:
-        order, schedule = self.order, self.schedule
+    def _batches(self, schedule: EpochSchedule | None = None) -> Iterator[list[int]]:
+        """The batches of ``schedule`` (default: the configured one) in the configured order."""
+        order, schedule = self.order, schedule or self.schedule
         if order is None or schedule is None:
             raise RuntimeError("the batch sampler was iterated before it was configured")
         # The order is evaluated for a chunk of steps at once: NumPy's per-call overhead, not the

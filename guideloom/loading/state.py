@@ -250,6 +250,8 @@ class LoaderState:
     # out (None: a state saved before they were recorded)
     samples_before: tuple[int, ...] | None = None
     handed_out: int | None = None
+    # steps left out with ``skip_steps``: (epoch, first position, end position) over all ranks
+    skipped: tuple[tuple[int, int, int], ...] = ()
 
     def delivered_before(self, consumed: Callable[[int], int]) -> tuple[list[int] | None, int]:
         """``(samples per source before this epoch, or None, positions of this epoch handed out)``.
@@ -279,6 +281,8 @@ class LoaderState:
             fields["mixture"] = copy.deepcopy(self.identity.mixture)
         if self.samples_before is not None and self.handed_out is not None:
             fields["delivered"] = {"samples": list(self.samples_before), "positions": self.handed_out}
+        if self.skipped:
+            fields["skipped"] = [list(s) for s in self.skipped]
         if self.identity.snapshot is not None:
             fields["snapshot"] = self.identity.snapshot
             fields["url"] = self.identity.url
@@ -374,12 +378,35 @@ class LoaderState:
                 inner["delivered"], sources, result.position, identity.num_samples
             )
             result = dataclasses.replace(result, samples_before=samples, handed_out=positions)
+        if "skipped" in inner:
+            result = dataclasses.replace(
+                result, skipped=_skipped_section(inner["skipped"], identity.num_samples)
+            )
         if result.epoch < 0 or not 0 <= result.position <= identity.num_samples:
             raise ResumeStateError(
                 f"corrupt loader state: epoch={result.epoch}, position={result.position} "
                 f"(positions lie in [0, {identity.num_samples}])"
             )
         return result
+
+
+def _skipped_section(section: Any, num_samples: int) -> tuple[tuple[int, int, int], ...]:
+    """Validate the optional ``skipped`` key: ``[[epoch, first position, end position], ...]``."""
+    ok = isinstance(section, list) and all(
+        isinstance(s, list)
+        and len(s) == 3
+        and all(type(x) is int for x in s)
+        and s[0] >= 0
+        and 0 <= s[1] < s[2] <= num_samples
+        for s in section
+    )
+    if not ok:
+        raise ResumeStateError(
+            "corrupt loader state: 'skipped' should be a list of [epoch, first position, end "
+            f"position] with 0 <= first < end <= {num_samples} (what skip_steps recorded); restore "
+            "it from the checkpoint as saved"
+        )
+    return tuple((s[0], s[1], s[2]) for s in section)
 
 
 def _delivered_section(

@@ -9,7 +9,8 @@ record per row, with where the row's bytes are.
 Steps are numbered from the start of training (epoch 0, step 0) at the state's batch size and
 world size: step ``s`` is step ``s % steps_per_epoch`` of epoch ``s // steps_per_epoch``. A run
 that changed its world size or batch size part-way numbers its later steps differently: trace
-those with a state saved after the change and ``first_step=`` the step it was saved at.
+those with a state saved after the change and ``first_step=`` the step it was saved at. Steps a
+run left out with ``loader.skip_steps`` (recorded in its later states) have no rows.
 """
 
 from __future__ import annotations
@@ -146,7 +147,13 @@ class _Tracer:
             cols["sample_index"].append(np.asarray(local, dtype=np.int64))
             step += last - first
         empty = np.zeros(0, dtype=np.int64)
-        return TraceArrays(**{k: np.concatenate(v) if v else empty for k, v in cols.items()})
+        out = {k: np.concatenate(v) if v else empty for k, v in cols.items()}
+        if self.state.skipped:  # steps left out with skip_steps were never trained
+            kept = np.ones(out["step"].size, dtype=bool)
+            for epoch, lo, hi in self.state.skipped:
+                kept &= ~((out["epoch"] == epoch) & (out["position"] >= lo) & (out["position"] < hi))
+            out = {k: v[kept] for k, v in out.items()}
+        return TraceArrays(**out)
 
     def where(self, source: int, sample: int) -> dict[str, Any]:
         """The shard(s) and byte ranges of one sample of one source's view."""

@@ -15,6 +15,7 @@ import torch
 pl = pytest.importorskip("pytorch_lightning")
 
 from guideloom import StatefulDataLoader, StreamNumpyFormat, StreamStorage  # noqa: E402
+from guideloom.errors import ResumeStateError  # noqa: E402
 
 SEQ, BATCH, WINDOWS, EPOCHS = 8, 4, 48, 2  # 12 steps an epoch
 
@@ -114,19 +115,58 @@ class OneCycle(Tiny):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Lightning #20550: estimated_stepping_batches sets up the data before the checkpoint's loader "
-    "state is read, and Lightning then never loads it; GuideLoom does not yet detect this (issue #31, left)",
-)
-def test_estimated_stepping_batches_keeps_the_state(storage: Any, tmp_path: Any) -> None:
-    model = OneCycle()
-    _fit(_trainer(tmp_path / "whole", max_epochs=EPOCHS), model, _loader(storage))
-    whole = model.seen
-    first = OneCycle()
+class OwnTotal(OneCycle):
+    """The fix the #20550 error names: the total steps from len(loader), not estimated_stepping_batches."""
+
+    def __init__(self, loader: Any) -> None:
+        super().__init__()
+        self.loader = loader
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        total = len(self.loader) * self.trainer.max_epochs // self.trainer.accumulate_grad_batches
+        schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=max(total, 100))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def _stop_at_5(tmp_path: Any, model: Any, loader: Any) -> None:
     saving = [pl.callbacks.ModelCheckpoint(dirpath=tmp_path, filename="{step}", every_n_train_steps=5)]
     _fit(_trainer(tmp_path, max_epochs=EPOCHS, max_steps=5, callbacks=saving, enable_checkpointing=True),
-         first, _loader(storage))  # fmt: skip
-    second = OneCycle()
-    _fit(_trainer(tmp_path, max_epochs=EPOCHS), second, _loader(storage), str(tmp_path / "step=5.ckpt"))
-    assert [d for d, _ in first.seen + second.seen] == [d for d, _ in whole]
+         model, loader)  # fmt: skip
+
+
+def _rebuilt(storage: Any) -> Any:
+    """torchdata's own StatefulDataLoader over GuideLoom's dataset and BatchOrder."""
+    from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
+
+    own = _loader(storage)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*set_vital.*")
+        return TorchdataLoader(own.dataset, batch_sampler=own.batch_sampler, collate_fn=own.collate_fn)
+
+
+@pytest.mark.parametrize("make", [_loader, _rebuilt], ids=["guideloom-loader", "torchdata-batch-order"])
+def test_estimated_stepping_batches_on_resume_is_a_named_error(
+    storage: Any, tmp_path: Any, make: Any
+) -> None:
+    """Lightning #20550 would drop the loader state silently; GuideLoom refuses, naming the fix."""
+    first = OneCycle()
+    _stop_at_5(tmp_path, first, make(storage))  # a fresh fit may read it: no state to lose
+    assert len(first.seen) == 5
+    with pytest.raises(ResumeStateError, match=r"#20550.*len\(train_loader\) \* trainer.max_epochs"):
+        _fit(_trainer(tmp_path, max_epochs=EPOCHS), OneCycle(), make(storage), str(tmp_path / "step=5.ckpt"))
+
+
+def test_total_steps_from_len_loader_resumes_exactly(storage: Any, tmp_path: Any) -> None:
+    """The fix as the error writes it: the same schedule, and the resumed batches are exact."""
+    loader = _loader(storage)
+    model = OwnTotal(loader)
+    _fit(_trainer(tmp_path / "whole", max_epochs=EPOCHS), model, loader)
+    whole = model.seen
+    loader = _loader(storage)
+    first = OwnTotal(loader)
+    _stop_at_5(tmp_path, first, loader)
+    loader = _loader(storage)
+    second = OwnTotal(loader)
+    _fit(_trainer(tmp_path, max_epochs=EPOCHS), second, loader, str(tmp_path / "step=5.ckpt"))
+    assert first.seen + second.seen == whole
