@@ -232,7 +232,14 @@ class BatchOrder(OrderedBatchSampler):
 
     def handed_out(self, received: int) -> int:
         """The epoch's positions handed out after ``received`` batches of the pass (skipped ones
-        count as handed out: the next pass starts after them)."""
+        count as handed out: the next pass starts after them).
+
+        Args:
+            received: Batches of the pass the training loop has taken.
+
+        Returns:
+            Positions of the epoch (all ranks') handed out so far.
+        """
         piece, steps = self._walk(received)
         if steps >= piece.num_steps:
             return piece.start + piece.consumed
@@ -347,6 +354,13 @@ class BatchOrder(OrderedBatchSampler):
         and world size (as `guideloom.trace` numbers them); the range lies in the epoch the
         next pass is in, at or after where it starts. The skip is part of the state: a resume
         from any later state (any world size) and `guideloom.trace` leave the same samples out.
+
+        Args:
+            steps: ``range(A, B)``: the global steps to leave out.
+
+        Raises:
+            ValueError: Not a non-empty range of consecutive steps, the pass already started, or
+                the range is outside the next pass.
         """
         if not isinstance(steps, range) or steps.step != 1 or len(steps) == 0:
             raise ValueError(f"skip_steps takes a non-empty range of consecutive steps, got {steps!r}")

@@ -1042,6 +1042,9 @@ class StatefulDataLoader(_TorchdataLoader):
         size or number of workers) leave the same samples out, and `guideloom.trace` of a later
         state omits those steps. `source_counts` counts the skipped samples as passed over.
 
+        Args:
+            steps: ``range(A, B)``: the global steps to leave out.
+
         Raises:
             ValueError: Not a non-empty range, the pass already started, or the range is outside
                 the next pass (the message names the steps it runs).
