@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import SEQUENCE_LENGTH
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
 
@@ -16,6 +15,8 @@ from guideloom import BatchOrder, StatefulDataLoader
 from guideloom.errors import ResumeStateError
 from guideloom.testing import batch_keys
 
+SEQUENCE_LENGTH = 8  # the window length of tests/loading/conftest.py's datasets (imported by name, 'conftest' is ambiguous: tests/loading/torchdata has one too)
+SEQUENCE_LENGTH = 8  # tests/loading/conftest.py's window length ('from conftest import' is ambiguous here)
 WINDOWS, BATCH = 48, 4  # 12 batches an epoch
 
 
