@@ -177,6 +177,12 @@ def ingest(
     ray_address: str | None = typer.Option(
         None, metavar="ADDRESS", help="Ray cluster (host:6379); default: RAY_ADDRESS, else a new local Ray."
     ),
+    runner: str | None = typer.Option(
+        None,
+        metavar="auto|ray|inline",
+        help="Where parts run: Ray, or this process (no Ray to start); auto: inline for small "
+        "or one-worker jobs when no cluster is named.",
+    ),
     num_workers: int | None = typer.Option(
         None, metavar="N", help="Parts in flight (default: twice the cluster's CPUs)."
     ),
@@ -218,6 +224,7 @@ def ingest(
         "append": append,
         "commit_every": commit_every,
         "ray_address": ray_address,
+        "runner": runner,
         "num_workers": num_workers,
         "max_retries": max_retries,
         "progress": "plain" if quiet else None,

@@ -103,6 +103,11 @@ class IngestConfig(BaseModel):
             bytes as `part_size` is) are complete, in part order; the last snapshot has the
             shard table of a one-shot ingestion. Default: one commit at the end.
         ray_address: The Ray cluster to run on; default `$RAY_ADDRESS`, else a local Ray.
+        runner: Where the parts run: ``ray`` (the cluster named, else a local Ray this job
+            starts), ``inline`` (this process, one part after another, the tokenizer on every
+            core), ``auto`` (the default): inline when no cluster is named, Ray is not already
+            running in this process, and the job is small (`guideloom.workers.driver.INLINE_MAX_BYTES`
+            of planned input) or has one worker; else Ray. The output bytes are the same.
         num_workers: Parts in flight; default twice the cluster's CPUs.
         max_retries: Retries of a part whose worker died (default 3).
         progress: `"auto"`, `"rich"`, `"plain"` (log lines on stderr) or `"none"`.
@@ -148,6 +153,7 @@ class IngestConfig(BaseModel):
     commit_every: int | str | None = Field(default=None, description="parts (N) or a size (2GiB)")
     # Where and how to run: not part of the job's identity.
     ray_address: str | None = None
+    runner: Literal["auto", "ray", "inline"] = "auto"
     num_workers: int | None = Field(default=None, gt=0, description="concurrent tasks; default: cluster CPUs")
     max_retries: int = Field(default=3, ge=0)
     progress: Literal["auto", "rich", "plain", "none"] = "auto"

@@ -53,12 +53,23 @@ from guideloom.workers.results import METADATA_KEY, metadata, summary
 from guideloom.workers.sources import NeededField, check_fields, expand_inputs
 from guideloom.workers.transform import check_transform
 
-__all__ = ["COMMITTED_PARTS", "POLL_S", "SPLIT_WARNING_RATIO", "commit_points", "run_job", "task_config"]
+__all__ = [
+    "COMMITTED_PARTS",
+    "INLINE_MAX_BYTES",
+    "POLL_S",
+    "SPLIT_WARNING_RATIO",
+    "commit_points",
+    "run_job",
+    "task_config",
+]
 
 POLL_S = 1.0  # how often the driver wakes to refresh live progress
 SPLIT_WARNING_RATIO = 2  # note a compressed input larger than this many part sizes
 # The ingest metadata key of a --commit-every step's snapshot: the job's parts it holds.
 COMMITTED_PARTS = "committed_parts"
+# runner="auto": a job of at most this much planned input runs in the driver's process (no Ray
+# to start: a local Ray costs 4-8 s, more than tokenizing this much on one core takes).
+INLINE_MAX_BYTES = 64 * 2**20
 
 
 @ray.remote(num_cpus=0)
@@ -378,6 +389,44 @@ def _run_parts(
                 pass
 
 
+def runs_inline(config: IngestConfig, plan: Plan) -> tuple[bool, str]:
+    """Whether the parts run in this process (``runner``; see `IngestConfig`), and why."""
+    if config.runner != "auto":
+        return config.runner == "inline", f"--runner {config.runner}"
+    if config.ray_address or os.environ.get("RAY_ADDRESS"):
+        return False, "a Ray cluster is named"
+    if ray.is_initialized():
+        return False, "Ray is running in this process"
+    planned = sum(plan.part_bytes)
+    if planned <= INLINE_MAX_BYTES:
+        return True, f"a small job ({planned / 2**20:.1f} MiB <= {INLINE_MAX_BYTES // 2**20} MiB)"
+    if config.num_workers == 1:
+        return True, "one worker"
+    return False, f"{planned / 2**20:.0f} MiB of input on up to {config.num_workers or 'all'} workers"
+
+
+def _run_parts_inline(
+    config: IngestConfig,
+    plan: Plan,
+    digest: str,
+    progress: Progress,
+    results: list[PartResult],
+    on_part: Callable[[list[PartResult]], None] | None = None,
+    first: set[int] | frozenset[int] = frozenset(),
+) -> None:
+    """`_run_parts` in this process: the same parts, written by the same function in the same
+    order of preference, one after another. The tokenizer keeps its thread pool's default (every
+    core), as the one part running has the machine to itself."""
+    report = (lambda counts: progress.running([counts])) if progress.live else None
+    for k in sorted(range(len(plan.parts)), key=lambda k: (k not in first, k)):
+        before = io_stats()
+        result = write_part(task_config(config), part_spec(plan, k), digest, report)
+        results.append({**result, "io_stats": subtract_stats(io_stats(), before)})
+        progress.part_done(results[-1])
+        if on_part is not None:
+            on_part(results)
+
+
 def _compressed_notes(plan: Plan, part_size: int) -> list[str]:
     notes = []
     for f in plan.files:
@@ -495,11 +544,22 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool, IOStats]:
             "earlier run): committing the rest on top of them"
         )
     recorded = recorded_parts(config, run_name(digest)) & set(range(len(plan.parts)))
-    started = connect(config, progress.message)
+    inline, why = runs_inline(config, plan)
+    if inline:
+        started = False
+        progress.message(
+            f"running {len(plan.parts)} part(s) in this process, no Ray ({why}); "
+            "--runner ray runs them on Ray"
+        )
+    else:
+        started = connect(config, progress.message)
     restore = cancel_on_signals()
     try:
         progress.start(len(recorded))
-        _run_parts(config, plan, digest, progress, results, started, steps.part_done, recorded)
+        if inline:
+            _run_parts_inline(config, plan, digest, progress, results, steps.part_done, recorded)
+        else:
+            _run_parts(config, plan, digest, progress, results, started, steps.part_done, recorded)
     except KeyboardInterrupt:
         raise IngestCancelled(len(results), len(plan.parts)) from None
     finally:
