@@ -103,3 +103,23 @@ def test_the_command_line_runs_a_small_job_without_starting_ray(tmp_path: Path) 
     )
     assert read.returncode == 0, read.stderr
     assert "\ndocuments      360\n" in read.stdout, read.stdout
+
+
+def test_an_inline_job_killed_mid_way_resumes_to_the_same_bytes(tmp_path: Path) -> None:
+    from ingest_hooks import hooks_env
+
+    inputs = _inputs(tmp_path / "in")
+    clean = run_ingest({"inputs": inputs, "output": str(tmp_path / "clean"), "runner": "inline", **OPTIONS})
+    marker = tmp_path / "crashed"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(hooks_env(crash_once={"part": 3, "marker": str(marker)}))
+    command = [sys.executable, "-m", "guideloom.cli", "ingest", *inputs, "--output", str(tmp_path / "o")]
+    command += ["--tokenizer", "bytes", "--part-size", "2KiB", "--shard-size", "3000", "--quiet"]
+    killed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == 1 and marker.exists()  # the process died inside part 3, no cleanup
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "reused 3 of" in again.stderr  # parts 0-2 were kept; 3 and on were written again
+    from guideloom import open as open_dataset
+
+    assert _contents(open_dataset(str(tmp_path / "o")).manifest) == _contents(clean)
