@@ -45,6 +45,19 @@ class AzureBackend(Backend):
 
     # Hot tier read operations
     list_prices: ClassVar[dict[str, float] | None] = {"get_per_1000": 0.00044, "egress_per_gb": 0.087}
+    access_hints: ClassVar[dict[str, str]] = {
+        "AuthorizationPermissionMismatch": (
+            "The credentials may not do this: give the identity a role that allows it on this container"
+        ),
+        "AuthorizationFailure": (
+            "The account key or SAS token was refused: check account_key / sas_token (or the "
+            "connection string's AccountKey) and that it belongs to this account"
+        ),
+        "AuthenticationFailed": (
+            "The account key or SAS token was refused: check account_key / sas_token (or the "
+            "connection string) and that it has not expired"
+        ),
+    }
 
     def prepare(self, fs: Any) -> None:
         quicken_azure_retries(fs)
