@@ -479,7 +479,9 @@ def _step_range(text: str) -> range:
 def trace(
     state_file: str = typer.Argument(..., metavar="STATE.json", help="A loader state_dict() saved as JSON."),
     sources: list[str] = typer.Argument(
-        ..., metavar="URL...", help="The dataset URL, or URL=WEIGHT for each source of a mixture."
+        ...,
+        metavar="URL...",
+        help="The dataset URL, URL=WEIGHT for each source of a mixture, or W1 PREFIX1 W2 PREFIX2 (Megatron's list).",
     ),
     steps: str = typer.Option(
         ..., "--steps", help="Steps A-B (inclusive), numbered from the start of training."
@@ -513,8 +515,10 @@ def trace(
         options = parse_options(option)
         with open(state_file, encoding="utf-8") as f:
             state = _json.load(f)
-        if len(sources) == 1 and "=" not in sources[0]:
-            data: Any = open_url(sources[0], options)
+        from guideloom.loading.blend import is_weighted_list, open_data
+
+        if len(sources) == 1 and "=" not in sources[0] or is_weighted_list(sources):
+            data: Any = open_data(sources if len(sources) > 1 else sources[0], options)
         else:
             weighted = []
             for arg in sources:
@@ -696,6 +700,87 @@ def estimate(
         f"${table['egress_per_gb']:g} per GB out; reading in the bucket's region usually moves "
         "bytes for free: give egress_per_gb 0 in --prices)"
     )
+
+
+@app.command(short_help="Write other projects' token files (Megatron, ...) as a GuideLoom dataset.")
+def convert(
+    sources: list[str] = typer.Argument(
+        ..., metavar="SRC...", help="Token files: files, a Megatron prefix, globs."
+    ),
+    format: str = typer.Option(
+        None, "--format", help="megatron, datatrove, nanogpt, llmc or olmo (default: from the files)."
+    ),  # noqa: A002
+    output: str = typer.Option(..., "--output", help="The new dataset's URL or local directory."),
+    dtype: str = typer.Option(
+        None, "--dtype", help="Token dtype where the files do not record it (uint16, uint32)."
+    ),
+    eos_id: int = typer.Option(
+        None, "--eos-id", help="End-of-text id: documents of files without an index end after it."
+    ),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a dataset committed at --output."),
+    use_ray: bool = typer.Option(
+        False, "--ray", help="Write one part per file as Ray tasks (needs guideloom[ray])."
+    ),
+    option: list[str] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help=OPTION_HELP),
+) -> None:
+    """Write token files another project wrote as a GuideLoom stream dataset (manifest,
+    checksums, record starts, a snapshot): one part per file, the files' documents as records
+    (see "Convert and export" in docs/datasets-you-have.md)."""
+    from guideloom.storage.foreign import open_foreign
+    from guideloom.storage.foreign.convert import convert_foreign
+
+    try:
+        options = parse_options(option)
+        source = open_foreign(sources, format, dtype=dtype, eos_id=eos_id, storage_options=options)
+        run_parts = None
+        if use_ray:
+            from guideloom.workers.convert import ray_parts
+
+            run_parts = ray_parts
+        manifest = convert_foreign(
+            source, output, storage_options=options, overwrite=overwrite, run_parts=run_parts
+        )
+    except (GuideLoomError, ValueError, TypeError, OSError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(
+        f"wrote {output}: {manifest.total_records:,} documents, {manifest.total_tokens:,} tokens "
+        f"in {manifest.num_shards} shards, from {len(source.files)} {source.kind} files"
+    )
+
+
+@app.command("export", short_help="Write a GuideLoom dataset as a Megatron .bin/.idx pair.")
+def export(
+    url: str = typer.Argument(..., help="The dataset (a stream or documents), local or in a bucket."),
+    output_prefix: str = typer.Argument(
+        ..., metavar="OUTPUT_PREFIX", help="Writes OUTPUT_PREFIX.bin and .idx."
+    ),
+    format: str = typer.Option("megatron", "--format", help="The layout to write: megatron."),  # noqa: A002
+    field: str = typer.Option(
+        "tokens", "--field", help="The stream field (or document key) of the token ids."
+    ),
+    dtype: str = typer.Option(None, "--dtype", help="Megatron token dtype (default: the field's)."),
+    eos_id: int = typer.Option(
+        None, "--eos-id", help="A stream without record starts: documents end after it."
+    ),
+    option: list[str] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help=OPTION_HELP),
+) -> None:
+    """Write a GuideLoom dataset as a Megatron pair that megatron-core's IndexedDataset opens:
+    one Megatron document per record (a stream's records, or documents)."""
+    from guideloom.storage.foreign.export import export_megatron
+
+    try:
+        if format != "megatron":
+            raise ValueError(f"--format {format!r}: export writes megatron (.bin/.idx) only")
+        options = parse_options(option)
+        storage = open_url(url, options)
+        documents, tokens = export_megatron(
+            storage, output_prefix, field=field, dtype=dtype, eos_id=eos_id, storage_options=options
+        )
+    except (GuideLoomError, ValueError, TypeError, OSError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"wrote {output_prefix}.bin and .idx: {documents:,} documents, {tokens:,} tokens")
 
 
 def _verify_progress() -> Callable[[int, int], None]:
