@@ -51,7 +51,7 @@ def test_convert_megatron_files_to_a_native_dataset(tmp_path: Any) -> None:
     assert manifest.total_records == 90 and manifest.total_tokens == sum(len(d) for p in parts for d in p)
     assert manifest.num_shards > 3 and len(native.snapshots()) == 1
     assert manifest.metadata["converted_from"]["format"] == "megatron"
-    native.verify()  # sizes and checksums of every shard
+    assert all(err is None for _, err in native.verify())  # sizes and checksums of every shard
     _same_stream(source, native)
     _same_stream(source, native, 1)  # one token per window: every record start, exactly
     with pytest.raises(guideloom.GuideLoomError, match="overwrite"):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -49,6 +50,7 @@ class ConvertPlan:
     overwrite: bool
     shard_size: int | None
     batch_tokens: int = BATCH_TOKENS
+    run: str = _RUN  # the parallel write's run: one of its own per conversion
 
     @property
     def num_parts(self) -> int:
@@ -106,7 +108,8 @@ def plan_convert(
             "(--eos-id; GPT-2's is 50256)"
         )
     options = dict(storage_options) if storage_options else None
-    return ConvertPlan(source, os.fspath(output), options, overwrite, shard_size, batch_tokens)
+    run = f"{_RUN}-{secrets.token_hex(6)}"
+    return ConvertPlan(source, os.fspath(output), options, overwrite, shard_size, batch_tokens, run)
 
 
 def convert_part(plan: ConvertPlan, k: int) -> int:
@@ -130,7 +133,7 @@ def convert_part(plan: ConvertPlan, k: int) -> int:
     )
     extra: dict[str, Any] = {} if plan.shard_size is None else {"shard_size": plan.shard_size}
     records = 0
-    writer = plan.output_storage().writer(part=k, run=_RUN, overwrite=plan.overwrite, **extra)
+    writer = plan.output_storage().writer(part=k, run=plan.run, overwrite=plan.overwrite, **extra)
     with writer:
         if source.files[k].tokens:
             for fields, lengths in stream_records(one, eos_id=source.eos_id, batch_tokens=plan.batch_tokens):
@@ -147,7 +150,7 @@ def finish_convert(plan: ConvertPlan) -> Manifest:
     Returns:
         The committed manifest.
     """
-    return plan.output_storage().commit(plan.num_parts, plan.metadata(), run=_RUN)
+    return plan.output_storage().commit(plan.num_parts, plan.metadata(), run=plan.run)
 
 
 def convert_foreign(
