@@ -48,12 +48,18 @@ def test_megatron_and_datatrove_files_read_from_the_store_as_from_disk(
     local = guideloom.open(str(tmp_path / "text_document.idx"))
     a, b = StreamDataset(remote, L), StreamDataset(local, L)
     every = list(range(len(b)))
-    assert len(a) == len(b) and np.array_equal(a.read_windows(every)["tokens"], b.read_windows(every)["tokens"])
-    assert all(np.array_equal(x, y) for x, y in zip(a.record_starts_batch(every), b.record_starts_batch(every)))
+    assert len(a) == len(b) and np.array_equal(
+        a.read_windows(every)["tokens"], b.read_windows(every)["tokens"]
+    )
+    assert all(
+        np.array_equal(x, y) for x, y in zip(a.record_starts_batch(every), b.record_starts_batch(every))
+    )
 
     write_datatrove(f"{root}/dt/000.ds", docs, masks=masks_of(docs), **options)
     write_datatrove(str(tmp_path / "000.ds"), docs, masks=masks_of(docs))
-    settings: dict[str, Any] = dict(sequence_length=L, batch_size=4, shuffle="block", seed=3, boundaries="records")
+    settings: dict[str, Any] = dict(
+        sequence_length=L, batch_size=4, shuffle="block", seed=3, boundaries="records"
+    )
     dt_remote = guideloom.open(f"{root}/dt/000.ds", storage_options=options)
     assert list(dt_remote.format.fields) == ["tokens", "loss_mask"]
     expected = _epoch(guideloom.open(str(tmp_path / "000.ds")), **settings)
@@ -65,7 +71,9 @@ def test_megatron_and_datatrove_files_read_from_the_store_as_from_disk(
     second = StatefulDataLoader.from_storage(dt_remote, **settings)
     second.load_state_dict(state)
     rest = [b["tokens"].flatten().tolist() + b["position_ids"].flatten().tolist() for b in second]
-    assert [b["tokens"].flatten().tolist() + b["position_ids"].flatten().tolist() for b in head] + rest == expected
+    assert [
+        b["tokens"].flatten().tolist() + b["position_ids"].flatten().tolist() for b in head
+    ] + rest == expected
 
 
 def test_convert_from_and_export_to_the_store(store: tuple[str, dict[str, Any]], tmp_path: Any) -> None:
