@@ -375,7 +375,10 @@ def _age(text: str) -> Any:
 
 @app.command()
 def mix(
-    sources: list[str] = typer.Argument(..., help="Sources as URL=WEIGHT (weight after the last '=')."),
+    sources: list[str] = typer.Argument(
+        ...,
+        help="Sources as URL=WEIGHT (weight after the last '='), or W1 PREFIX1 W2 PREFIX2 (Megatron's list).",
+    ),
     sequence_length: int = typer.Option(None, "--sequence-length", "-L", help="Tokens per window (streams)."),
     stopping_strategy: str = typer.Option(
         "all_exhausted", help="all_exhausted (repeat smaller sources) or first_exhausted."
@@ -405,6 +408,15 @@ def mix(
         options = parse_options(option)
         classes: dict[str, str] = {}  # storage class -> the first source of it
         schemas: list[tuple[str, str, str, dict[str, Any]]] = []
+        from guideloom.loading.blend import is_weighted_list, open_data, weighted_pairs
+
+        opened: dict[str, Any] = {}
+        if is_weighted_list(
+            sources
+        ):  # Megatron's W1 PREFIX1 W2 PREFIX2 ...: open them as guideloom.open does
+            storages = open_data(list(sources), options).storages
+            opened = {s.url: s for s in storages}
+            sources = [f"{s.url}={w}" for s, (_, w) in zip(storages, weighted_pairs(sources))]
         for arg in sources:
             url, sep, raw = arg.rpartition("=")
             if not sep or not url:
@@ -416,7 +428,10 @@ def mix(
             if not weight > 0 or weight == float("inf"):
                 raise ValueError(f"{url}: weight {raw!r} is not a positive, finite number")
             weights.append(weight)
-            location, manifest = read_manifest(url, options)
+            if url in opened:
+                location, manifest = opened[url].location, opened[url].manifest
+            else:
+                location, manifest = read_manifest(url, options)
             classes.setdefault(manifest.storage_class, location.display_url)
             schemas.append((url, location.display_url, manifest.format.name, manifest.format.config))
             if manifest.storage_class == "DocumentStorage":
@@ -434,7 +449,7 @@ def mix(
                 raise ValueError(f"{url} is a stream: pass --sequence-length")
             else:
                 sizes.append(manifest.total_tokens // sequence_length)
-            names.append(location.display_url)
+            names.append(url if url in opened else location.display_url)
         if len(classes) > 1:
             which = ", ".join(f"{src} is a {cls}" for cls, src in classes.items())
             raise ValueError(

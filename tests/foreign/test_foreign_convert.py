@@ -178,3 +178,7 @@ def test_a_megatron_weighted_list_is_a_mixture(tmp_path: Any) -> None:
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in result.output.splitlines()]
     assert len(rows) == 4 and {r["source"] for r in rows} <= {a, b}
+    preview = CliRunner().invoke(app, ["mix", "0.3", a, "0.7", b, "-L", str(L)])
+    assert preview.exit_code == 0 and "30.0000%" in preview.output and "70.0000%" in preview.output, (
+        preview.output
+    )
