@@ -56,8 +56,9 @@ ROWS = (
     "throttle",
     "cache",
     "trace",
+    "foreign",
 )
-S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle", "cache")
+S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle", "cache", "foreign")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -100,6 +101,7 @@ def run(
     from benchmarks import (
         caching,
         cloud,
+        foreign,
         ingest_cluster,
         ingest_kinds,
         ingestion,
@@ -153,6 +155,7 @@ def run(
             "throttle": lambda: throttling.throttle_rows(cfg, s3_endpoint),
             "cache": lambda: caching.cache_rows(cfg, s3_endpoint),
             "trace": lambda: tracing.trace_rows(cfg),
+            "foreign": lambda: foreign.foreign_rows(cfg, s3_endpoint),
         }
         for name in ROWS:
             if name not in rows:

@@ -36,7 +36,7 @@ from guideloom.storage import (
 
 if TYPE_CHECKING:
     from guideloom.loading import BatchOrder, StatefulDataLoader
-    from guideloom.storage.byurl import open_url as open  # noqa: A004, F401
+    from guideloom.loading.blend import open_data as open  # noqa: A004, F401
 
 __all__ = [
     "BatchOrder",
@@ -81,9 +81,9 @@ def __getattr__(name: str) -> Any:
 
         return BatchOrder
     if name == "open":  # guideloom.open; defined lazily so the builtin is never shadowed here
-        from guideloom.storage.byurl import open_url
+        from guideloom.loading.blend import open_data
 
-        return open_url
+        return open_data
     if name in ("trace", "trace_arrays"):
         from guideloom.loading import trace
 

@@ -12,7 +12,7 @@ import os
 from typing import Any, ClassVar
 
 from guideloom.io.backends.base import Backend, RangedGet
-from guideloom.io.s3 import check_body_length, content_range_total
+from guideloom.io.s3 import sized_body
 from guideloom.io.urls import redact_url
 
 __all__ = ["AZURE_BACKOFF", "AzureBackend", "azure_ranged_get", "quicken_azure_retries"]
@@ -96,10 +96,7 @@ async def azure_ranged_get(fs: Any, path: str, start: int, end: int) -> tuple[by
         except ResourceNotFoundError as err:
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path) from err
         data = await stream.readall()
-    header = getattr(stream.properties, "content_range", None)
-    total = content_range_total(header)
-    check_body_length(data, header, path, total)
-    return bytes(data), total
+    return sized_body(data, getattr(stream.properties, "content_range", None), path)
 
 
 def quicken_azure_retries(fs: Any) -> None:
