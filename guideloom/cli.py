@@ -348,7 +348,8 @@ def expire(
     try:
         age = _age(older_than) if older_than else None
         location, _ = _history(url, option)
-        expired = Committer.of_location(location).expire(age, keep_last, _age(grace))
+        committer = Committer.of_location(location)
+        expired = committer.expire(age, keep_last, _age(grace))
     except (GuideLoomError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
@@ -356,10 +357,12 @@ def expire(
         typer.echo(f"expired {snap.id}  {snap.time}  {snap.operation}")
     typer.echo(f"{_count(len(expired), 'snapshot')} expired at {location.display_url}")
     if expired and _age(grace).total_seconds() > 0:
+        files, size = committer.grace_kept
         typer.echo(
             f"files that only expired snapshots used and that are younger than --grace {grace} stay "
-            "(a writer may still be using them): run expire again once they are older, or pass "
-            "--grace 0s when no writer or reader is working on the dataset"
+            f"({_count(files, 'file')}, {size:,} bytes; a writer may still be using them): run "
+            "expire again once they are older, or pass --grace 0s when no writer or reader is "
+            "working on the dataset"
         )
 
 
