@@ -687,7 +687,7 @@ def estimate(
     except (GuideLoomError, ValueError, OSError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
-    unit = "windows" if storage.layout == STREAM else "documents"
+    unit = "documents" if storage.layout == DOCUMENTS else "windows"
     typer.echo(f"{'epoch':>5}  {unit:>12}  {'GETs':>12}  {'bytes':>16}")
     for k, e in enumerate(result.epochs):
         typer.echo(f"{k:>5}  {e['windows']:>12,}  {e['requests']:>12,}  {e['bytes']:>16,}")
