@@ -23,7 +23,14 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$
 
 
 def is_hub_id(path: str) -> bool:
-    """Whether ``path`` reads as a Hub model id (``ORG/NAME``) rather than a file or URL."""
+    """Whether ``path`` reads as a Hub model id (``ORG/NAME``) rather than a file or URL.
+
+    Args:
+        path: What followed ``hf:`` in the tokenizer spec.
+
+    Returns:
+        True for ``ORG/NAME`` (one slash, no scheme, not a ``.json`` file).
+    """
     return bool(_HUB_ID.match(path)) and not path.endswith(".json")
 
 
@@ -37,8 +44,14 @@ def cache_folder() -> Path:
 
 
 def snapshot_folder(repo_id: str) -> Path | None:
-    """The cached snapshot folder of model ``repo_id`` that holds a ``tokenizer.json``, or None
-    when the cache has none."""
+    """The cached snapshot folder of model ``repo_id`` that holds a ``tokenizer.json``.
+
+    Args:
+        repo_id: The model's Hub id, ``ORG/NAME``.
+
+    Returns:
+        The snapshot folder, or None when the cache holds no tokenizer.json of the model.
+    """
     repo = cache_folder() / f"models--{repo_id.replace('/', '--')}"
     snapshots = repo / "snapshots"
     ref = repo / "refs" / "main"

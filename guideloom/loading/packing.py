@@ -210,6 +210,13 @@ class PackedView(WrappedView):
     module docstring). Built by `pack_view`; ``stats`` says what the plan packed."""
 
     def __init__(self, view: Any, packing: Packing, *, seed: int | None) -> None:
+        """Plan the packed windows of ``view`` (its record starts are read once).
+
+        Args:
+            view: A plain stream view with record starts.
+            packing: How to pack.
+            seed: Shuffles the records before packing; None keeps the stored order.
+        """
         super().__init__(view)
         self.packing = packing
         self.seed = seed
