@@ -97,6 +97,7 @@ class PackStats:
 
     @property
     def efficiency(self) -> float:
+        """Real tokens over window tokens (``windows * sequence_length``)."""
         return self.tokens / (self.windows * self.sequence_length) if self.windows else 0.0
 
 

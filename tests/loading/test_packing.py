@@ -78,6 +78,8 @@ def test_every_record_appears_whole_exactly_once_per_epoch(
     storage = _write(tmp_path_factory.mktemp("p"), lengths)
     if too_long == "drop" and all(n > length for n in lengths):
         return  # nothing to pack: an empty dataset for the loader
+    if sum(lengths) < length:
+        return  # from_storage refuses a stream shorter than one window, packed or not
     kwargs = {"shuffle_block_size": 2} if shuffle == "block" else {}
     loader = StatefulDataLoader.from_storage(
         storage,
