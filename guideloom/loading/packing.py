@@ -203,7 +203,14 @@ def pack_view(view: DatasetView, pack: Any, *, seed: int, shuffle: Any) -> Packe
             "its records cannot be found; rewrite the dataset with this GuideLoom, or load it "
             "without pack="
         )
-    return PackedView(view, settings, seed=seed if shuffle not in (False, None) else None)
+    packed = PackedView(view, settings, seed=seed if shuffle not in (False, None) else None)
+    if not len(packed):
+        raise ValueError(
+            f"pack=: every record of {view.url} is longer than the window "
+            f"({packed.stats.dropped} dropped with too_long='drop'), so no window is left; use "
+            "too_long='split' or a longer sequence_length"
+        )
+    return packed
 
 
 class PackedView(WrappedView):

@@ -167,6 +167,8 @@ def test_bad_settings_are_named(tmp_path) -> None:
         StatefulDataLoader.from_storage(storage, sequence_length=8, pack="whole", labels=True)
     with pytest.raises(ValueError, match="too_long"):
         Packing(too_long="truncate")
+    with pytest.raises(ValueError, match="every record .* is longer than the window"):
+        StatefulDataLoader.from_storage(storage, sequence_length=2, pack=Packing(too_long="drop"))
     with pytest.raises(ValueError, match="buffer"):
         Packing(buffer=0)
     docs = DocumentStorage(str(tmp_path / "d"), DocumentJsonFormat())
