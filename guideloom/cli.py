@@ -511,6 +511,7 @@ def trace(
 
     from guideloom.loading.mixture import Mixture
     from guideloom.loading.trace import trace as trace_rows
+    from guideloom.storage.origins import Origin
 
     try:
         options = parse_options(option)
@@ -546,6 +547,9 @@ def trace(
                 f"{row['step']:>8} {row['rank']:>4} {row['row']:>4}  {row['sample_index']:>9}  "
                 f"{row['shard']}  {where}{more}  {row['source']}{text}"
             )
+            origins = [Origin(**o).describe() for o in row.get("origins") or [] if o]
+            if origins:  # where the row's documents came from (datasets GuideLoom ingested)
+                typer.echo(f"{'':>8} from {'; '.join(origins)}")
     except (GuideLoomError, ValueError, OSError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
