@@ -38,7 +38,7 @@ Epoch length (``stopping_strategy``, named as in Hugging Face ``interleave_datas
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -298,7 +298,10 @@ class Mixture:
                 f"'defaults' fill stream fields a source lacks, but the sources are {self.layout} "
                 "datasets: give defaults only to plain stream sources (StreamNumpyFormat)"
             )
-        schemas = [(n, s.url, dict(s.format.fields)) for n, s in zip(self.names, self.storages)]
+        schemas = [
+            (n, s.url, dict(cast(StreamNumpyFormat, s.format).fields))
+            for n, s in zip(self.names, self.storages)
+        ]
         try:
             return merged_fields(schemas, self.defaults)
         except ValueError as err:
