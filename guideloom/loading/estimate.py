@@ -12,9 +12,9 @@ Streams are planned from the manifest alone. Documents are planned from their in
 estimate reads the index pages the loaders would read (through the same page cache, one cache
 per worker) to know where each document's bytes are, and counts those requests too; it reads no
 document data. Streams with metadata are planned like streams for their tokens, plus their span
-files: the span directory (or span-table pages) and the span rows and annotation bytes each
-batch needs are read for real (they say which annotation bytes a batch fetches); token bytes
-are only counted.
+files: the span directory (span-table pages for datasets written without one) is read for real
+(it says which span rows and annotation bytes a batch fetches); the batch's round of tokens,
+span rows and annotations is only counted.
 """
 
 from __future__ import annotations
@@ -250,10 +250,10 @@ class _Planner:
 
 
 class _SpanPlanner(_Planner):
-    """A stream-with-metadata view's reads played for one loader worker: its span directory (or
-    span-table pages), span rows and annotation bytes are read for real, through a page cache of
-    the view's size, as the view's batched read finds them; token bytes are only counted. Each
-    batched read is one round of requests, as on a remote reader."""
+    """A stream-with-metadata view's reads played for one loader worker: its span directory (or,
+    for datasets written without one, span-table pages) is read for real, through a page cache
+    of the view's size, as the view's batched read finds it; the round that then fetches the
+    batch's tokens, span rows and annotation bytes is only counted."""
 
     def __init__(self, view: Any, rounds: _Rounds) -> None:
         self.real = view.reader
@@ -265,12 +265,17 @@ class _SpanPlanner(_Planner):
         )
 
     def play(self, samples: list[int]) -> None:
-        self.view._windows_and_spans(samples)
+        try:
+            self.view._windows_and_spans(samples)
+        except _Counted:
+            pass  # the batch's one round of tokens, span rows and annotations: counted
 
     def read_into(
         self, requests: Sequence[tuple[int, str, int, int]], buffers: Sequence[Sequence[memoryview]]
     ) -> None:
         self.rounds.add(requests)
-        kept = [k for k, r in enumerate(requests) if r[1] != "data"]  # spans, meta: needed
-        if kept:
-            self.real.read_into([requests[k] for k in kept], [buffers[k] for k in kept])
+        raise _Counted  # nothing fetched: what comes after only decodes these bytes
+
+
+class _Counted(Exception):
+    """A stream-with-metadata batch's data round was counted; the view stops there."""

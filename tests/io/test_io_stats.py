@@ -159,8 +159,8 @@ def test_estimate_plays_the_annotated_loaders_requests(
     s3_bucket, s3_options, counting_s3, shuffle, world, workers
 ):
     """#37 (5): streams with metadata are estimated (main refused them): token windows as for a
-    stream, plus the span directory, span rows and annotation bytes each batch reads; the
-    token data is never read to plan."""
+    stream, plus the span rows and annotation bytes each batch reads; only the span directory is
+    read to plan."""
     from guideloom import StreamWithMetaStorage, estimate
 
     url = f"s3://{s3_bucket}/annotated"
@@ -175,7 +175,7 @@ def test_estimate_plays_the_annotated_loaders_requests(
     counting_s3.reset()
     planned = estimate(storage, epochs=2, num_workers=workers, **options)
     data_bytes = sum(storage.manifest.shard_table.files["data"].size)
-    assert counting_s3.bytes_out < data_bytes / 4  # span files only, no token data
+    assert counting_s3.bytes_out < data_bytes / 4  # the span directory only
     gets = size = 0
     for rank in range(world):
         loader = StatefulDataLoader.from_storage(storage, rank=rank, num_workers=workers, **options)
