@@ -9,7 +9,7 @@ id of it. `guideloom.trace` reads it to name where a step's documents came from.
 The file is ``<attempt prefix>/part-NNNNN.origins.npz`` (`origins_path`), inside the folder of
 the writer attempt whose shards it describes: it is kept, expired and removed with them, and a
 reused part keeps its own. It is a NumPy ``.npz`` (compressed, no pickled objects) of
-``files`` (the input URLs, credentials removed), and per record ``file`` (an index into
+``files`` (the input URLs, credentials removed), and per record ``file_index`` (into
 ``files``), ``line``, ``offset``, ``row`` (-1 where unknown) and optionally ``id`` (text).
 It is not listed in the manifest (datasets without it read and verify as before): a dataset
 written by another writer, or before GuideLoom kept origins, has none, and trace says so.
@@ -101,7 +101,7 @@ class OriginsBuilder:
         """The ``.npz`` bytes of the origins added (see the module)."""
         arrays: dict[str, np.ndarray] = {
             "files": np.array(list(self._files), dtype=np.str_),
-            "file": np.asarray(self._file, dtype=np.int32),
+            "file_index": np.asarray(self._file, dtype=np.int32),  # ("file" is savez's own argument)
             "line": np.asarray(self._line, dtype=np.int64),
             "offset": np.asarray(self._offset, dtype=np.int64),
             "row": np.asarray(self._row, dtype=np.int64),
@@ -127,7 +127,7 @@ def decode_origins(data: bytes, ordinals: Sequence[int]) -> list[Origin | None]:
     """
     with np.load(io.BytesIO(data), allow_pickle=False) as npz:
         files = npz["files"].tolist()
-        file, line, offset, row = npz["file"], npz["line"], npz["offset"], npz["row"]
+        file, line, offset, row = npz["file_index"], npz["line"], npz["offset"], npz["row"]
         ids = npz["id"] if "id" in npz.files else None
         has_id = npz["has_id"] if "has_id" in npz.files else None
         out: list[Origin | None] = []
