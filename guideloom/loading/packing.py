@@ -379,21 +379,33 @@ class PackedView(WrappedView):
         fmt = self.view.stream_format
         out = np.zeros((rows, length), dtype=fmt.dtype)
         flat = out.view(np.uint8).reshape(-1).data
-        isz = fmt.itemsize
+        isz, head = fmt.itemsize, layout.HEADER_SIZE
+        # Every item (record or piece) of the batch, row by row, with array operations.
+        lo, hi = self._window_ptr[idx], self._window_ptr[idx + 1]
+        counts = hi - lo
+        first = np.cumsum(counts) - counts
+        items = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(lo - first, counts)
+        a, n = self._item_start[items], self._item_len[items]
+        row = np.repeat(np.arange(rows, dtype=np.int64), counts)
+        ends = np.cumsum(n)
+        used = np.zeros(rows, np.int64)
+        np.add.at(used, row, n)
+        dest = row * length + (ends - n) - np.repeat(ends[first] - n[first] if len(n) else first, counts)
+        # flat positions where a record (or a row's padding) starts, in order
+        pads = np.flatnonzero(used < length)
+        heads = np.sort(np.concatenate((dest, pads * length + used[pads])))
+        shard = np.searchsorted(self._shard_starts, a, side="right") - 1
+        inside = a + n <= self._shard_stops[shard]
+        off = a - self._shard_starts[shard]
         requests: list[tuple[int, str, int, int]] = []
         buffers: list[list[memoryview]] = []
-        heads: list[int] = []  # flat positions where a record (or the padding) starts
-        used = np.empty(rows, np.int64)
-        for row, w in enumerate(idx.tolist()):
-            lo, hi = int(self._window_ptr[w]), int(self._window_ptr[w + 1])
-            at = 0
-            for a, n in zip(self._item_start[lo:hi].tolist(), self._item_len[lo:hi].tolist()):
-                heads.append(row * length + at)
-                self._requests(a, a + n, (row * length + at) * isz, flat, requests, buffers)
-                at += n
-            used[row] = at
-            if at < length:
-                heads.append(row * length + at)
+        for s, x, m, d in zip(
+            shard[inside].tolist(), off[inside].tolist(), n[inside].tolist(), dest[inside].tolist()
+        ):
+            requests.append((s, "data", head + x * isz, head + (x + m) * isz))
+            buffers.append([flat[d * isz : (d + m) * isz]])
+        for x, m, d in zip(a[~inside].tolist(), n[~inside].tolist(), dest[~inside].tolist()):
+            self._requests(x, x + m, d * isz, flat, requests, buffers)  # across a shard boundary
         if requests:
             self.view.reader.read_into(requests, buffers)
         fields = fmt.split_fields(out)
@@ -403,8 +415,7 @@ class PackedView(WrappedView):
         if "loss_mask" not in fields:
             fields["loss_mask"] = (~pad).astype(np.uint8)
         mask = fields["loss_mask"]
-        starts = np.asarray(heads, dtype=np.int64)
-        marks = boundary_arrays(tokens, starts, mask, labels=True)
+        marks = boundary_arrays(tokens, heads, mask, labels=True)
         marks["labels"][pad] = IGNORE_INDEX
         fields.update(marks)
         return fields
