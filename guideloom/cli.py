@@ -648,7 +648,9 @@ def _prices_file(path: str) -> dict[str, dict[str, float]]:
 
 @app.command(short_help="Requests, bytes and price of planned epochs, from the manifest alone.")
 def estimate(
-    url: str = typer.Argument(..., help="The dataset (a stream, annotated stream or documents), local or in a bucket."),
+    url: str = typer.Argument(
+        ..., help="The dataset (a stream, annotated stream or documents), local or in a bucket."
+    ),
     sequence_length: int = typer.Option(
         None, "--sequence-length", help="Tokens per window (streams need it; documents do not)."
     ),
