@@ -82,9 +82,19 @@ class Packing:
 
 @dataclass(frozen=True)
 class PackStats:
-    """What one plan packed: records and tokens in, windows out, and the records longer than the
-    window that were split or dropped (`Packing.too_long`). ``efficiency`` is real tokens over
-    window tokens (1.0: no padding)."""
+    """What one plan packed (`PackedView.stats`; ``efficiency`` is real tokens over window
+    tokens, 1.0 meaning no padding).
+
+    Attributes:
+        records: Records of the dataset (empty ones included).
+        tokens: Real tokens packed (dropped records' left out).
+        windows: Packed windows: the view's samples.
+        sequence_length: Tokens per window.
+        split: Records longer than the window, cut into pieces (``too_long="split"``).
+        dropped: Records longer than the window, left out (``too_long="drop"``).
+        dropped_tokens: The tokens of the dropped records.
+        empty: Records without tokens (nothing to pack).
+    """
 
     records: int
     tokens: int
