@@ -57,6 +57,7 @@ ROWS = (
     "cache",
     "trace",
     "foreign",
+    "pack",
 )
 S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle", "cache", "foreign")
 
@@ -109,6 +110,7 @@ def run(
         memory,
         mixing,
         opening,
+        packing,
         remote,
         resume,
         scale,
@@ -156,6 +158,7 @@ def run(
             "cache": lambda: caching.cache_rows(cfg, s3_endpoint),
             "trace": lambda: tracing.trace_rows(cfg),
             "foreign": lambda: foreign.foreign_rows(cfg, s3_endpoint),
+            "pack": lambda: packing.pack_rows(cfg),
         }
         for name in ROWS:
             if name not in rows:

@@ -348,7 +348,8 @@ def expire(
     try:
         age = _age(older_than) if older_than else None
         location, _ = _history(url, option)
-        expired = Committer.of_location(location).expire(age, keep_last, _age(grace))
+        committer = Committer.of_location(location)
+        expired = committer.expire(age, keep_last, _age(grace))
     except (GuideLoomError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
@@ -356,10 +357,12 @@ def expire(
         typer.echo(f"expired {snap.id}  {snap.time}  {snap.operation}")
     typer.echo(f"{_count(len(expired), 'snapshot')} expired at {location.display_url}")
     if expired and _age(grace).total_seconds() > 0:
+        files, size = committer.grace_kept
         typer.echo(
             f"files that only expired snapshots used and that are younger than --grace {grace} stay "
-            "(a writer may still be using them): run expire again once they are older, or pass "
-            "--grace 0s when no writer or reader is working on the dataset"
+            f"({_count(files, 'file')}, {size:,} bytes; a writer may still be using them): run "
+            "expire again once they are older, or pass --grace 0s when no writer or reader is "
+            "working on the dataset"
         )
 
 
@@ -525,6 +528,7 @@ def trace(
 
     from guideloom.loading.mixture import Mixture
     from guideloom.loading.trace import trace as trace_rows
+    from guideloom.storage.origins import Origin
 
     try:
         options = parse_options(option)
@@ -562,6 +566,9 @@ def trace(
                 f"{row['step']:>8} {row['rank']:>4} {row['row']:>4}  {row['sample_index']:>9}  "
                 f"{row['shard']}  {where}{more}  {row['source']}{text}"
             )
+            origins = [Origin(**o).describe() for o in row.get("origins") or [] if o]
+            if origins:  # where the row's documents came from (datasets GuideLoom ingested)
+                typer.echo(f"{'':>8} from {'; '.join(origins)}")
     except (GuideLoomError, ValueError, OSError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
@@ -660,9 +667,11 @@ def _prices_file(path: str) -> dict[str, dict[str, float]]:
 
 @app.command(short_help="Requests, bytes and price of planned epochs, from the manifest alone.")
 def estimate(
-    url: str = typer.Argument(..., help="The dataset (a stream or documents), local or in a bucket."),
+    url: str = typer.Argument(
+        ..., help="The dataset (a stream, annotated stream or documents), local or in a bucket."
+    ),
     sequence_length: int = typer.Option(
-        None, "--sequence-length", help="Tokens per window (a stream needs it; documents do not)."
+        None, "--sequence-length", help="Tokens per window (streams need it; documents do not)."
     ),
     batch_size: int = typer.Option(1, "--batch-size", help="Windows per batch, per rank."),
     shuffle: str = typer.Option("off", "--shuffle", help="off, block or full."),
@@ -703,7 +712,7 @@ def estimate(
     except (GuideLoomError, ValueError, OSError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
-    unit = "windows" if storage.layout == STREAM else "documents"
+    unit = "documents" if storage.layout == DOCUMENTS else "windows"
     typer.echo(f"{'epoch':>5}  {unit:>12}  {'GETs':>12}  {'bytes':>16}")
     for k, e in enumerate(result.epochs):
         typer.echo(f"{k:>5}  {e['windows']:>12,}  {e['requests']:>12,}  {e['bytes']:>16,}")

@@ -151,6 +151,12 @@ def ingest(
     passthrough: list[str] | None = typer.Option(
         None, metavar="FIELD", help="Document layout: an input field to keep (repeatable)."
     ),
+    id_field: str | None = typer.Option(
+        None,
+        "--id-field",
+        metavar="FIELD",
+        help="An input field naming each record (guideloom trace shows it).",
+    ),
     passthrough_default: list[str] | None = typer.Option(
         None,
         metavar="FIELD=VALUE",
@@ -216,6 +222,7 @@ def ingest(
         "doc_index": doc_index,
         "format": format,
         "passthrough": passthrough or None,
+        "id_field": id_field,
         "passthrough_defaults": _passthrough_defaults(passthrough_default),
         "shard_size": parse_size(shard_size) if shard_size else None,
         "part_size": parse_size(part_size) if part_size else None,

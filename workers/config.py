@@ -88,6 +88,8 @@ class IngestConfig(BaseModel):
             are accepted as well.
         doc_index: Streams: add a `uint64` `doc_index` field, unique per document.
         format: Documents: `"json"` (default), `"msgpack"` or `"pickle"`.
+        id_field: An input field that names each record (e.g. `"id"`): kept with the file and
+            line (or row) each record came from, which `guideloom trace` shows.
         passthrough: Documents: input fields copied into each record beside `tokens`.
         passthrough_defaults: Documents: `{field: value}` for passthrough fields a record may
             lack (without one, a record lacking the field is a bad record).
@@ -138,6 +140,7 @@ class IngestConfig(BaseModel):
     train_on: Literal["assistant", "all", "last"] = "assistant"
     bos: bool = Field(default=False, description="add the beginning-of-sequence token")
     transform: str | Callable[..., Any] | None = Field(default=None, description="record -> record | None")
+    id_field: str | None = Field(default=None, description="an input field naming each record (for trace)")
     transform_id: str | None = Field(
         default=None, min_length=1, description="the transform's name and version"
     )

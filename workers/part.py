@@ -21,6 +21,7 @@ import numpy as np
 
 from guideloom.errors import IngestError
 from guideloom.io import redact_url
+from guideloom.storage.origins import OriginsBuilder, origins_path
 from guideloom.types import (
     DOCUMENTS,
     STREAM_WITH_META,
@@ -118,6 +119,7 @@ class _Pending:
     chat: ChatRecord | None = None
     meta: dict[str, Any] | None = None
     spans: list[CharSpan] | None = None
+    where: tuple[int | None, int | None, int | None, Any] = (None, None, None, None)  # line, offset, row, id
 
 
 class _PartWriter:
@@ -142,6 +144,7 @@ class _PartWriter:
         self.specials = special_tokens_of(tokenizer) if config.chat else {}
         self.special_re = special_pattern(self.specials)
         self.piece_cache: dict[str, np.ndarray] = {}
+        self.origins = OriginsBuilder()  # where each record came from (guideloom.storage.origins)
 
     def add(self, item: _Pending) -> None:
         self.pending.append(item)
@@ -191,6 +194,8 @@ class _PartWriter:
             self._append(kept)
 
     def _append(self, kept: list[tuple[np.ndarray, np.ndarray | None, Any, _Pending]]) -> None:
+        for _, _, _, item in kept:
+            self.origins.add(item.url, *item.where)
         if self.config.layout == DOCUMENTS:
             for ids, _, _, item in kept:
                 self.writer.append({"tokens": ids.tolist(), **item.fields})
@@ -252,6 +257,8 @@ def _read_options(config: IngestConfig) -> ReadOptions:
     wanted += config.meta_fields
     if config.spans_field is not None:
         wanted.append(config.spans_field)
+    if config.id_field is not None:  # kept in the part's origins file only
+        wanted.append(config.id_field)
     return ReadOptions(
         config.text_field,
         config.text_per_line,
@@ -282,7 +289,9 @@ class _Preparer:
         if self.plain:  # text into a stream or documents: the path every plain job takes
             if isinstance(raw, InputRecord):
                 doc = document(raw, self.doc_options)
-                return doc if isinstance(doc, BadRecord) else _Pending(url, doc.text, doc.fields)
+                if isinstance(doc, BadRecord):
+                    return doc
+                return _Pending(url, doc.text, doc.fields, where=self._where(raw, raw.data))
             return raw if isinstance(raw, BadRecord) else _Pending(url, raw.text, raw.fields)
         if isinstance(raw, BadRecord):
             return raw
@@ -293,6 +302,7 @@ class _Preparer:
                 return _Pending(url, raw.text, raw.fields)
             raw = InputRecord({self.config.text_field: raw.text, **raw.fields})
         where = {"line": raw.line, "offset": raw.offset, "row": raw.row}
+        origin = self._where(raw, raw.data)
         data = raw.data
         if self.transform is not None:
             try:
@@ -317,12 +327,12 @@ class _Preparer:
                 chat = self.renderer.render(messages, self.config.train_on)
             except ChatError as err:
                 return Bad(err.reason, err.detail, **where)
-            return _Pending(url, chat.text, {}, chat=chat)
+            return _Pending(url, chat.text, {}, chat=chat, where=origin)
         doc = document(raw, self.doc_options)
         if isinstance(doc, BadRecord):
             return doc
         if self.config.layout != STREAM_WITH_META:
-            return _Pending(url, doc.text, doc.fields)
+            return _Pending(url, doc.text, doc.fields, where=origin)
         try:
             meta = meta_annotation(data, self.config.meta_fields) if self.config.meta_fields else None
             spans = (
@@ -332,7 +342,14 @@ class _Preparer:
             )
         except SpanRecordError as err:
             return Bad(err.reason, err.detail, **where)
-        return _Pending(url, doc.text, doc.fields, meta=meta, spans=spans)
+        return _Pending(url, doc.text, doc.fields, meta=meta, spans=spans, where=origin)
+
+    def _where(
+        self, raw: InputRecord, data: dict[str, Any]
+    ) -> tuple[int | None, int | None, int | None, Any]:
+        """Where ``raw`` is in its file, and its ``id_field`` value (the input's own id)."""
+        ident = data.get(self.config.id_field) if self.config.id_field else None
+        return raw.line, raw.offset if raw.line is None else None, raw.row, ident
 
 
 def run_name(digest: str) -> str:
@@ -418,6 +435,8 @@ def write_part(
                         }
                     )
         out.flush()
+        if len(out.origins):  # beside the part's shards, before its completion record
+            storage.location.write(origins_path(writer.shard_prefix, part), out.origins.encode())
         written = hooks.hook("part_written")
         if written is not None:
             written(part)

@@ -11,6 +11,7 @@ import hashlib
 from collections import Counter
 from typing import Any
 
+import guideloom.layout as layout
 from guideloom.io import redact_url
 from guideloom.storage.opening import opening_code
 from guideloom.types import Tokenizer
@@ -119,14 +120,19 @@ def summary(
     meta = manifest.metadata[METADATA_KEY]
     tok = meta["tokenizer"]
     job = meta.get("job") or meta  # metadata version 2 and earlier: the job's counts only
-    dataset = ""
+    this_job = f"this job: {job['documents']:,} documents, {job['tokens']:,} tokens in {meta['parts']} parts"
     if job is not meta and (job["documents"], job["tokens"]) != (meta["documents"], meta["tokens"]):
-        dataset = f"; the dataset now: {meta['documents']:,} documents, {meta['tokens']:,} tokens"
-    lines = [
-        f"this job: {job['documents']:,} documents, {job['tokens']:,} tokens in {meta['parts']} parts",
-        f"committed: {len(manifest.shards)} shards, {manifest.total_bytes:,} bytes{dataset}",
-        f"tokenizer {tok['spec']} (vocabulary {tok['vocab_size']:,}, eos {tok['eos_id']})",
-    ]
+        # an append: this job's own shards (those under its run's folder) apart from the dataset's
+        run = f"{layout.run_prefix(str(meta['plan'])[:64])}/"
+        mine = [sh for sh in manifest.shards if sh.files["data"].path.startswith(run)]
+        lines = [
+            f"{this_job}: {len(mine)} shards, {sum(sh.size for sh in mine):,} bytes",
+            f"the dataset now: {meta['documents']:,} documents, {meta['tokens']:,} tokens, "
+            f"{len(manifest.shards)} shards, {manifest.total_bytes:,} bytes",
+        ]
+    else:
+        lines = [this_job, f"committed: {len(manifest.shards)} shards, {manifest.total_bytes:,} bytes"]
+    lines.append(f"tokenizer {tok['spec']} (vocabulary {tok['vocab_size']:,}, eos {tok['eos_id']})")
     empty = sum(meta["empty_documents"].values())
     empty_files = meta["empty_files"]
     if not isinstance(empty_files, int):  # metadata version 1 listed them

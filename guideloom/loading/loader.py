@@ -454,6 +454,7 @@ class StatefulDataLoader(_TorchdataLoader):
         boundaries: str | None = None,
         labels: bool = False,
         eos_id: int | None = None,
+        pack: Any = None,
         sources: bool = False,
         follow: bool = False,
         skip: int | None = None,
@@ -491,6 +492,11 @@ class StatefulDataLoader(_TorchdataLoader):
         the next token of the same document, ``-100`` at each document's last token, the
         window's last token and where the target's ``loss_mask`` is 0 (alone it implies
         ``boundaries="records"``). See `guideloom.loading.boundaries` and docs/training.md.
+
+        ``pack="whole"`` (one stream): each window holds whole records and padding instead of
+        ``sequence_length`` consecutive tokens, with ``loss_mask``, ``position_ids``, ``labels``
+        and ``cu_seqlens`` per record (`guideloom.loading.packing`; ``pack=Packing(...)`` sets
+        the buffer, the pad id and what happens to records longer than the window).
 
         ``sources=True`` (mixtures): batches also hold ``source`` (int64 ``(B,)``: each row's
         source, its index in the mixture) and ``source_index`` (int64 ``(B,)``: the row's sample in
@@ -556,6 +562,8 @@ class StatefulDataLoader(_TorchdataLoader):
             device: Copy every batch's tensors to this device (e.g. `"cuda"`), one batch ahead;
                 None leaves them on the CPU.
             pin_memory: Put batches in pinned host memory (skipped without an accelerator).
+            pack: `"whole"` or a `guideloom.loading.packing.Packing`: windows of whole records,
+                padded (see above); None reads consecutive tokens.
             sources: Mixtures: add `source` and `source_index` (int64, one per row) to every
                 batch (see above); off by default.
             follow: Move to the storage's current snapshot at every epoch boundary (not for a
@@ -675,7 +683,9 @@ class StatefulDataLoader(_TorchdataLoader):
         else:
             raise TypeError(f"from_storage takes a GuideLoom storage, got {type(storage).__name__}")
         marks = boundaries is not None or labels or eos_id is not None
-        if marks:
+        if pack is not None:  # whole records per window: guideloom.loading.packing
+            view = _packed(view, pack, seed, shuffle, marks or subset is not None)
+        elif marks:
             view = _marked(view, boundaries, labels, eos_id)
         if follow and (world_size or 1) > 1 and not (dist.is_available() and dist.is_initialized()):
             raise ValueError(
@@ -709,6 +719,8 @@ class StatefulDataLoader(_TorchdataLoader):
                     opened = storage.at_snapshot(snapshot)
                 fresh = open_view(opened, sequence_length)
                 fresh = subset(fresh) if subset else fresh
+                if pack is not None:
+                    return _packed(fresh, pack, seed, shuffle, False)
                 return _marked(fresh, boundaries, labels, eos_id) if marks else fresh
 
             loader._reopen = reopen
@@ -1185,6 +1197,19 @@ def _subset_of(
         return view
 
     return apply
+
+
+def _packed(view: Any, pack: Any, seed: int, shuffle: Any, refused: bool) -> Any:
+    """``view`` packed with whole records (`from_storage`'s ``pack=``); ``refused``: options
+    that do not go with it were given."""
+    from guideloom.loading.packing import pack_view
+
+    if refused:
+        raise ValueError(
+            "pack= already adds position_ids, labels and cu_seqlens per record, and packs a whole "
+            "stream: leave out boundaries=, labels=, eos_id=, skip=, take= and holdout= with it"
+        )
+    return pack_view(view, pack, seed=seed, shuffle=shuffle)
 
 
 def _marked(view: Any, boundaries: str | None, labels: bool, eos_id: int | None) -> Any:
