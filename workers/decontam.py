@@ -61,23 +61,25 @@ _MAX_WORD = 64  # powers kept for words up to this many bytes; longer words grow
 _NOT_WORD = re.compile(r"[^\w\s]|_")
 
 
-def _ascii_tables() -> tuple[bytes, np.ndarray]:
+def _ascii_tables() -> tuple[bytes, bytes, np.ndarray]:
+    """What the ASCII path deletes, its table (every whitespace character becomes a space, as
+    ``str.split`` sees whitespace), and which bytes are spaces."""
     deleted = bytes(c for c in range(128) if _NOT_WORD.fullmatch(chr(c)))
+    table = bytes(32 if chr(c).isspace() else c for c in range(256))
     space = np.zeros(256, dtype=bool)
-    for c in range(128):
-        space[c] = chr(c).isspace()
-    return deleted, space
+    space[32] = True
+    return deleted, table, space
 
 
-_DELETED, _SPACE = _ascii_tables()
+_DELETED, _TABLE, _SPACE = _ascii_tables()
 assert set(string.punctuation.encode()) <= set(_DELETED)
 
 
 def normalized(text: str) -> bytes:
     """The text as matching sees it: lowercased, punctuation and symbols deleted, UTF-8; words
-    are separated by ASCII whitespace (other whitespace becomes a space)."""
+    are separated by spaces (every whitespace character becomes one)."""
     if text.isascii():
-        return text.lower().encode("ascii").translate(None, _DELETED)
+        return text.lower().encode("ascii").translate(_TABLE, _DELETED)
     return " ".join(_NOT_WORD.sub("", text.lower()).split()).encode("utf-8", "surrogatepass")
 
 
