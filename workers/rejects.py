@@ -298,7 +298,7 @@ def summary_lines(meta: dict[str, Any]) -> list[str]:
     total = meta.get("dropped_total") or {}
     if total:
         reasons = ", ".join(f"{n:,} {reason}" for reason, n in total.items())
-        lines.append(f"dropped: {sum(total.values()):,} records ({reasons})")
+        lines.append(f"dropped: {_count(sum(total.values()), 'record')} ({reasons})")
         dropped = meta.get("dropped") or {}
         for url, counts in list(dropped.items())[:MAX_FILES_SHOWN]:
             lines.append(f"  {url}: " + ", ".join(f"{n:,} {reason}" for reason, n in counts.items()))
@@ -309,10 +309,14 @@ def summary_lines(meta: dict[str, Any]) -> list[str]:
     eval_set = meta.get("decontamination")
     if eval_set:
         lines.append(
-            f"decontaminated against {eval_set['items']:,} eval items ({eval_set['ngram']}-grams): "
-            f"{total.get('contaminated', 0):,} documents dropped"
+            f"decontaminated against {_count(eval_set['items'], 'eval item')} ({eval_set['ngram']}-grams): "
+            f"{_count(total.get('contaminated', 0), 'document')} dropped"
         )
     if meta.get("rejects"):
         listed = sum(n for reason, n in total.items() if reason not in ("empty", "filtered"))
         lines.append(f"rejected records ({listed:,}) listed in {meta['rejects']}")
     return lines
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
