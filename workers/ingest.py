@@ -96,6 +96,9 @@ class IngestResult:
             (`{store: {"requests": {"GET": n, "PUT": n, ...}, "bytes_read": n,
             "bytes_written": n, "retries": n}}`): the driver's and every Ray task's, reading
             the inputs and writing the output; local disk sends none.
+        dropped: `{input URL: {reason: records}}` of everything the job dropped: bad records
+            by reason, `empty`, `filtered` and `contaminated` (`guideloom.workers.rejects`).
+        rejects: Where the rejected records are listed (``rejects``), without credentials.
     """
 
     manifest: Any
@@ -112,6 +115,8 @@ class IngestResult:
     already_committed: bool
     filtered: dict[str, int] = field(default_factory=dict)
     io_stats: dict[str, Any] = field(default_factory=dict)
+    dropped: dict[str, dict[str, int]] = field(default_factory=dict)
+    rejects: str | None = None
 
     def open_code(self) -> str:
         """The Python lines that open this dataset (storage class and format from the manifest).
@@ -209,4 +214,6 @@ def ingest_dataset(
         already_committed=before,
         filtered=dict(meta.get("filtered", {})),
         io_stats=requests,
+        dropped=dict(meta.get("dropped", {})),
+        rejects=meta.get("rejects"),
     )

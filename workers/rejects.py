@@ -43,7 +43,6 @@ __all__ = [
 
 PIECES_SUFFIX = ".pieces"
 _INTERNAL = ("_segment_start", "_index")  # where a record with no line or offset is; resolved by the driver
-_LINE_KINDS = ("jsonl", "text")  # readers whose records are lines (guideloom.workers.readers.LineReader)
 
 
 class RejectedRecordError(IngestError):
@@ -68,11 +67,11 @@ def rejects_location(config: Any) -> tuple[Location, str]:
         else {}
     )
     parent, _, name = url.rpartition("/")
-    if not name:
-        raise IngestError(f"--rejects {redact_url(url)}: name a file, e.g. rejects.jsonl")
-    if not parent or parent.endswith(":/"):  # a bare file name, or s3://bucket... at the root
-        parent = parent or "."
-    return Location(parent, options), name
+    if not name or parent.endswith(":/"):
+        raise IngestError(
+            f"--rejects {redact_url(url)}: name a file, such as rejects.jsonl or s3://bucket/rejects.jsonl"
+        )
+    return Location(parent or ".", options), name
 
 
 def _pieces(config: Any, run: str) -> tuple[Location, str]:
@@ -125,11 +124,12 @@ class PartRejects:
         line = getattr(where, "line", None)
         offset = getattr(where, "offset", None)
         row = getattr(where, "row", None)
-        if line is None and offset is None and row is None and file.kind in _LINE_KINDS:
-            if segment.whole or segment.start == 0:
-                line = index  # a line reader yields one record per line
+        per_line = file.kind == "jsonl" or (file.kind == "text" and self.config.text_per_line)
+        unknown = line is None and offset is None and row is None
+        if unknown and per_line and (segment.whole or segment.start == 0):
+            line = index  # a line reader yields one record per line
         e = entry_of(redact_url(file.url), reason, message, line=line, offset=offset, row=row)
-        if line is None and offset is None and row is None and file.kind in _LINE_KINDS:
+        if line is None and offset is None and row is None and per_line:
             e["_segment_start"], e["_index"] = segment.start, index
         if extra:
             e.update(extra)
