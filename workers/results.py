@@ -86,10 +86,11 @@ def metadata(
 
 
 def _dropped(config: IngestConfig, results: list[PartResult]) -> dict[str, Any]:
-    """Everything the job dropped, per input file and reason and in all; the eval set it was
-    decontaminated against and the rejects file, when it names them."""
+    """Everything the job dropped, per input file and reason and in all (when it dropped
+    anything); the eval set it was decontaminated against and the rejects file, when it names
+    them."""
     dropped = rejects.dropped_counts(results)
-    out: dict[str, Any] = {"dropped": dropped, "dropped_total": rejects.totals(dropped)}
+    out: dict[str, Any] = {"dropped": dropped, "dropped_total": rejects.totals(dropped)} if dropped else {}
     eval_set = decontam.recorded(config)
     if eval_set is not None:
         out["decontamination"] = eval_set
