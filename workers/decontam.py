@@ -54,6 +54,7 @@ CONTAMINATED = "contaminated"  # the reason a dropped document is counted and li
 _MASK = (1 << 64) - 1
 _BYTE_BASE = 0x100000001B3  # FNV's 64-bit prime: odd, so the powers never vanish mod 2**64
 _WORD_BASE = 0x9E3779B97F4A7C15  # the golden-ratio constant, odd
+TABLE_MAX_BITS = 26  # the pre-check table: at most 64 MiB of booleans
 _MAX_WORD = 64  # powers kept for words up to this many bytes; longer words grow the table
 
 # ASCII: what a text keeps are letters, digits and whitespace (the non-ASCII path, a regular
@@ -210,6 +211,7 @@ class EvalIndex:
         self.hashes = all_hashes[order]
         self.owner = (np.concatenate(owners) if owners else np.zeros(0, np.int32))[order]
         self.position = (np.concatenate(positions) if positions else np.zeros(0, np.int32))[order]
+        self._filter: tuple[np.ndarray, np.uint64] | None = None
         self.usable = sum(1 for text in texts if len(text.split()) >= n)
         digest = hashlib.sha256(f"ngram={n}\n".encode())
         for text in texts:
@@ -231,6 +233,22 @@ class EvalIndex:
             "sha256": self.sha256,
         }
 
+    def _table(self) -> tuple[np.ndarray, np.uint64]:
+        """A table of booleans indexed by a hash's top bits: True where some eval n-gram's hash
+        has them (about 1 in 32 slots set). Built on first use in each process, never pickled."""
+        if self._filter is None:
+            bits = max(16, min(TABLE_MAX_BITS, int(np.ceil(np.log2(max(1, self.hashes.size) * 32)))))
+            shift = np.uint64(64 - bits)
+            table = np.zeros(1 << bits, dtype=bool)
+            table[self.hashes >> shift] = True
+            self._filter = (table, shift)
+        return self._filter
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_filter"] = None
+        return state
+
     def _ngram_words(self, k: int, position: int) -> list[bytes]:
         return self.texts[k].split()[position : position + self.n]
 
@@ -248,15 +266,19 @@ class EvalIndex:
         word_doc = np.searchsorted(doc_starts, starts, side="right") - 1
         grams = _combine(_word_hashes(b, starts, ends), self.n)
         ok = word_doc[: grams.size] == word_doc[self.n - 1 :]  # no n-gram across two documents
-        at = np.searchsorted(self.hashes, grams)
-        at_clipped = np.minimum(at, self.hashes.size - 1)
-        candidates = np.flatnonzero(ok & (self.hashes[at_clipped] == grams))
-        for g in candidates:
+        # A table of the hashes' top bits first (one random read per n-gram), so that only the
+        # few n-grams it lets through are looked up in the sorted hashes (about 20 reads each).
+        table, shift = self._table()
+        maybe = np.flatnonzero(ok & table[grams >> shift])
+        at = np.searchsorted(self.hashes, grams[maybe])
+        found_at = self.hashes[np.minimum(at, self.hashes.size - 1)] == grams[maybe]
+        first = dict(zip(maybe[found_at].tolist(), at[found_at].tolist()))
+        for g in first:
             doc = int(word_doc[g])
             if out[doc] is not None:
                 continue
             found = [joined[s:e] for s, e in zip(starts[g : g + self.n], ends[g : g + self.n])]
-            i = int(at[g])
+            i = first[g]
             while i < self.hashes.size and self.hashes[i] == grams[g]:
                 k, p = int(self.owner[i]), int(self.position[i])
                 if self._ngram_words(k, p) == found:
