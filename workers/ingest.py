@@ -163,7 +163,9 @@ def ingest_dataset(
             `chat_template` and `train_on`), `eos_token`, `bos`, `layout`
             (`"stream_with_meta"` with `meta_fields`, `spans_field`, `meta_format`),
             `transform` and `transform_id`,
-            `shard_size` and `part_size` (bytes), `on_bad_record`, `overwrite`, `append`,
+            `shard_size` and `part_size` (bytes), `on_bad_record`, `rejects` (a file listing
+            every rejected record), `decontaminate` with `decontaminate_field` and
+            `decontaminate_ngram` (see docs/clean-data.md), `overwrite`, `append`,
             `commit_every` (a snapshot per that many parts, or a size of input such as
             `"2GiB"`, complete in part order; see docs/datasets-that-grow.md), `ray_address`,
             `num_workers` (parts in flight), `max_retries`, `storage_options`, ...
