@@ -377,7 +377,7 @@ def write_part(
     bad: dict[str, Counter[str]] = {}
     filtered: Counter[str] = Counter()
     contaminated: Counter[str] = Counter()
-    rejected = PartRejects(config, part, run)  # --rejects: this part's piece of the list
+    rejected = PartRejects(config, part, run, spec.segments)  # --rejects: this part's piece
     options = config.input_storage_options
     on_record = hooks.hook("record_read")
     last_report = time.monotonic()

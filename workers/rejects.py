@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from guideloom.errors import IngestError
@@ -99,12 +99,16 @@ class PartRejects:
     """A part's rejected records: kept in memory (small entries, no record contents) and
     written as the part's piece when it ends."""
 
-    def __init__(self, config: Any, part: int, run: str) -> None:
+    def __init__(self, config: Any, part: int, run: str, segments: Sequence[Any] = ()) -> None:
         self.config = config
         self.part = part
         self.run = run
         self.enabled = config.rejects is not None
         self.entries: list[dict[str, Any]] = []
+        # input order: (the segment's place in the part, the record's in the segment); a
+        # contaminated document is added when its batch is checked, after later bad records
+        self.order: list[tuple[int, int]] = []
+        self.place = {seg: k for k, seg in enumerate(segments)}
 
     def add(
         self,
@@ -134,12 +138,14 @@ class PartRejects:
         if extra:
             e.update(extra)
         self.entries.append(e)
+        self.order.append((self.place.get(segment, 0), index))
 
     def write(self) -> int:
         """Write the piece (when anything was rejected); the number of entries."""
         if self.enabled and self.entries:
             location, folder = _pieces(self.config, self.run)
-            location.write(f"{folder}/part-{self.part:05d}.jsonl", [_line(e) for e in self.entries])
+            ordered = [e for _, e in sorted(zip(self.order, self.entries), key=lambda pair: pair[0])]
+            location.write(f"{folder}/part-{self.part:05d}.jsonl", [_line(e) for e in ordered])
         return len(self.entries)
 
 
