@@ -150,38 +150,42 @@ def test_decontamination_drops_exactly_the_planted_leaks(ray_local, tmp_path):
     eval_file.write_text("".join(json.dumps({"question": q, "answer": "42"}) + "\n" for q in EVAL))
     docs = [*NEAR_MISSES[:3], LEAKS[0], *NEAR_MISSES[3:5], LEAKS[1], NEAR_MISSES[5], LEAKS[2], NEAR_MISSES[6]]
     src = tmp_path / "corpus.jsonl"
-    src.write_text("".join(json.dumps({"id": k, "text": t}) + "\n" for k, t in enumerate(docs)))
+    lines = [json.dumps({"id": k, "text": t}) for k, t in enumerate(docs)]
+    lines.insert(4, '{"id": "bad", "text": "not JSON')  # a bad record listed after a leak checked later
+    src.write_text("".join(line + "\n" for line in lines))
     rejects = tmp_path / "rejects.jsonl"
     result = ingest_dataset(
-        [str(src)], tmp_path / "ds", layout="document", passthrough=["id"], part_size=400,
+        [str(src)], tmp_path / "ds", layout="document", passthrough=["id"], on_bad_record="skip",
         decontaminate=[str(tmp_path / "evals")], decontaminate_field="question", rejects=str(rejects),
     )  # fmt: skip
     kept = [d["id"] for d in DocumentDataset(result.storage)]
     assert kept == [k for k, t in enumerate(docs) if t not in LEAKS]
     listed = [json.loads(line) for line in rejects.read_text().splitlines()]
-    assert [(e["line"], e["reason"], e["eval"]["line"]) for e in listed] == [
+    assert [(e["line"], e["reason"], e.get("eval", {}).get("line")) for e in listed] == [
         (4, "contaminated", 1),
-        (7, "contaminated", 2),
-        (9, "contaminated", 3),
+        (5, "malformed_json", None),
+        (8, "contaminated", 2),
+        (10, "contaminated", 3),
     ]
     assert (
-        listed[1]["ngram"]
+        listed[2]["ngram"]
         == "which gas do plants absorb from the atmosphere during photosynthesis to build sugars"
     )
     assert listed[0]["eval"] == {"file": str(eval_file), "line": 1, "field": "question"}
-    assert "shares the 13-gram" in listed[2]["message"]
+    assert "shares the 13-gram" in listed[3]["message"]
     meta = result.manifest.metadata[METADATA_KEY]
-    assert meta["dropped"] == {str(src): {"contaminated": 3}} and meta["dropped_total"] == {"contaminated": 3}
+    assert meta["dropped"] == {str(src): {"contaminated": 3, "malformed_json": 1}}
+    assert meta["dropped_total"] == {"contaminated": 3, "malformed_json": 1}
     assert meta["decontamination"]["items"] == 3 and meta["decontamination"]["ngram"] == 13
     assert "decontaminated against 3 eval items (13-grams): 3 documents dropped" in summary(result.manifest)
     log = CliRunner().invoke(app, ["log", str(tmp_path / "ds")])
-    assert log.exit_code == 0 and "dropped: 3 contaminated" in log.output
+    assert log.exit_code == 0 and "dropped: 3 contaminated, 1 malformed_json" in log.output
     inspected = CliRunner().invoke(app, ["inspect", "--json", str(tmp_path / "ds")])
-    assert json.loads(inspected.output)["metadata"]["ingest"]["dropped"] == {str(src): {"contaminated": 3}}
+    assert json.loads(inspected.output)["metadata"]["ingest"]["dropped"] == meta["dropped"]
     # another eval set is another job (its content is in the plan digest): refused without --overwrite
     eval_file.write_text(json.dumps({"question": EVAL[0]}) + "\n")
     with pytest.raises(DatasetExistsError, match="did not write"):
         ingest_dataset(
-            [str(src)], tmp_path / "ds", layout="document", passthrough=["id"], part_size=400,
+            [str(src)], tmp_path / "ds", layout="document", passthrough=["id"], on_bad_record="skip",
             decontaminate=[str(tmp_path / "evals")], decontaminate_field="question",
         )  # fmt: skip
