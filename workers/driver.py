@@ -476,6 +476,7 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool, IOStats]:
         storage_options=config.input_storage_options,
     )
     digest = plan.digest({**config.identity(), "tokenizer": tokenizer.describe(), **extra})
+    config = rejects.with_default(config, digest)  # a decontaminated job names what it dropped
     storage = _open_output(config, tokenizer)
     done = _existing(storage, digest, config)
     progress = make_progress(config.progress, len(plan.parts), sum(plan.part_bytes))

@@ -326,3 +326,20 @@ def summary_lines(meta: dict[str, Any]) -> list[str]:
 
 def _count(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+REPORTS_DIR = "rejects"  # a decontaminated job without --rejects reports here, in the dataset
+
+
+def with_default(config: Any, digest: str) -> Any:
+    """The config, with ``rejects`` set for a decontaminated job that names no rejects file:
+    ``OUTPUT/rejects/JOB.jsonl`` (``JOB``: the start of the plan digest), so that every dropped
+    document is named somewhere; the summary and ``ingest.rejects`` say where."""
+    if config.rejects is not None or not config.decontaminate:
+        return config
+    copy = config.model_copy(
+        update={"rejects": f"{config.output.rstrip('/')}/{REPORTS_DIR}/{digest[:16]}.jsonl"}
+    )
+    for name, value in (config.__pydantic_private__ or {}).items():
+        setattr(copy, name, value)  # the eval index the driver attached
+    return copy
