@@ -337,9 +337,7 @@ def with_default(config: Any, digest: str) -> Any:
     document is named somewhere; the summary and ``ingest.rejects`` say where."""
     if config.rejects is not None or not config.decontaminate:
         return config
-    copy = config.model_copy(
+    # model_copy keeps the private attributes: the eval index the driver attached
+    return config.model_copy(
         update={"rejects": f"{config.output.rstrip('/')}/{REPORTS_DIR}/{digest[:16]}.jsonl"}
     )
-    for name, value in (config.__pydantic_private__ or {}).items():
-        setattr(copy, name, value)  # the eval index the driver attached
-    return copy

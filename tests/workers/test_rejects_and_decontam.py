@@ -184,8 +184,15 @@ def test_decontamination_drops_exactly_the_planted_leaks(ray_local, tmp_path):
     assert json.loads(inspected.output)["metadata"]["ingest"]["dropped"] == meta["dropped"]
     # another eval set is another job (its content is in the plan digest): refused without --overwrite
     eval_file.write_text(json.dumps({"question": EVAL[0]}) + "\n")
+    job = dict(
+        layout="document", passthrough=["id"], on_bad_record="skip",
+        decontaminate=[str(tmp_path / "evals")], decontaminate_field="question",
+    )  # fmt: skip
     with pytest.raises(DatasetExistsError, match="did not write"):
-        ingest_dataset(
-            [str(src)], tmp_path / "ds", layout="document", passthrough=["id"], on_bad_record="skip",
-            decontaminate=[str(tmp_path / "evals")], decontaminate_field="question",
-        )  # fmt: skip
+        ingest_dataset([str(src)], tmp_path / "ds", **job)
+    # without rejects=, a decontaminated job lists what it dropped inside the dataset
+    again = ingest_dataset([str(src)], tmp_path / "ds", overwrite=True, **job)
+    assert again.rejects is not None and again.rejects.startswith(f"{tmp_path / 'ds'}/rejects/")
+    assert again.dropped == {str(src): {"contaminated": 1, "malformed_json": 1}}
+    listed = [json.loads(line) for line in Path(again.rejects).read_text().splitlines()]
+    assert [(e["line"], e["reason"]) for e in listed] == [(4, "contaminated"), (5, "malformed_json")]
