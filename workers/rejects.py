@@ -150,7 +150,10 @@ class PartRejects:
 
 
 def _line(e: dict[str, Any]) -> bytes:
-    return (json.dumps(e, ensure_ascii=False) + "\n").encode("utf-8")
+    try:
+        return (json.dumps(e, ensure_ascii=False) + "\n").encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate in a message: escaped, as JSON allows
+        return (json.dumps(e) + "\n").encode("ascii")
 
 
 def failed(config: Any, file: Any, bad: BadRecord, where: str, message: str) -> RejectedRecordError:
