@@ -89,54 +89,78 @@ def words(data: bytes) -> list[bytes]:
     return data.split()
 
 
+PREFIX_MAX_BYTES = 2**23  # batches up to this size hash words by prefix sums (tables of 2 x 8 bytes a byte)
+
 _powers: np.ndarray = np.ones(1, dtype=np.uint64)
+_inverse: np.ndarray = np.ones(1, dtype=np.uint64)
 
 
-def _byte_powers(n: int) -> np.ndarray:
-    """``_BYTE_BASE ** i`` mod 2**64 for ``i < n`` (a table grown on demand, kept per process)."""
-    global _powers
+def _geometric(base: int, size: int) -> np.ndarray:
+    """``base ** i`` mod 2**64 for ``i < size``, by doubling: ``out[m:2m] = out[:m] * base**m``."""
+    out = np.ones(max(size, 2), dtype=np.uint64)
+    out[1] = base
+    filled = 2
+    while filled < size:
+        step = min(filled, size - filled)
+        out[filled : filled + step] = out[:step] * out[filled - 1] * np.uint64(base)
+        filled += step
+    return out[:size]
+
+
+def _byte_powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``BASE ** i`` and ``BASE ** -i`` mod 2**64 for ``i < n`` (BASE is odd, so it has an
+    inverse mod 2**64): tables grown on demand and kept per process."""
+    global _powers, _inverse
     if len(_powers) < n:
         size = max(n, 2 * len(_powers), _MAX_WORD)
-        out = np.ones(size, dtype=np.uint64)
-        out[1] = _BYTE_BASE
-        filled = 2
-        while filled < size:  # doubling: out[m:2m] = out[:m] * BASE**m (mod 2**64)
-            step = min(filled, size - filled)
-            out[filled : filled + step] = out[:step] * out[filled - 1] * np.uint64(_BYTE_BASE)
-            filled += step
-        _powers = out
-    return _powers[:n]
+        _powers = _geometric(_BYTE_BASE, size)
+        _inverse = _geometric(pow(_BYTE_BASE, -1, 1 << 64), size)
+    return _powers[:n], _inverse[:n]
 
 
 def _word_spans(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(bytes, start of each word, end of each word) of a normalized text (or a batch of them
-    joined by spaces)."""
+    joined by spaces): a `normalized` text separates words by spaces only (a UTF-8 byte of a
+    longer character is never 32)."""
     b = np.frombuffer(data, dtype=np.uint8)
     if b.size == 0:
         empty = np.zeros(0, dtype=np.int64)
         return b, empty, empty
-    inside = ~_SPACE[b]
-    edges = np.diff(inside.astype(np.int8), prepend=np.int8(0), append=np.int8(0))
-    starts = np.flatnonzero(edges == 1)
-    ends = np.flatnonzero(edges == -1)
+    space = b == 32
+    inside = ~space
+    before = np.empty_like(space)
+    before[0], before[1:] = True, space[:-1]
+    after = np.empty_like(space)
+    after[-1], after[:-1] = True, space[1:]
+    starts = np.flatnonzero(inside & before)
+    ends = np.flatnonzero(inside & after) + 1
     return b, starts, ends
 
 
 def _word_hashes(b: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """One 64-bit hash per word: sum of byte * BASE**(position in the word), mod 2**64."""
+    """One 64-bit hash per word: the sum of (byte + 1) * BASE ** (its position in the word),
+    mod 2**64, then mixed with the word's length. Computed from prefix sums over the whole
+    batch (a few passes over its bytes), or word by word (`np.add.reduceat`) for a batch too
+    large for the power tables; both give the same hashes."""
     if starts.size == 0:
         return np.zeros(0, dtype=np.uint64)
-    first = np.zeros(b.size, dtype=np.int64)
-    first[starts] = starts
-    np.maximum.accumulate(first, out=first)
-    position = np.arange(b.size, dtype=np.int64) - first
-    inside = ~_SPACE[b]
-    powers = _byte_powers(int((ends - starts).max()) + 1)
-    terms = (b.astype(np.uint64) + np.uint64(1)) * powers[np.where(inside, position, 0)]
-    terms[~inside] = 0
-    sums = np.add.reduceat(terms, starts)
-    # the length keeps words that differ by trailing zero terms apart; a multiply mixes
-    return (sums ^ (ends - starts).astype(np.uint64)) * np.uint64(_WORD_BASE)
+    lengths = (ends - starts).astype(np.uint64)
+    if b.size <= PREFIX_MAX_BYTES:
+        powers, inverse = _byte_powers(b.size)
+        prefix = np.zeros(b.size + 1, dtype=np.uint64)
+        np.cumsum((b + np.uint64(1)) * powers, out=prefix[1:])
+        sums = (prefix[ends] - prefix[starts]) * inverse[starts]
+    else:
+        first = np.zeros(b.size, dtype=np.int64)
+        first[starts] = starts
+        np.maximum.accumulate(first, out=first)
+        inside = b != 32
+        position = np.where(inside, np.arange(b.size, dtype=np.int64) - first, 0)
+        powers, _ = _byte_powers(int(lengths.max()) + 1)
+        terms = (b + np.uint64(1)) * powers[position]
+        terms[~inside] = 0
+        sums = np.add.reduceat(terms, starts)
+    return (sums ^ lengths) * np.uint64(_WORD_BASE)
 
 
 def _combine(word_hashes: np.ndarray, n: int) -> np.ndarray:
@@ -156,6 +180,31 @@ def ngram_hashes(data: bytes, n: int) -> np.ndarray:
     """The hash of every n-gram of one normalized text, in order."""
     b, starts, ends = _word_spans(data)
     return _combine(_word_hashes(b, starts, ends), n)
+
+
+@dataclass
+class _Batch:
+    """Normalized texts joined by spaces, their words, and their n-grams: ``grams[g]`` is the
+    n-gram that starts at word ``g``; ``ok[g]`` where it lies inside one text (``word_doc``)."""
+
+    joined: bytes
+    starts: np.ndarray
+    ends: np.ndarray
+    word_doc: np.ndarray
+    first_word: np.ndarray  # each text's first word
+    grams: np.ndarray
+    ok: np.ndarray
+
+
+def _batch(data: list[bytes], n: int) -> _Batch:
+    joined = b" ".join(data)
+    b, starts, ends = _word_spans(joined)
+    doc_starts = np.cumsum([0] + [len(d) + 1 for d in data[:-1]])
+    word_doc = np.searchsorted(doc_starts, starts, side="right") - 1
+    grams = _combine(_word_hashes(b, starts, ends), n)
+    ok = word_doc[: grams.size] == word_doc[n - 1 :] if grams.size else np.zeros(0, dtype=bool)
+    first_word = np.searchsorted(starts, doc_starts)
+    return _Batch(joined, starts, ends, word_doc, first_word, grams, ok)
 
 
 @dataclass(frozen=True)
@@ -198,21 +247,31 @@ class EvalIndex:
     def __init__(self, n: int, items: list[EvalItem], texts: list[bytes], sources: list[str]) -> None:
         self.n = n
         self.items = items
-        self.texts = texts  # normalized, one space between words
+        self.texts = texts  # `normalized`: words separated by spaces
         self.sources = sources
-        hashes, owners, positions = [], [], []
-        for k, text in enumerate(texts):
-            h = ngram_hashes(text, n)
-            hashes.append(h)
-            owners.append(np.full(h.size, k, dtype=np.int32))
-            positions.append(np.arange(h.size, dtype=np.int32))
+        hashes, owners, positions, counts = [], [], [], []
+        k = 0
+        while k < len(texts):  # in batches of about SCREEN_CHARS bytes
+            size, j = 0, k
+            while j < len(texts) and (j == k or size + len(texts[j]) <= SCREEN_CHARS):
+                size += len(texts[j]) + 1
+                j += 1
+            batch = _batch(texts[k:j], n)
+            keep = np.flatnonzero(batch.ok)
+            hashes.append(batch.grams[keep])
+            doc = batch.word_doc[keep]
+            owners.append((doc + k).astype(np.int32))
+            positions.append((keep - batch.first_word[doc]).astype(np.int32))
+            counts.append(np.bincount(batch.word_doc, minlength=j - k))
+            k = j
         all_hashes = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
-        order = np.argsort(all_hashes, kind="stable")  # ties in item order: the first item is named
+        order = np.argsort(all_hashes)  # ties in any order: `check` names the first item that matches
         self.hashes = all_hashes[order]
         self.owner = (np.concatenate(owners) if owners else np.zeros(0, np.int32))[order]
         self.position = (np.concatenate(positions) if positions else np.zeros(0, np.int32))[order]
         self._filter: tuple[np.ndarray, np.uint64] | None = None
-        self.usable = sum(1 for text in texts if len(text.split()) >= n)
+        words = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
+        self.usable = int((words >= n).sum())
         digest = hashlib.sha256(f"ngram={n}\n".encode())
         for text in texts:
             digest.update(text + b"\n")
@@ -235,9 +294,9 @@ class EvalIndex:
 
     def _table(self) -> tuple[np.ndarray, np.uint64]:
         """A table of booleans indexed by a hash's top bits: True where some eval n-gram's hash
-        has them (about 1 in 32 slots set). Built on first use in each process, never pickled."""
+        has them (about 1 in 16 slots set). Built on first use in each process, never pickled."""
         if self._filter is None:
-            bits = max(16, min(TABLE_MAX_BITS, int(np.ceil(np.log2(max(1, self.hashes.size) * 32)))))
+            bits = max(16, min(TABLE_MAX_BITS, int(np.ceil(np.log2(max(1, self.hashes.size) * 16)))))
             shift = np.uint64(64 - bits)
             table = np.zeros(1 << bits, dtype=bool)
             table[self.hashes >> shift] = True
@@ -257,15 +316,11 @@ class EvalIndex:
         out: list[Match | None] = [None] * len(texts)
         if not texts or self.hashes.size == 0:
             return out
-        data = [normalized(t) for t in texts]
-        joined = b" ".join(data)
-        b, starts, ends = _word_spans(joined)
-        if starts.size < self.n:
+        batch = _batch([normalized(t) for t in texts], self.n)
+        grams, ok, word_doc = batch.grams, batch.ok, batch.word_doc
+        starts, ends, joined = batch.starts, batch.ends, batch.joined
+        if grams.size == 0:
             return out
-        doc_starts = np.cumsum([0] + [len(d) + 1 for d in data[:-1]])
-        word_doc = np.searchsorted(doc_starts, starts, side="right") - 1
-        grams = _combine(_word_hashes(b, starts, ends), self.n)
-        ok = word_doc[: grams.size] == word_doc[self.n - 1 :]  # no n-gram across two documents
         # A table of the hashes' top bits first (one random read per n-gram), so that only the
         # few n-grams it lets through are looked up in the sorted hashes (about 20 reads each).
         table, shift = self._table()
@@ -278,14 +333,14 @@ class EvalIndex:
             if out[doc] is not None:
                 continue
             found = [joined[s:e] for s, e in zip(starts[g : g + self.n], ends[g : g + self.n])]
-            i = first[g]
+            i, matched = first[g], None
             while i < self.hashes.size and self.hashes[i] == grams[g]:
                 k, p = int(self.owner[i]), int(self.position[i])
-                if self._ngram_words(k, p) == found:
-                    text = b" ".join(found).decode("utf-8", "replace")
-                    out[doc] = Match(self.items[k], text)
-                    break
-                i += 1  # a hash collision: compared, not dropped
+                if (matched is None or k < matched) and self._ngram_words(k, p) == found:
+                    matched = k  # the first eval item that has it is named
+                i += 1  # (a hash collision is compared, never dropped)
+            if matched is not None:
+                out[doc] = Match(self.items[matched], b" ".join(found).decode("utf-8", "replace"))
         return out
 
 
@@ -381,7 +436,7 @@ def build_index(config: Any) -> EvalIndex:
             shown = redact_url(f.url)
             for record, text in _records(f, source.field, options):
                 items.append(EvalItem(shown, record.line, record.row, source.field))
-                texts.append(b" ".join(normalized(text).split()))
+                texts.append(normalized(text))
     paths = ", ".join(redact_url(s.path) for s in sources_of(config))
     if not items:
         raise IngestError(
