@@ -7,7 +7,8 @@ both sides. The decontaminated side's time includes reading and indexing the eva
 document's 13-grams; 1% of the documents carry a planted leak, so it also drops and lists some.
 Figures are seconds of wall time per ingestion; the target is a ratio <= 1.15 (decontamination
 costs at most 15% of the ingestion). The extra figures give the screening throughput in MB/s
-and documents/s of one core, measured on its own (`EvalIndex.check` over the corpus).
+and documents/s of one core, measured on its own (`EvalIndex.check` over the corpus), and the
+seconds reading and indexing the eval set take (a fixed cost per job, whatever the corpus size).
 """
 
 from __future__ import annotations
@@ -97,7 +98,9 @@ def decontamination_rows(cfg: Config) -> list[Row]:
     g, b = interleaved(with_eval, lambda: _ingest(plain)[0], cfg.repeats, not cfg.quick)
 
     # the screening alone, on one core: MB/s and documents/s of EvalIndex.check
+    t0 = time.perf_counter()
     config, _ = decontam.prepare(validate_config(screened))
+    build_s = time.perf_counter() - t0
     index = decontam.checker(config)
     assert index is not None
     t0 = time.perf_counter()
@@ -119,6 +122,7 @@ def decontamination_rows(cfg: Config) -> list[Row]:
             target=1.15,
             extra={
                 "eval_ngrams": index.ngrams,
+                "eval_index_build_s": round(build_s, 3),
                 "documents_dropped": dropped[-1] if dropped else 0,
                 "leaks_planted": expected,
                 "screen_MB_per_s_per_core": round(megabytes / check_s, 1),
