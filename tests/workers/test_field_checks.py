@@ -43,9 +43,7 @@ def test_a_parquet_text_field_it_lacks_is_named_before_ray_starts_and_the_fix_ru
 def test_jsonl_first_record_messages_and_meta_fields(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text(json.dumps({"id": 1, "conv": [{"role": "user", "content": "hi"}]}) + "\n")
-    with pytest.raises(
-        IngestError, match=r"no text field 'text' in its first record: id \(int\), conv \(list\)"
-    ):
+    with pytest.raises(IngestError, match=r"no text field 'text' in its first record: id \(int\), conv \(list\)"):
         ingest_dataset([str(src)], tmp_path / "a")
     with pytest.raises(IngestError) as err:
         ingest_dataset([str(src)], tmp_path / "b", input_format="chat", chat_template="chatml")
@@ -54,9 +52,7 @@ def test_jsonl_first_record_messages_and_meta_fields(tmp_path):
         "name the field that holds it: --messages-field conv"
     )
     with pytest.raises(IngestError, match=r"no meta field 'lang' .*; drop it from --meta-field"):
-        ingest_dataset(
-            [str(src)], tmp_path / "c", text_field="id", layout="stream-with-meta", meta_fields=["lang"]
-        )
+        ingest_dataset([str(src)], tmp_path / "c", text_field="id", layout="stream-with-meta", meta_fields=["lang"])
 
 
 @pytest.mark.ray
@@ -91,15 +87,7 @@ def test_passthrough_default_for_records_that_lack_the_field(ray_local, tmp_path
     assert f"{b} line 1: no passthrough field 'lang' (fields: score, text)" in run.output
     assert "--passthrough-default lang=VALUE, or drop it from --passthrough" in run.output
     out = tmp_path / "ok"
-    args = [
-        *base,
-        "--passthrough",
-        "score",
-        "--passthrough-default",
-        "lang=unknown",
-        "--passthrough-default",
-        "score=0",
-    ]
+    args = [*base, "--passthrough", "score", "--passthrough-default", "lang=unknown", "--passthrough-default", "score=0"]
     run = CliRunner().invoke(app, [*args, "-o", str(out)])
     assert run.exit_code == 0, run.output
     docs = DocumentDataset(DocumentStorage(out, DocumentJsonFormat()))
@@ -107,9 +95,7 @@ def test_passthrough_default_for_records_that_lack_the_field(ray_local, tmp_path
         ("en", 3), ("unknown", 1), ("de", 2)
     ]  # fmt: skip
     # A default for a field that is not kept is refused, with the fix.
-    run = CliRunner().invoke(
-        app, [*base[:-3], "--passthrough-default", "lang=x", "-o", str(tmp_path / "n"), "-q"]
-    )
+    run = CliRunner().invoke(app, [*base[:-3], "--passthrough-default", "lang=x", "-o", str(tmp_path / "n"), "-q"])
     assert run.exit_code != 0 and "add --passthrough lang" in run.output
     run = CliRunner().invoke(app, [*base, "--passthrough-default", "lang", "-o", str(tmp_path / "m")])
     assert run.exit_code != 0 and "write NAME=VALUE, e.g. --passthrough-default lang=unknown" in run.output
