@@ -47,6 +47,7 @@ ROWS = (
     "ingest",
     "ingest-cluster",
     "ingest-kinds",
+    "decontaminate",
     "open",
     "write",
     "mix",
@@ -102,6 +103,7 @@ def run(
     from benchmarks import (
         caching,
         cloud,
+        decontamination,
         foreign,
         ingest_cluster,
         ingest_kinds,
@@ -148,6 +150,7 @@ def run(
             "ingest": lambda: ingestion.ingest_rows(cfg),
             "ingest-cluster": lambda: ingest_cluster.ingest_cluster_rows(cfg),
             "ingest-kinds": lambda: ingest_kinds.ingest_kind_rows(cfg),
+            "decontaminate": lambda: decontamination.decontamination_rows(cfg),
             "open": lambda: opening.open_rows(cfg),
             "write": lambda: writing.write_rows(cfg),
             "mix": lambda: mixing.mix_rows(cfg),

@@ -302,6 +302,9 @@ def log(
             typer.echo(snap.model_dump_json(exclude={"pieces"}))
         else:
             typer.echo(f"{'*' if snap.id == current.id else ' '} {snap}")
+            dropped = (snap.metadata.get(_INGEST) or {}).get("dropped_total")
+            if dropped:  # what that ingestion dropped, per reason (guideloom.workers.rejects)
+                typer.echo("    dropped: " + ", ".join(f"{n:,} {reason}" for reason, n in dropped.items()))
 
 
 @app.command(short_help="Make an older snapshot current (a new 'rollback' snapshot).")

@@ -165,6 +165,22 @@ def ingest(
     shard_size: str | None = typer.Option(None, metavar="SIZE", help="Shard size, e.g. 64MiB."),
     part_size: str | None = typer.Option(None, metavar="SIZE", help="Input bytes per part, e.g. 32MiB."),
     on_bad_record: str | None = typer.Option(None, metavar="POLICY", help="fail (default) | skip."),
+    rejects: str | None = typer.Option(
+        None,
+        metavar="URL",
+        help="Write every rejected record (file, line, reason, message) here as JSON Lines.",
+    ),
+    decontaminate: list[str] | None = typer.Option(
+        None,
+        metavar="EVAL",
+        help="Drop documents sharing an n-gram with these eval files (JSONL/Parquet, a folder; repeatable).",
+    ),
+    decontaminate_field: str | None = typer.Option(
+        None, metavar="FIELD", help="The eval records' text field (default text)."
+    ),
+    decontaminate_ngram: int | None = typer.Option(
+        None, metavar="N", help="Words per n-gram for --decontaminate (default 13)."
+    ),
     overwrite: bool | None = typer.Option(
         None,
         "--overwrite/--no-overwrite",
@@ -227,6 +243,10 @@ def ingest(
         "shard_size": parse_size(shard_size) if shard_size else None,
         "part_size": parse_size(part_size) if part_size else None,
         "on_bad_record": on_bad_record,
+        "rejects": rejects,
+        "decontaminate": decontaminate or None,
+        "decontaminate_field": decontaminate_field,
+        "decontaminate_ngram": decontaminate_ngram,
         "overwrite": overwrite,
         "append": append,
         "commit_every": commit_every,

@@ -31,7 +31,7 @@ from guideloom.io import redact_url
 from guideloom.io.stats import IOStats, io_stats, merge_stats, subtract_stats
 from guideloom.manifest.totals import ingest_totals
 from guideloom.types import Tokenizer
-from guideloom.workers import hooks
+from guideloom.workers import decontam, hooks, rejects
 from guideloom.workers.annotate import encode_with_spans, has_offsets
 from guideloom.workers.cancellation import IngestCancelled, cancel_on_signals
 from guideloom.workers.chat import chat_renderer
@@ -507,6 +507,8 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool, IOStats]:
             "--eos-token, or pass --no-eos"
         )
     extra = _check_job_kinds(config, tokenizer)
+    config, eval_set = decontam.prepare(config)  # reads the eval set; the tasks get its index
+    extra.update(eval_set)
     files = expand_inputs(config.inputs, config.reader_format, config.input_storage_options)
     if config.chat:
         _check_chat_files(files)
@@ -523,6 +525,7 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool, IOStats]:
         storage_options=config.input_storage_options,
     )
     digest = plan.digest({**config.identity(), "tokenizer": tokenizer.describe(), **extra})
+    config = rejects.with_default(config, digest)  # a decontaminated job names what it dropped
     storage = _open_output(config, tokenizer)
     done = _existing(storage, digest, config)
     progress = make_progress(config.progress, len(plan.parts), sum(plan.part_bytes))
@@ -562,6 +565,9 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool, IOStats]:
             _run_parts(config, plan, digest, progress, results, started, steps.part_done, recorded)
     except KeyboardInterrupt:
         raise IngestCancelled(len(results), len(plan.parts)) from None
+    except rejects.RejectedRecordError as err:
+        rejects.on_failure(config, err)  # --rejects: the record that stopped the job
+        raise
     finally:
         progress.close()
         if started:
@@ -571,6 +577,7 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool, IOStats]:
     reused = sum(bool(r.get("reused")) for r in results)
     if reused:
         progress.message(f"reused {reused} of {len(results)} parts from an earlier run")
+    rejects.finish(config, plan.files, results, run_name(digest), progress.message)
     manifest = steps.final(results)
     requests = merge_stats([subtract_stats(io_stats(), counted), *(r.get("io_stats", {}) for r in results)])
     progress.message(

@@ -31,7 +31,7 @@ from guideloom.types import (
     ReadOptions,
     Tokenizer,
 )
-from guideloom.workers import hooks
+from guideloom.workers import decontam, hooks
 from guideloom.workers.annotate import (
     CharSpan,
     SpanRecordError,
@@ -54,6 +54,7 @@ from guideloom.workers.config import IngestConfig
 from guideloom.workers.output import open_storage, part_metadata, reusable_result
 from guideloom.workers.planning import Plan
 from guideloom.workers.readers import input_reader
+from guideloom.workers.rejects import PartRejects, failed
 from guideloom.workers.sources import Bad, InputFile, Segment, document, line_number
 from guideloom.workers.tokenizer import load_tokenizer, token_dtype
 from guideloom.workers.transform import load_transform
@@ -392,6 +393,8 @@ def write_part(
 
     bad: dict[str, Counter[str]] = {}
     filtered: Counter[str] = Counter()
+    contaminated: Counter[str] = Counter()
+    rejected = PartRejects(config, part, run, spec.segments)  # --rejects: this part's piece
     options = config.input_storage_options
     on_record = hooks.hook("record_read")
     last_report = time.monotonic()
@@ -402,25 +405,35 @@ def write_part(
         part=part, shard_size=config.shard_size, run=run, overwrite=config.overwrite, append=after
     ) as writer:
         out = _PartWriter(config, tokenizer, writer, part)
+        screen = decontam.screen(config, out.add, rejected, contaminated)  # None: no eval set
         prepare = _Preparer(config, tokenizer)
         read_options = _read_options(config)
         for seg in spec.segments:
             f = spec.files[seg.file]
             shown = redact_url(f.url)
-            for raw in input_reader(f.kind).read(f, seg, read_options):
+            for index, raw in enumerate(input_reader(f.kind).read(f, seg, read_options), start=1):
                 item = prepare(raw, shown)
                 if isinstance(item, _Pending):
-                    out.add(item)
+                    if screen is None:
+                        out.add(item)
+                    else:
+                        screen.add(item, (f, seg, index, raw))
                     text_bytes += len(item.text) + 1
                 elif item is None:
                     filtered[shown] += 1
                 elif config.on_bad_record == "skip":
                     bad.setdefault(shown, Counter())[item.reason] += 1
+                    rejected.add(f, seg, index, item.reason, item.detail, item)
                 else:
-                    raise IngestError(
-                        f"{_where(f, item, options)}: {item.detail}. Fix the input, or pass "
+                    where = _where(f, item, options)
+                    raise failed(
+                        config,
+                        f,
+                        item,
+                        where,
+                        f"{where}: {item.detail}. Fix the input, or pass "
                         "--on-bad-record skip (on_bad_record='skip' in Python or a job file) to "
-                        "skip and count such records"
+                        "skip and count such records",
                     )
                 if on_record is not None:
                     on_record(part)
@@ -434,6 +447,8 @@ def write_part(
                             "input_bytes": min(text_bytes, spec.input_bytes),
                         }
                     )
+        if screen is not None:
+            screen.flush()
         out.flush()
         if len(out.origins):  # beside the part's shards, before its completion record
             storage.location.write(origins_path(writer.shard_prefix, part), out.origins.encode())
@@ -450,6 +465,10 @@ def write_part(
         }
         if config.transform is not None:
             result["filtered"] = dict(sorted(filtered.items()))
+        if screen is not None:
+            result["contaminated"] = dict(sorted(contaminated.items()))
+        if config.rejects is not None:
+            result["rejected"] = rejected.write()  # before the completion record names the part done
         # Kept in the completion record the writer writes as the block exits (one atomic write).
         writer.metadata.update(part_metadata(digest, result))
     return {**result, "reused": False}

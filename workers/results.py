@@ -15,6 +15,7 @@ import guideloom.layout as layout
 from guideloom.io import redact_url
 from guideloom.storage.opening import opening_code
 from guideloom.types import Tokenizer
+from guideloom.workers import decontam, rejects
 from guideloom.workers.config import IngestConfig
 from guideloom.workers.part import PartResult
 from guideloom.workers.planning import Plan
@@ -80,8 +81,23 @@ def metadata(
             "bad_records": {u: dict(sorted(c.items())) for u, c in sorted(bad.items())},
             "bad_records_total": sum(sum(c.values()) for c in bad.values()),
             **({"filtered": dict(sorted(filtered.items()))} if config.transform is not None else {}),
+            **_dropped(config, results),
         }
     }
+
+
+def _dropped(config: IngestConfig, results: list[PartResult]) -> dict[str, Any]:
+    """Everything the job dropped, per input file and reason and in all (when it dropped
+    anything); the eval set it was decontaminated against and the rejects file, when it names
+    them."""
+    dropped = rejects.dropped_counts(results)
+    out: dict[str, Any] = {"dropped": dropped, "dropped_total": rejects.totals(dropped)} if dropped else {}
+    eval_set = decontam.recorded(config)
+    if eval_set is not None:
+        out["decontamination"] = eval_set
+    if config.rejects is not None:
+        out["rejects"] = redact_url(config.rejects)
+    return out
 
 
 def open_code(manifest: Any, url: str, *, storage_options: bool = False) -> str:
@@ -146,6 +162,7 @@ def summary(
         for where, counts in meta["bad_records"].items():
             reasons = ", ".join(f"{n} {reason}" for reason, n in counts.items())
             lines.append(f"  {where}: {reasons}")
+    lines += rejects.summary_lines(meta)
     lines += requests_line(requests or {})
     if url is not None:
         lines.append("open it with:")
