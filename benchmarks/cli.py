@@ -56,8 +56,9 @@ ROWS = (
     "throttle",
     "cache",
     "trace",
+    "rebuilt",
 )
-S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle", "cache")
+S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle", "cache", "rebuilt")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -107,6 +108,7 @@ def run(
         memory,
         mixing,
         opening,
+        rebuilt,
         remote,
         resume,
         scale,
@@ -153,6 +155,7 @@ def run(
             "throttle": lambda: throttling.throttle_rows(cfg, s3_endpoint),
             "cache": lambda: caching.cache_rows(cfg, s3_endpoint),
             "trace": lambda: tracing.trace_rows(cfg),
+            "rebuilt": lambda: rebuilt.rebuilt_rows(cfg, s3_endpoint),
         }
         for name in ROWS:
             if name not in rows:
