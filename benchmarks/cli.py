@@ -59,8 +59,9 @@ ROWS = (
     "trace",
     "foreign",
     "pack",
+    "rebuilt",
 )
-S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle", "cache", "foreign")
+S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle", "cache", "foreign", "rebuilt")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -113,6 +114,7 @@ def run(
         mixing,
         opening,
         packing,
+        rebuilt,
         remote,
         resume,
         scale,
@@ -162,6 +164,7 @@ def run(
             "trace": lambda: tracing.trace_rows(cfg),
             "foreign": lambda: foreign.foreign_rows(cfg, s3_endpoint),
             "pack": lambda: packing.pack_rows(cfg),
+            "rebuilt": lambda: rebuilt.rebuilt_rows(cfg, s3_endpoint),
         }
         for name in ROWS:
             if name not in rows:

@@ -24,6 +24,7 @@ from guideloom.formats import (
 from guideloom.loading.interleave import Interleave
 from guideloom.loading.mixture import Mixture
 from guideloom.loading.mixture_plan import MixturePlan
+from guideloom.loading.read_settings import ReadSettings
 from guideloom.manifest import Manifest, ShardInfo
 from guideloom.storage import (
     DocumentDataset,
@@ -51,6 +52,7 @@ __all__ = [
     "Manifest",
     "Mixture",
     "MixturePlan",
+    "ReadSettings",
     "ShardInfo",
     "StatefulDataLoader",
     "StreamDataset",
