@@ -21,6 +21,7 @@ exception a caller would already catch, so ``except FileNotFoundError`` keeps wo
     ├── ResumeStateError (ValueError)                 a loader state that does not belong to this loader
     ├── MixtureError (ValueError)                     sources of a mixture that cannot be mixed (names the source)
     ├── PluginError (LookupError)                     a plug-in name (tokenizer, input reader, format) not registered
+    ├── HashIndexError (ValueError)                   a dataset's duplicate-hash index missing or damaged
     └── IngestError (RuntimeError)                    bad input in a Ray ingestion job
 
 Messages say what failed, where (URL, shard, record, line) and how to fix it. They never contain
@@ -35,6 +36,7 @@ __all__ = [
     "DatasetExistsError",
     "DatasetNotFoundError",
     "GuideLoomError",
+    "HashIndexError",
     "IncompletePartsError",
     "IngestError",
     "ManifestError",
@@ -144,6 +146,11 @@ class PluginError(GuideLoomError, LookupError):
     """A plug-in asked for by name (a tokenizer, an input reader, a format) that is neither
     registered nor installed as an entry point, or whose entry point fails to import; see
     `guideloom.registry`."""
+
+
+class HashIndexError(GuideLoomError, ValueError):
+    """A dataset's exact-duplicate hash index is missing, damaged or of other settings than a
+    deduplicated append asks for; the message says how to (re)build it."""
 
 
 class IngestError(GuideLoomError, RuntimeError):

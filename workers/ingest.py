@@ -96,6 +96,10 @@ class IngestResult:
             (`{store: {"requests": {"GET": n, "PUT": n, ...}, "bytes_read": n,
             "bytes_written": n, "retries": n}}`): the driver's and every Ray task's, reading
             the inputs and writing the output; local disk sends none.
+        duplicates: Documents dropped as exact duplicates of an earlier one of the job
+            (`dedup="exact"`).
+        already_held: Documents an append dropped because the dataset already held them
+            (`dedup="exact"`).
     """
 
     manifest: Any
@@ -112,6 +116,8 @@ class IngestResult:
     already_committed: bool
     filtered: dict[str, int] = field(default_factory=dict)
     io_stats: dict[str, Any] = field(default_factory=dict)
+    duplicates: int = 0
+    already_held: int = 0
 
     def open_code(self) -> str:
         """The Python lines that open this dataset (storage class and format from the manifest).
@@ -209,4 +215,6 @@ def ingest_dataset(
         already_committed=before,
         filtered=dict(meta.get("filtered", {})),
         io_stats=requests,
+        duplicates=int(meta.get("dedup", {}).get("duplicates", 0)),
+        already_held=int(meta.get("dedup", {}).get("already_held", 0)),
     )

@@ -354,6 +354,7 @@ def write_part(
     spec: PartSpec,
     digest: str,
     report: Callable[[dict[str, int]], None] | None = None,
+    drop: Any = None,
 ) -> PartResult:
     """Write part ``spec.part`` unless a valid one (completion record + same plan digest) exists.
 
@@ -361,6 +362,8 @@ def write_part(
     runs with ``{"part", "documents", "tokens", "input_bytes"}`` so far (``input_bytes`` is
     estimated from the text read, capped at the part's size, until the part ends). The part's
     counts and ``digest`` are kept in its completion record (`guideloom.workers.output`).
+    ``drop`` (`guideloom.workers.dedup.Dropper`), when given, is asked about each document in
+    order and skips the exact duplicates it names.
     """
     part = spec.part
     started = hooks.hook("part_started")
@@ -392,7 +395,9 @@ def write_part(
             shown = redact_url(f.url)
             for raw in input_reader(f.kind).read(f, seg, read_options):
                 item = prepare(raw, shown)
-                if isinstance(item, _Pending):
+                if isinstance(item, _Pending) and drop is not None and drop(shown):
+                    pass  # an exact duplicate (guideloom.workers.dedup): counted by `drop`
+                elif isinstance(item, _Pending):
                     out.add(item)
                     text_bytes += len(item.text) + 1
                 elif item is None:
@@ -431,6 +436,8 @@ def write_part(
         }
         if config.transform is not None:
             result["filtered"] = dict(sorted(filtered.items()))
+        if drop is not None:
+            result.update(drop.counts())
         # Kept in the completion record the writer writes as the block exits (one atomic write).
         writer.metadata.update(part_metadata(digest, result))
     return {**result, "reused": False}

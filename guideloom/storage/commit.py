@@ -604,6 +604,9 @@ class Committer:
         for rel, when in self.location.modified_under(tables).items():
             if rel not in pieces and when < limit:
                 self.location.delete(rel)
+        from guideloom.storage.hashindex import remove_unused as remove_unused_hashes
+
+        remove_unused_hashes(self.location, kept, limit)  # the exact-duplicate index's pieces
         newest: dict[str, float] = {}
         for rel, when in self.location.modified_under(layout.SHARDS_DIR).items():
             prefix = _prefix_of(rel)
