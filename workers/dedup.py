@@ -115,21 +115,6 @@ def base_index(config: IngestConfig, storage: Any) -> HashIndex | None:
     return index
 
 
-def index_digest(index: HashIndex | None) -> str | None:
-    """What the plan digest adds for the index an append deduplicates against (its parts drop
-    other documents when the dataset's index changes, so they are not reused).
-
-    Args:
-        index: The base index, or None.
-
-    Returns:
-        A sha256 of the index, or None.
-    """
-    if index is None:
-        return None
-    return hashlib.sha256(index.model_dump_json().encode()).hexdigest()
-
-
 def part_hashes(config: IngestConfig, spec: PartSpec) -> list[np.ndarray]:
     """The hashes of part ``spec.part``'s documents, by bucket (plain Python: no Ray).
 
