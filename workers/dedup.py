@@ -28,7 +28,6 @@ result) for the two reads to agree, as it must for a retried part to write the s
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter
 from collections.abc import Sequence
