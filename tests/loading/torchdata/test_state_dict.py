@@ -17,11 +17,13 @@ import json
 import math
 import time
 import unittest
-from collections.abc import Iterator
 from copy import deepcopy
+
+from typing import Iterator
 
 import torch
 import torch.utils.data
+
 from parameterized import parameterized
 from torch.testing._internal.common_utils import IS_MACOS, TEST_CUDA, TestCase
 from torchdata.stateful_dataloader import Stateful, StatefulDataLoader
