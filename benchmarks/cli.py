@@ -47,6 +47,7 @@ ROWS = (
     "ingest",
     "ingest-cluster",
     "ingest-kinds",
+    "dedup",
     "open",
     "write",
     "mix",
@@ -100,6 +101,7 @@ def run(
     from benchmarks import (
         caching,
         cloud,
+        dedup_bench,
         ingest_cluster,
         ingest_kinds,
         ingestion,
@@ -144,6 +146,7 @@ def run(
             "ingest": lambda: ingestion.ingest_rows(cfg),
             "ingest-cluster": lambda: ingest_cluster.ingest_cluster_rows(cfg),
             "ingest-kinds": lambda: ingest_kinds.ingest_kind_rows(cfg),
+            "dedup": lambda: dedup_bench.dedup_rows(cfg),
             "open": lambda: opening.open_rows(cfg),
             "write": lambda: writing.write_rows(cfg),
             "mix": lambda: mixing.mix_rows(cfg),
