@@ -167,7 +167,10 @@ def ingest_dataset(
             `shard_size` and `part_size` (bytes), `on_bad_record`, `overwrite`, `append`,
             `commit_every` (a snapshot per that many parts, or a size of input such as
             `"2GiB"`, complete in part order; see docs/datasets-that-grow.md), `ray_address`,
-            `num_workers` (parts in flight), `max_retries`, `storage_options`, ...
+            `num_workers` (parts in flight), `max_retries`, `storage_options`,
+            `dedup="exact"` and `dedup_normalize` (drop exact duplicates, and documents an
+            append's dataset already holds; see docs/clean-data.md), `allow_other_tokenizer`
+            (append with another tokenizer than the dataset records), ...
 
     Returns:
         An `IngestResult`: the manifest, the opened storage and the counts.
@@ -181,6 +184,9 @@ def ingest_dataset(
             beginning-of-sequence token with `bos`, or no chat template with
             `chat_template="auto"`), a transform that does not import or cannot be pickled, an output that cannot be written, a Ray address where
             nothing answers, or inputs without a single document; nothing is committed.
+            With `dedup="exact"` and `append`: a dataset without a hash index, with a damaged
+            one or one of the other normalisation (the fix is named); with `append`: a dataset
+            that records another tokenizer, unless `allow_other_tokenizer`.
         DatasetExistsError: The output holds a dataset this job did not write, and `overwrite`
             is False.
         IngestCancelled: Interrupted (Ctrl-C, SIGTERM); the finished parts are kept.

@@ -7,6 +7,7 @@ dataset without an index, or with a damaged one, is refused with a fix that work
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -67,7 +68,7 @@ def test_first_occurrence_kept_within_a_file_across_files_and_parts_same_on_1_an
     assert one.duplicates == len(a + b) - len(kept) == 6 and one.already_held == 0
     assert one.documents == len(kept)
     meta = one.manifest.metadata
-    assert meta["ingest"]["dedup"]["by_input"][inputs[1]]["duplicates"] == 3
+    assert [v["duplicates"] for v in meta["ingest"]["dedup"]["by_input"].values()] == [3, 3]
     assert HashIndex.model_validate(meta[INDEX_KEY]).documents == len(kept)
     plain = ingest_dataset(inputs, str(tmp_path / "plain"), **OPTS)  # no dedup: every document
     assert _read(tmp_path / "plain") == _stream(a + b) and INDEX_KEY not in plain.manifest.metadata
@@ -95,7 +96,7 @@ def test_an_append_adds_exactly_the_new_documents_also_after_a_rollback_and_an_e
     assert _read(out) == _stream(A[:5] + [B[0], B[1]])
     assert "1 of an earlier document of this job, 2 already in the dataset" in summary(grown.manifest)
     storage = grown.storage
-    storage.rollback(first.storage.current_snapshot.id)  # the index follows the content
+    storage.rollback(storage.snapshots()[0].id)  # the index follows the content it restores
     again = ingest_dataset(
         [str(write_jsonl("c.jsonl", _rows([*mixed, B[2]])))], out, dedup="exact", append=True, **OPTS
     )
@@ -114,7 +115,7 @@ def test_dedup_append_without_an_index_names_the_command_that_builds_one(ray_loc
     out = str(tmp_path / "ds")
     ingest_dataset([str(write_jsonl("a.jsonl", _rows(A[:4])))], out, **OPTS)  # no hashes
     more = str(write_jsonl("b.jsonl", _rows([A[0], B[0]])))
-    with pytest.raises(IngestError, match=f"guideloom index-hashes {out}`") as info:
+    with pytest.raises(IngestError, match=re.escape(f"guideloom index-hashes {out}`")) as info:
         ingest_dataset([more], out, dedup="exact", append=True, **OPTS)
     assert "nothing was committed" in str(info.value)
     assert len(StreamStorage(out, StreamNumpyFormat({"tokens": "uint16"})).snapshots()) == 1

@@ -27,11 +27,6 @@ def test_append_and_mixture_with_another_tokenizer_are_refused_naming_both(
     assert "tokenizer bytes (sha256" in message and f"{hf} (sha256" in message
     assert "--allow-other-tokenizer" in message and "nothing was committed" in message
     assert len(StreamStorage(bytes_ds, StreamNumpyFormat({"tokens": "uint16"})).snapshots()) == 1
-    same = ingest_dataset([more], bytes_ds, append=True)  # the dataset's own tokenizer: fine
-    assert same.documents == 7
-    allowed = ingest_dataset([more], hf_ds, append=True, allow_other_tokenizer=True)
-    assert allowed.documents == 7
-
     fmt = StreamNumpyFormat({"tokens": "uint16"})
     a, b = StreamStorage(bytes_ds, fmt), StreamStorage(hf_ds, fmt)
     with pytest.raises(MixtureError) as mixed:
@@ -43,3 +38,8 @@ def test_append_and_mixture_with_another_tokenizer_are_refused_naming_both(
     with plain.writer() as w:
         w.append({"tokens": np.arange(10, dtype=np.uint16)})
     assert Mixture({"web": (a, 1.0), "plain": (plain, 1.0)}).names == ("web", "plain")
+
+    same = ingest_dataset([more], bytes_ds, append=True)  # the dataset's own tokenizer: fine
+    assert same.documents == 7
+    allowed = ingest_dataset([more], hf_ds, append=True, allow_other_tokenizer=True)
+    assert allowed.documents == 7
