@@ -87,7 +87,7 @@ def test_an_append_adds_exactly_the_new_documents_also_after_a_rollback_and_an_e
     ray_local, write_jsonl, tmp_path
 ):
     out = str(tmp_path / "ds")
-    first = ingest_dataset([str(write_jsonl("a.jsonl", _rows(A[:5])))], out, dedup="exact", **OPTS)
+    ingest_dataset([str(write_jsonl("a.jsonl", _rows(A[:5])))], out, dedup="exact", **OPTS)
     mixed = [A[1], B[0], A[3], B[1], B[0]]  # held, new, held, new, a duplicate of a new one
     grown = ingest_dataset(
         [str(write_jsonl("b.jsonl", _rows(mixed)))], out, dedup="exact", append=True, **OPTS
