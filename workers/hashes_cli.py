@@ -16,6 +16,7 @@ batch; the hashes, 16 bytes per document, are held until written).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -148,7 +149,9 @@ def build_hash_index(
 
 def index_hashes(
     url: str = typer.Argument(..., metavar="URL", help="Dataset URL or local path."),  # noqa: B008  (typer declares options as defaults)
-    option: list[str] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help="fsspec option."),  # noqa: B008  (typer declares options as defaults)
+    storage_options: str | None = typer.Option(  # noqa: B008  (typer declares options as defaults)
+        None, metavar="JSON", help="fsspec options of the dataset (JSON), as ingest takes them."
+    ),
     normalize: bool = typer.Option(  # noqa: B008  (typer declares options as defaults)
         False, "--normalize", help="Hash normalised text (for --dedup-normalize)."
     ),
@@ -160,13 +163,10 @@ def index_hashes(
 
     Exits 0, or 2 when the dataset cannot be read or indexed.
     """
-    from guideloom.cli import parse_options
-
     try:
-        index = build_hash_index(
-            url, parse_options(option), normalize=normalize, rebuild=rebuild, tokenizer=tokenizer
-        )
-    except (GuideLoomError, ValueError) as err:
+        options = json.loads(storage_options) if storage_options else None
+        index = build_hash_index(url, options, normalize=normalize, rebuild=rebuild, tokenizer=tokenizer)
+    except (GuideLoomError, ValueError) as err:  # bad JSON is a ValueError too
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     typer.echo(
