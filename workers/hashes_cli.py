@@ -25,6 +25,7 @@ import typer
 from guideloom.errors import GuideLoomError, HashIndexError
 from guideloom.manifest.hashindex import BUCKETS, HashIndex, bucket_of, hash_texts
 from guideloom.storage.hashindex import index_of, write_piece, write_side_record
+from guideloom.types import DOCUMENTS, STREAM
 
 __all__ = ["build_hash_index", "index_hashes"]
 
@@ -36,13 +37,13 @@ def _documents(storage: Any, eos: int | None) -> Any:
     """Each document's token ids (a list of arrays per batch), in stream order."""
     import guideloom
 
-    if storage.layout == guideloom.types.DOCUMENTS:
+    if storage.layout == DOCUMENTS:
         view = guideloom.DocumentDataset(storage)
         for start in range(0, len(view), _BATCH):
             rows = view.__getitems__(list(range(start, min(len(view), start + _BATCH))))
             yield [np.asarray(r["tokens"]) for r in rows]
         return
-    if storage.layout != guideloom.types.STREAM:
+    if storage.layout != STREAM:
         raise HashIndexError(
             f"{storage.url} is a {type(storage).__name__}: index-hashes reads documents and streams; "
             "re-ingest it with --dedup exact to give it an index"
