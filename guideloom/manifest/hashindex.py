@@ -101,7 +101,9 @@ def bucket_of(hashes: np.ndarray) -> np.ndarray:
     Returns:
         An int array of buckets.
     """
-    first = hashes.view(np.uint8).reshape(-1, HASH_BYTES)[:, 0] if hashes.size else np.empty(0, np.uint8)
+    if not hashes.size:
+        return np.empty(0, np.int64)
+    first = np.ascontiguousarray(hashes, HASH_DTYPE).view(np.uint8).reshape(-1, HASH_BYTES)[:, 0]
     return (first >> 4).astype(np.int64)
 
 
