@@ -43,9 +43,13 @@ def _write(path: Path, copies: range, texts: list[str]) -> Path:
     return path
 
 
-def _timed(options: dict[str, Any]) -> float:
+def _timed(options: dict[str, Any], fresh: bool = True) -> float:
+    """Seconds of one ingestion; ``fresh``: into an empty output (a re-run of a job into the same
+    folder would reuse its finished parts and measure nothing)."""
     from guideloom.workers.ingest import ingest_dataset
 
+    if fresh:
+        shutil.rmtree(options["output"], ignore_errors=True)
     start = time.perf_counter()
     ingest_dataset(progress="none", tokenizer=TOKENIZER, num_workers=2, **options)
     return time.perf_counter() - start
@@ -69,7 +73,7 @@ def dedup_rows(cfg: Config) -> list[Row]:
             str(_write(tmp / "a.jsonl", range(half), texts)),
             str(_write(tmp / "b.jsonl", range(half, scale), texts)),
         ]
-        job = {"inputs": inputs, "part_size": 2**20, "overwrite": True}
+        job = {"inputs": inputs, "part_size": 2**20}
         with_d, without = interleaved(
             lambda: _timed({**job, "output": str(tmp / "with"), "dedup": "exact"}),
             lambda: _timed({**job, "output": str(tmp / "without")}),
@@ -79,14 +83,15 @@ def dedup_rows(cfg: Config) -> list[Row]:
         corpus = [json.loads(line)["text"] for p in inputs for line in Path(p).read_text().splitlines()]
         mb = sum(len(t.encode()) for t in corpus) / 1e6
 
-        def rate(normalize: bool) -> float:
+        def rate(normalize: bool, rounds: int = 5) -> float:
             start = time.perf_counter()
-            for i in range(0, len(corpus), 4096):
-                hash_texts(corpus[i : i + 4096], normalize)
-            return mb / (time.perf_counter() - start)
+            for _ in range(rounds):  # long enough to time (the corpus alone takes ~20 ms)
+                for i in range(0, len(corpus), 4096):
+                    hash_texts(corpus[i : i + 4096], normalize)
+            return rounds * mb / (time.perf_counter() - start)
 
         plain_rates = [rate(False) for _ in range(max(1, cfg.repeats))]
-        norm_rates = [rate(True) for _ in range(max(1, cfg.repeats))]
+        norm_rates = [rate(True, 1) for _ in range(max(1, cfg.repeats))]
         hashing, normalised = stats(plain_rates), stats(norm_rates)
         docs_per_mb = len(corpus) / mb
 
@@ -108,7 +113,7 @@ def dedup_rows(cfg: Config) -> list[Row]:
             options: dict[str, Any] = {"inputs": [new], "output": str(target), "append": True}
             if dedup:
                 options["dedup"] = "exact"
-            return _timed(options)
+            return _timed(options, fresh=False)
 
         appended, plain_append = interleaved(lambda: append(True), lambda: append(False), cfg.repeats, False)
     finally:

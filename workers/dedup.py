@@ -12,17 +12,19 @@ Three steps, before the parts are written:
    exactly as its writer will (`guideloom.workers.part`), and each document's hash is sent, with
    its position ``part << 32 | n`` (n: the document's number in the part), to the bucket of its
    first byte (`guideloom.manifest.hashindex.BUCKETS` buckets, one object each).
-2. **Decide** (one Ray task per bucket): the bucket's hashes from every part, sorted stably by
+2. **Decide** (one Ray task per bucket, or per few buckets when the job has fewer parts than
+   buckets): the bucket's hashes from every part, sorted stably by
    hash, so that the first of equal hashes is the earliest position; every later one is a
    duplicate. A first occurrence whose hash the dataset's index already holds (an append) is
    dropped too. The task writes the bucket's new hashes as an index piece and returns the
-   positions dropped. No task holds more than one bucket of hashes: the driver holds only
-   object references and the pieces' descriptions.
+   positions dropped. No task holds more than its buckets' share of the hashes (1/16 of them
+   with 16 parts or more); the driver holds only object references and the pieces'
+   descriptions.
 3. **Write**: each part task receives the positions dropped (only the duplicates) and skips
    those documents while writing (`Dropper`), counting them per input file.
 
 The hash pass reads each part a second time: its cost is measured by ``make bench``
-(benchmarks/bench_dedup.py). A transform must be deterministic (the same record gives the same
+(benchmarks/dedup_bench.py). A transform must be deterministic (the same record gives the same
 result) for the two reads to agree, as it must for a retried part to write the same bytes.
 """
 
@@ -125,7 +127,9 @@ def part_hashes(config: IngestConfig, spec: PartSpec) -> list[np.ndarray]:
         `BUCKETS` arrays of `POSITION` (hash, ``part << 32 | n``), each in position order.
         Empty documents are not hashed (they are not stored anyway).
     """
-    tokenizer = tokenizer_of(config)
+    # Only chat rendering needs the tokenizer (its template and special tokens): loading one
+    # (a vocabulary file) would cost a fresh worker process more than hashing its part.
+    tokenizer: Any = tokenizer_of(config) if config.chat else None
     prepare = _Preparer(config, tokenizer)
     read_options = _read_options(config)
     texts: list[str] = []
@@ -209,8 +213,37 @@ def decide_bucket(
     return dropped, [p.model_dump() for p in pieces]
 
 
+def decide_buckets(
+    group: tuple[int, ...],
+    parts: int,
+    location: Location | None,
+    index: HashIndex | None,
+    *hashes: np.ndarray,
+) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """`decide_bucket` for each bucket of ``group`` (one task decides a few buckets when a job
+    has few parts: a task per bucket would cost more than the deciding).
+
+    Args:
+        group: The buckets.
+        parts: How many parts the job has.
+        location: The dataset's root, or None.
+        index: The index of the snapshot an append adds to, or None.
+        *hashes: For each bucket of ``group`` in turn, every part's array of it, in part order.
+
+    Returns:
+        The positions dropped in all of them, sorted, and their pieces.
+    """
+    dropped, pieces = [], []
+    for j, bucket in enumerate(group):
+        d, p = decide_bucket(bucket, location, index, *hashes[j * parts : (j + 1) * parts])
+        dropped.append(d)
+        pieces += p
+    joined = np.concatenate(dropped) if dropped else np.empty(0, DROPPED)
+    return joined[np.argsort(joined["pos"], kind="stable")], pieces
+
+
 _hash_task = ray.remote(num_cpus=1, num_returns=BUCKETS)(part_hashes)
-_decide_task = ray.remote(num_cpus=1, num_returns=2)(decide_bucket)
+_decide_task = ray.remote(num_cpus=1, num_returns=2)(decide_buckets)
 
 
 class HashPass:
@@ -246,11 +279,13 @@ def run_hash_pass(
     by_part: list[Any] = [
         _hash_task.options(max_retries=max_retries).remote(config_ref, spec) for spec in specs
     ]
+    tasks = max(1, min(BUCKETS, len(specs)))  # each decides BUCKETS / tasks of the hashes
+    groups = [tuple(range(BUCKETS))[t::tasks] for t in range(tasks)]
     decided: list[Any] = [
         _decide_task.options(max_retries=max_retries).remote(
-            b, location, base, *(refs[b] for refs in by_part)
+            group, len(specs), location, base, *(refs[b] for b in group for refs in by_part)
         )
-        for b in range(BUCKETS)
+        for group in groups
     ]
     dropped = [d for d, _ in decided]
     try:
