@@ -151,3 +151,19 @@ def test_an_index_of_the_other_normalisation_is_refused_naming_the_flag(ray_loca
         ingest_dataset(
             [str(write_jsonl("b.jsonl", _rows(B[:2])))], out, dedup="exact", dedup_normalize=True, append=True
         )
+
+
+def test_the_command_line_flags(ray_local, write_jsonl, tmp_path, hf_tokenizer_json):
+    out = str(tmp_path / "ds")
+    path = str(write_jsonl("a.jsonl", _rows(["One  page", "one page", "Two"])))
+    run = CliRunner().invoke(
+        app, ["ingest", path, "--output", out, "--dedup", "exact", "--dedup-normalize", "-q"]
+    )
+    assert run.exit_code == 0, run.output
+    assert "exact duplicates dropped: 1 of an earlier document of this job" in run.output
+    assert _read(out) == _stream(["One  page", "Two"])
+    other = ["ingest", path, "--output", out, "--append", "--tokenizer", f"hf:{hf_tokenizer_json}", "-q"]
+    refused = CliRunner().invoke(app, other)
+    assert refused.exit_code != 0 and "--allow-other-tokenizer" in refused.output
+    allowed = CliRunner().invoke(app, [*other, "--allow-other-tokenizer"])
+    assert allowed.exit_code == 0, allowed.output
