@@ -22,6 +22,7 @@ exception a caller would already catch, so ``except FileNotFoundError`` keeps wo
     ├── MixtureError (ValueError)                     sources of a mixture that cannot be mixed (names the source)
     ├── OrderLostError (RuntimeError)                 a framework rebuilt the loader without GuideLoom's order or ranks
     ├── PluginError (LookupError)                     a plug-in name (tokenizer, input reader, format) not registered
+    ├── HashIndexError (ValueError)                   a dataset's duplicate-hash index missing or damaged
     └── IngestError (RuntimeError)                    bad input in a Ray ingestion job
 
 Messages say what failed, where (URL, shard, record, line) and how to fix it. They never contain
@@ -36,6 +37,7 @@ __all__ = [
     "DatasetExistsError",
     "DatasetNotFoundError",
     "GuideLoomError",
+    "HashIndexError",
     "IncompletePartsError",
     "IngestError",
     "ManifestError",
@@ -153,6 +155,11 @@ class PluginError(GuideLoomError, LookupError):
     """A plug-in asked for by name (a tokenizer, an input reader, a format) that is neither
     registered nor installed as an entry point, or whose entry point fails to import; see
     `guideloom.registry`."""
+
+
+class HashIndexError(GuideLoomError, ValueError):
+    """A dataset's exact-duplicate hash index is missing, damaged or of other settings than a
+    deduplicated append asks for; the message says how to (re)build it."""
 
 
 class IngestError(GuideLoomError, RuntimeError):

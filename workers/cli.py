@@ -191,6 +191,19 @@ def ingest(
         "--append/--no-append",
         help="Add the records after the dataset at --output (a new snapshot); a re-run lands once.",
     ),
+    dedup: str | None = typer.Option(
+        None,
+        metavar="MODE",
+        help="exact: drop documents whose text equals an earlier one's (and, appending, a held one's).",
+    ),
+    dedup_normalize: bool | None = typer.Option(
+        None,
+        "--dedup-normalize/--no-dedup-normalize",
+        help="--dedup: compare NFC, whitespace-collapsed, case-folded text.",
+    ),
+    allow_other_tokenizer: bool | None = typer.Option(
+        None, "--allow-other-tokenizer", help="Append even when the dataset records another tokenizer."
+    ),
     commit_every: str | None = typer.Option(
         None,
         metavar="N|SIZE",
@@ -249,6 +262,9 @@ def ingest(
         "decontaminate_ngram": decontaminate_ngram,
         "overwrite": overwrite,
         "append": append,
+        "dedup": dedup,
+        "dedup_normalize": dedup_normalize,
+        "allow_other_tokenizer": allow_other_tokenizer,
         "commit_every": commit_every,
         "ray_address": ray_address,
         "runner": runner,
@@ -302,6 +318,9 @@ class _PlainHelpCommand(typer.core.TyperCommand):
 def register(app: typer.Typer) -> None:
     """Add the ``ingest`` command to GuideLoom's typer app."""
     app.command("ingest", cls=_PlainHelpCommand)(ingest)
+    from guideloom.workers.hashes_cli import index_hashes
+
+    app.command("index-hashes")(index_hashes)
 
 
 def main() -> None:

@@ -118,6 +118,11 @@ class IngestConfig(BaseModel):
         overwrite: Replace whatever dataset the output holds.
         append: Add the records after the output dataset's (a new snapshot; the existing
             shard files are not touched). A re-run of the same append job lands once.
+        dedup: `"exact"`: drop each document whose text equals an earlier one's (ingestion
+            order), and, appending, one the dataset already holds (see docs/clean-data.md).
+        dedup_normalize: With `dedup`: compare texts after Unicode NFC, collapsing whitespace
+            and case folding.
+        allow_other_tokenizer: Append even when the dataset records another tokenizer.
         commit_every: Commit a snapshot each time the next this many parts (an int, or a
             string of digits) or this much input (a size such as `"2GiB"`, counted in input
             bytes as `part_size` is) are complete, in part order; the last snapshot has the
@@ -178,6 +183,9 @@ class IngestConfig(BaseModel):
     _eval_index: Any = PrivateAttr(default=None)
     overwrite: bool = False
     append: bool = False
+    dedup: Literal["exact"] | None = Field(default=None, description="drop exact duplicate documents")
+    dedup_normalize: bool = Field(default=False, description="dedup: NFC, whitespace collapsed, casefold")
+    allow_other_tokenizer: bool = Field(default=False, description="append with another tokenizer")
     # When to commit: not part of the job's identity (the final snapshot is the same).
     commit_every: int | str | None = Field(default=None, description="parts (N) or a size (2GiB)")
     # Where and how to run: not part of the job's identity.
@@ -327,6 +335,8 @@ class IngestConfig(BaseModel):
             )
         if self.transform is None and self.transform_id is not None:
             raise ValueError("transform_id names a transform: give the transform too")
+        if self.dedup_normalize and self.dedup is None:
+            raise ValueError("dedup_normalize says how --dedup compares texts: pass --dedup exact too")
         if self.append and self.overwrite:
             raise ValueError("--append adds to the dataset and --overwrite replaces it: pass one of them")
         return self
@@ -410,6 +420,9 @@ class IngestConfig(BaseModel):
                 "field": self.decontaminate_field,
                 "ngram": self.decontaminate_ngram,
             }
+        if self.dedup is not None:
+            options["dedup"] = self.dedup
+            options["dedup_normalize"] = self.dedup_normalize
         if self.append:  # an append is another job than a write of the same input
             options["append"] = True
         return options

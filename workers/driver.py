@@ -31,7 +31,7 @@ from guideloom.io import redact_url
 from guideloom.io.stats import IOStats, io_stats, merge_stats, subtract_stats
 from guideloom.manifest.totals import ingest_totals
 from guideloom.types import Tokenizer
-from guideloom.workers import decontam, hooks, rejects
+from guideloom.workers import decontam, dedup, hooks, rejects
 from guideloom.workers.annotate import encode_with_spans, has_offsets
 from guideloom.workers.cancellation import IngestCancelled, cancel_on_signals
 from guideloom.workers.chat import chat_renderer
@@ -51,6 +51,7 @@ from guideloom.workers.planning import Plan, plan_parts
 from guideloom.workers.progress import Progress, make_progress
 from guideloom.workers.results import METADATA_KEY, metadata, summary
 from guideloom.workers.sources import NeededField, check_fields, expand_inputs
+from guideloom.workers.tokenizer_check import check_append_tokenizer
 from guideloom.workers.transform import check_transform
 
 __all__ = [
@@ -95,7 +96,9 @@ def _start_tally() -> Any:
     return _Tally.options(scheduling_strategy=strategy).remote()  # type: ignore[attr-defined]
 
 
-def _task(config: IngestConfig, spec: PartSpec, digest: str, tally: Any, threads: int = 1) -> PartResult:
+def _task(
+    config: IngestConfig, spec: PartSpec, digest: str, tally: Any, threads: int = 1, dropped: Any = None
+) -> PartResult:
     report: Callable[[dict[str, int]], None] | None = None
     if tally is not None:
 
@@ -104,7 +107,7 @@ def _task(config: IngestConfig, spec: PartSpec, digest: str, tally: Any, threads
 
     _size_thread_pool(threads)
     before = io_stats()
-    result = write_part(config, spec, digest, report)
+    result = write_part(config, spec, digest, report, dedup.Dropper.of_refs(spec.part, dropped))
     # The requests this task sent (a reused part's are its checks): reported, not recorded.
     return {**result, "io_stats": subtract_stats(io_stats(), before)}
 
@@ -261,6 +264,7 @@ class _Steps:
         self.done: set[int] = set()
         self.manifest: Any = None
         self.before = _counts_before(config, storage, committed)
+        self.hash_index: Any = None  # the job's new hash index (dedup), recorded by its last step
 
     def part_done(self, results: list[PartResult]) -> None:
         """After each finished part: commit every step whose parts are now all complete (not
@@ -277,6 +281,8 @@ class _Steps:
         n = len(self.plan.parts)
         upto = [r for r in results if r["part"] < point]
         recorded = metadata(self.config, self.plan, self.digest, self.tokenizer, upto, self.before)
+        if self.config.dedup is not None:
+            dedup.record_dedup(recorded, upto, self.hash_index if point == n else None)
         if point < n:
             if recorded[METADATA_KEY]["documents"] == 0:
                 return None  # nothing to read yet: the next step commits these parts too
@@ -338,6 +344,7 @@ def _run_parts(
     started: bool = False,
     on_part: Callable[[list[PartResult]], None] | None = None,
     first: set[int] | frozenset[int] = frozenset(),
+    dropped: Any = None,
 ) -> None:
     """Run every part, appending each finished part's result to ``results`` as it ends
     (``started``: this process started the local Ray it runs on; ``on_part`` is called with
@@ -355,7 +362,7 @@ def _run_parts(
             limit = _in_flight(config)
             while todo and len(pending) < limit:
                 k = todo.pop()
-                pending[task.remote(config_ref, part_spec(plan, k), digest, tally, threads)] = k
+                pending[task.remote(config_ref, part_spec(plan, k), digest, tally, threads, dropped)] = k
             done, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
             for ref in done:
                 pending.pop(ref)
@@ -413,6 +420,7 @@ def _run_parts_inline(
     results: list[PartResult],
     on_part: Callable[[list[PartResult]], None] | None = None,
     first: set[int] | frozenset[int] = frozenset(),
+    dropped: list[Any] | None = None,
 ) -> None:
     """`_run_parts` in this process: the same parts, written by the same function in the same
     order of preference, one after another. The tokenizer keeps its thread pool's default (every
@@ -420,7 +428,8 @@ def _run_parts_inline(
     report = (lambda counts: progress.running([counts])) if progress.live else None
     for k in sorted(range(len(plan.parts)), key=lambda k: (k not in first, k)):
         before = io_stats()
-        result = write_part(task_config(config), part_spec(plan, k), digest, report)
+        dropper = None if dropped is None else dedup.Dropper(k, dropped)
+        result = write_part(task_config(config), part_spec(plan, k), digest, report, dropper)
         results.append({**result, "io_stats": subtract_stats(io_stats(), before)})
         progress.part_done(results[-1])
         if on_part is not None:
@@ -527,6 +536,7 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool, IOStats]:
     digest = plan.digest({**config.identity(), "tokenizer": tokenizer.describe(), **extra})
     config = rejects.with_default(config, digest)  # a decontaminated job names what it dropped
     storage = _open_output(config, tokenizer)
+    check_append_tokenizer(config, storage, tokenizer)
     done = _existing(storage, digest, config)
     progress = make_progress(config.progress, len(plan.parts), sum(plan.part_bytes))
     if done is not None:
@@ -537,6 +547,7 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool, IOStats]:
         progress.message(note)
 
     check_writable(config, storage.url)
+    base = dedup.base_index(config, storage) if config.dedup is not None else None
     results: list[PartResult] = []
     steps = _Steps(
         config, storage, plan, digest, tokenizer, progress, _committed_before(storage, digest, config)
@@ -558,11 +569,22 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool, IOStats]:
         started = connect(config, progress.message)
     restore = cancel_on_signals()
     try:
+        dropped = None
+        if config.dedup is not None:
+            progress.message(f"deduplicating: hashing {len(plan.parts)} parts")
+            specs = [part_spec(plan, k) for k in range(len(plan.parts))]
+            if inline:
+                found = dedup.run_hash_pass_here(task_config(config), specs, storage.location, base)
+            else:
+                found = dedup.run_hash_pass(
+                    task_config(config), specs, storage.location, base, config.max_retries
+                )
+            steps.hash_index, dropped = found.index, found.dropped
         progress.start(len(recorded))
         if inline:
-            _run_parts_inline(config, plan, digest, progress, results, steps.part_done, recorded)
+            _run_parts_inline(config, plan, digest, progress, results, steps.part_done, recorded, dropped)
         else:
-            _run_parts(config, plan, digest, progress, results, started, steps.part_done, recorded)
+            _run_parts(config, plan, digest, progress, results, started, steps.part_done, recorded, dropped)
     except KeyboardInterrupt:
         raise IngestCancelled(len(results), len(plan.parts)) from None
     except rejects.RejectedRecordError as err:

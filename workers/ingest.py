@@ -99,6 +99,10 @@ class IngestResult:
         dropped: `{input URL: {reason: records}}` of everything the job dropped: bad records
             by reason, `empty`, `filtered` and `contaminated` (`guideloom.workers.rejects`).
         rejects: Where the rejected records are listed (``rejects``), without credentials.
+        duplicates: Documents dropped as exact duplicates of an earlier one of the job
+            (`dedup="exact"`).
+        already_held: Documents an append dropped because the dataset already held them
+            (`dedup="exact"`).
     """
 
     manifest: Any
@@ -117,6 +121,8 @@ class IngestResult:
     io_stats: dict[str, Any] = field(default_factory=dict)
     dropped: dict[str, dict[str, int]] = field(default_factory=dict)
     rejects: str | None = None
+    duplicates: int = 0
+    already_held: int = 0
 
     def open_code(self) -> str:
         """The Python lines that open this dataset (storage class and format from the manifest).
@@ -168,7 +174,10 @@ def ingest_dataset(
             `decontaminate_ngram` (see docs/clean-data.md), `overwrite`, `append`,
             `commit_every` (a snapshot per that many parts, or a size of input such as
             `"2GiB"`, complete in part order; see docs/datasets-that-grow.md), `ray_address`,
-            `num_workers` (parts in flight), `max_retries`, `storage_options`, ...
+            `num_workers` (parts in flight), `max_retries`, `storage_options`,
+            `dedup="exact"` and `dedup_normalize` (drop exact duplicates, and documents an
+            append's dataset already holds; see docs/clean-data.md), `allow_other_tokenizer`
+            (append with another tokenizer than the dataset records), ...
 
     Returns:
         An `IngestResult`: the manifest, the opened storage and the counts.
@@ -182,6 +191,9 @@ def ingest_dataset(
             beginning-of-sequence token with `bos`, or no chat template with
             `chat_template="auto"`), a transform that does not import or cannot be pickled, an output that cannot be written, a Ray address where
             nothing answers, or inputs without a single document; nothing is committed.
+            With `dedup="exact"` and `append`: a dataset without a hash index, with a damaged
+            one or one of the other normalisation (the fix is named); with `append`: a dataset
+            that records another tokenizer, unless `allow_other_tokenizer`.
         DatasetExistsError: The output holds a dataset this job did not write, and `overwrite`
             is False.
         IngestCancelled: Interrupted (Ctrl-C, SIGTERM); the finished parts are kept.
@@ -218,4 +230,6 @@ def ingest_dataset(
         io_stats=requests,
         dropped=dict(meta.get("dropped", {})),
         rejects=meta.get("rejects"),
+        duplicates=int(meta.get("dedup", {}).get("duplicates", 0)),
+        already_held=int(meta.get("dedup", {}).get("already_held", 0)),
     )

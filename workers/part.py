@@ -372,6 +372,7 @@ def write_part(
     spec: PartSpec,
     digest: str,
     report: Callable[[dict[str, int]], None] | None = None,
+    drop: Any = None,
 ) -> PartResult:
     """Write part ``spec.part`` unless a valid one (completion record + same plan digest) exists.
 
@@ -379,6 +380,8 @@ def write_part(
     runs with ``{"part", "documents", "tokens", "input_bytes"}`` so far (``input_bytes`` is
     estimated from the text read, capped at the part's size, until the part ends). The part's
     counts and ``digest`` are kept in its completion record (`guideloom.workers.output`).
+    ``drop`` (`guideloom.workers.dedup.Dropper`), when given, is asked about each document in
+    order and skips the exact duplicates it names.
     """
     part = spec.part
     started = hooks.hook("part_started")
@@ -413,7 +416,9 @@ def write_part(
             shown = redact_url(f.url)
             for index, raw in enumerate(input_reader(f.kind).read(f, seg, read_options), start=1):
                 item = prepare(raw, shown)
-                if isinstance(item, _Pending):
+                if isinstance(item, _Pending) and drop is not None and drop(shown):
+                    pass  # an exact duplicate (guideloom.workers.dedup): counted by `drop`
+                elif isinstance(item, _Pending):
                     if screen is None:
                         out.add(item)
                     else:
@@ -469,6 +474,8 @@ def write_part(
             result["contaminated"] = dict(sorted(contaminated.items()))
         if config.rejects is not None:
             result["rejected"] = rejected.write()  # before the completion record names the part done
+        if drop is not None:
+            result.update(drop.counts())
         # Kept in the completion record the writer writes as the block exits (one atomic write).
         writer.metadata.update(part_metadata(digest, result))
     return {**result, "reused": False}

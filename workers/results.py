@@ -155,6 +155,12 @@ def summary(
         empty_files = len(empty_files)
     if empty or empty_files:
         lines.append(f"empty documents skipped: {empty}; empty files: {empty_files}")
+    if meta.get("dedup"):  # guideloom.workers.dedup
+        d = meta["dedup"]
+        lines.append(
+            f"exact duplicates dropped: {d['duplicates']:,} of an earlier document of this job, "
+            f"{d['already_held']:,} already in the dataset"
+        )
     if meta.get("filtered"):
         lines.append(f"records the transform dropped: {sum(meta['filtered'].values())}")
     if meta["bad_records_total"]:

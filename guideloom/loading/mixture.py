@@ -77,6 +77,25 @@ __all__ = [
 ]
 
 
+def _check_one_tokenizer(names: Sequence[str], storages: Sequence[Storage]) -> None:
+    """`MixtureError` naming two sources whose manifests record different tokenizers
+    (`guideloom.manifest.tokenizers`; a source that records none is not compared)."""
+    from guideloom.manifest.tokenizers import recorded_identity, tokenizer_conflict
+
+    first: tuple[str, Any] | None = None
+    for name, storage in zip(names, storages):
+        found = recorded_identity(storage.manifest.metadata)
+        if found is None:
+            continue
+        if first is not None and tokenizer_conflict(first[1], found):
+            raise MixtureError(
+                f"source {first[0]!r} was tokenized by {first[1]} and source {name!r} by {found}: "
+                "their token ids mean different things. Re-ingest one with the other's tokenizer, "
+                "or pass allow_other_tokenizer=True if you mean to mix them"
+            )
+        first = first or (name, found)
+
+
 def _schema_name(fmt: Any) -> str:
     """A format's name for the schema check: a ``StreamNumpyFormat`` (subclasses included) is
     compared by its fields, whatever its class is called."""
@@ -119,10 +138,13 @@ class Mixture:
             form or in one tabulated period. Pass ``"tree"`` to continue a state saved before
             ``"quota"`` existed, for a mixture that ``"auto"`` now deals by quota (the loader's
             error says when).
+        allow_other_tokenizer: Mix sources whose manifests record different tokenizers
+            (refused by default: their token ids mean different things). Sources that record
+            none are never refused.
 
     Raises:
         MixtureError: no sources, a weight that is not a positive finite number, sources of
-            different layouts or schemas, an unknown ``stopping_strategy`` or ``weight_by``, or
+            different layouts or schemas or (unless `allow_other_tokenizer`) tokenizers, an unknown ``stopping_strategy`` or ``weight_by``, or
             ``weight_by="tokens"`` for a document source whose tokens are not known (the
             message names the source and how to record them), an unknown ``schedule``, or
             ``"quota"`` for weights whose common denominator is above 65,536.
@@ -152,10 +174,11 @@ class Mixture:
         weight_by: WeightBy = "samples",
         source_tokens: Mapping[str, int] | None = None,
         schedule: Schedule = "auto",
+        allow_other_tokenizer: bool = False,
     ) -> None:
         self._given: tuple[Any, dict[str, Any]] = (sources, dict(
             stopping_strategy=stopping_strategy, after=after, weight_by=weight_by,
-            source_tokens=source_tokens, schedule=schedule,
+            source_tokens=source_tokens, schedule=schedule, allow_other_tokenizer=allow_other_tokenizer,
         ))  # fmt: skip
         pairs = list(sources.items()) if isinstance(sources, Mapping) else list(enumerate(sources))
         if not pairs:
@@ -217,6 +240,8 @@ class Mixture:
                 self._check_schema(name, storage)
         self.defaults: tuple[dict[str, Any], ...] = tuple(defaults)
         self.fields = self._merged_fields() if any(defaults) else None
+        if not allow_other_tokenizer:
+            _check_one_tokenizer(names, self.storages)
         self.after = after
         if weight_by not in ("samples", "tokens"):
             raise MixtureError(

@@ -610,6 +610,9 @@ class Committer:
                     self.location.delete(rel)
                 else:
                     young.append(rel)
+        from guideloom.storage.hashindex import remove_unused as remove_unused_hashes
+
+        remove_unused_hashes(self.location, kept, limit)  # the exact-duplicate index's pieces
         newest: dict[str, float] = {}
         files_of: dict[str, list[str]] = {}
         for rel, when in self.location.modified_under(layout.SHARDS_DIR).items():

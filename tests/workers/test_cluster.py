@@ -337,6 +337,40 @@ def test_credentials_given_only_in_the_jobs_runtime_env_reach_the_driver_and_eve
         assert _shards(manifest) == _shards(local_reference[1])
 
 
+def test_exact_dedup_on_two_nodes_keeps_the_first_occurrences_as_a_local_run_does(
+    cluster, ray_local, s3_bucket, s3_options, tmp_path
+):
+    """#36: duplicates within a file, across files and across parts (spread over both nodes'
+    tasks) leave exactly the first occurrence, with the shards of the same job on a local Ray."""
+    from ray.job_submission import JobSubmissionClient
+
+    from guideloom import StreamDataset, StreamNumpyFormat, StreamStorage
+    from guideloom.workers.ingest import ingest_dataset
+
+    texts_a = [f"page {i % 7} of the crawl, padded with words" for i in range(20)]
+    texts_b = [f"page {i % 9} of the crawl, padded with words" for i in range(12)]
+    inputs = []
+    for name, texts in (("a.jsonl", texts_a), ("b.jsonl", texts_b)):
+        path = tmp_path / name
+        path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+        inputs.append(str(path))
+    output = f"s3://{s3_bucket}/dedup-two-nodes"
+    flags = ["--dedup", "exact", "--part-size", "300", "--num-workers", "2"]
+    client = JobSubmissionClient(cluster.dashboard_url)
+    job = client.submit_job(
+        entrypoint=shlex.join(["guideloom", "ingest", *inputs, "--output", output, *flags])
+    )
+    assert _wait_for_job(client, job) == "SUCCEEDED", client.get_job_logs(job)[-3000:]
+    local = ingest_dataset(inputs, str(tmp_path / "local"), dedup="exact", part_size=300, num_workers=2)
+    manifest = read_manifest(output, s3_options)[1]
+    assert manifest.num_parts >= 4 and _shards(manifest) == _shards(local.manifest)
+    kept = list(dict.fromkeys(texts_a + texts_b))
+    expected = [t for text in kept for t in [*text.encode(), 256]]
+    storage = StreamStorage(output, StreamNumpyFormat({"tokens": "uint16"}), storage_options=s3_options)
+    assert StreamDataset(storage, len(expected))[0]["tokens"].tolist() == expected
+    assert manifest.metadata["ingest"]["dedup"]["duplicates"] == len(texts_a + texts_b) - len(kept)
+
+
 def test_worker_node_killed_mid_job_still_commits_the_same_dataset(
     compose, cluster, local_reference, s3_bucket, s3_options
 ):
