@@ -123,3 +123,22 @@ def test_an_inline_job_killed_mid_way_resumes_to_the_same_bytes(tmp_path: Path) 
     from guideloom import open as open_dataset
 
     assert _contents(open_dataset(str(tmp_path / "o")).manifest) == _contents(clean)
+
+
+@pytest.mark.ray
+def test_an_inline_deduplicated_job_drops_what_ray_drops(ray_local: Any, tmp_path: Path) -> None:
+    inputs = _inputs(tmp_path / "in")
+    copy = Path(inputs[0]).with_name("in-copy.jsonl")  # every document of in-0 again, and 3 new
+    copy.write_text(
+        Path(inputs[0]).read_text() + "".join(json.dumps({"text": f"new {i}"}) + "\n" for i in range(3))
+    )
+    inputs.append(str(copy))
+    settings = {"dedup": "exact", **OPTIONS}
+    on_ray = run_ingest({"inputs": inputs, "output": str(tmp_path / "ray"), "num_workers": 2, **settings})
+    inline = run_ingest(
+        {"inputs": inputs, "output": str(tmp_path / "inline"), "runner": "inline", **settings}
+    )
+    assert _contents(inline) == _contents(on_ray)
+    assert inline.metadata == on_ray.metadata
+    meta = inline.metadata["ingest"]
+    assert meta["documents"] == 3 * 120 + 3  # the copy's 120 repeats were dropped, its 3 new kept
