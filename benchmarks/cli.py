@@ -56,6 +56,7 @@ ROWS = (
     "throttle",
     "cache",
     "trace",
+    "report",
 )
 S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle", "cache")
 
@@ -108,6 +109,7 @@ def run(
         mixing,
         opening,
         remote,
+        reporting,
         resume,
         scale,
         snapshots,
@@ -153,6 +155,7 @@ def run(
             "throttle": lambda: throttling.throttle_rows(cfg, s3_endpoint),
             "cache": lambda: caching.cache_rows(cfg, s3_endpoint),
             "trace": lambda: tracing.trace_rows(cfg),
+            "report": lambda: reporting.report_rows(cfg),
         }
         for name in ROWS:
             if name not in rows:

@@ -267,3 +267,14 @@ def test_page_is_self_contained(built: dict[str, Any]) -> None:
     assert "<script src" not in text and "<link" not in text and "url(" not in text
     data = json.loads(text.split('id="gl-report-data">', 1)[1].split("</script>", 1)[0])
     assert data["kind"] == "dataset" and data["datasets"][0]["loss_mask"]["exact"] is True
+
+
+def test_docs_page_shows_a_screenshot_of_each_kind() -> None:
+    """docs/report.md shows the PNGs scripts/docs/report_screenshots.py captures, one a kind."""
+    repo = Path(__file__).resolve().parents[2]
+    page = (repo / "docs" / "report.md").read_text(encoding="utf-8")
+    script = (repo / "scripts" / "docs" / "report_screenshots.py").read_text(encoding="utf-8")
+    for kind in ("demo", "chat", "meta", "grown", "mixture"):
+        png = repo / "docs" / "assets" / f"report-{kind}.png"
+        assert f"assets/report-{kind}.png" in page and f'"{kind}"' in script
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000, png
