@@ -30,11 +30,10 @@ LIMIT_S = 10.0
 
 def synthetic_dataset(root: Path, n: int) -> str:
     """A stream of ``n`` one-record shards whose files all exist (hard links of one shard's)."""
+    from benchmarks.scale import _plain_doc
     from guideloom import StreamStorage
     from guideloom.manifest.models import version_for
     from guideloom.storage.checks import read_manifest
-
-    from benchmarks.scale import _plain_doc
 
     storage = StreamStorage(root, stream_format())
     for k in range(2):
