@@ -29,12 +29,13 @@ import typer
 import guideloom.layout as layout
 from guideloom._version import __version__
 from guideloom.errors import GuideLoomError
+from guideloom.formats import StreamNumpyFormat, StreamWithMetaStorageFormat
 from guideloom.io.shards import open_shard_reader
 from guideloom.storage.base import Storage
 from guideloom.storage.byurl import open_url
 from guideloom.storage.history import History
 from guideloom.storage.openview import open_view
-from guideloom.types import DOCUMENTS, STREAM, STREAM_WITH_META
+from guideloom.types import DOCUMENTS, STREAM, STREAM_WITH_META, stream_view
 
 __all__ = ["DEFAULT_SEQUENCE_LENGTH", "register", "render_html", "report", "sample_shards"]
 
@@ -115,9 +116,10 @@ def _history(history: History, current_id: str) -> dict[str, Any]:
 
 
 def _stream_dtype(fmt: Any) -> np.dtype | None:
-    inner = getattr(fmt, "stream_format", fmt)
-    dtype = getattr(inner, "dtype", None)
-    return dtype if isinstance(dtype, np.dtype) and dtype.names else None
+    stream_fmt = fmt.stream_format if isinstance(fmt, StreamWithMetaStorageFormat) else fmt
+    if not isinstance(stream_fmt, StreamNumpyFormat):
+        return None
+    return stream_fmt.dtype if stream_fmt.dtype.names else None
 
 
 class _Dataset:
@@ -138,9 +140,34 @@ class _Dataset:
         return {"shards_read": int(len(self.sample)), "shards": len(self.table.part),
                 "exact": len(self.sample) == len(self.table.part)}  # fmt: skip
 
+    def _runs(self, shards: list[int]) -> list[list[int]]:
+        """``shards`` (sorted) cut into runs of consecutive shard numbers."""
+        runs: list[list[int]] = []
+        for sh in shards:
+            if runs and runs[-1][-1] == sh - 1:
+                runs[-1].append(sh)
+            else:
+                runs.append([sh])
+        return runs
+
+    def _read_items(self, file: str, shards: list[int], dtype: np.dtype) -> dict[int, np.ndarray]:
+        """The items of index file ``file`` of each of ``shards`` (one round of reads)."""
+        requests = [(sh, file, layout.HEADER_SIZE, self.table.files[file].size[sh]) for sh in shards]
+        blobs = self.reader.read(requests) if requests else []
+        return {sh: np.frombuffer(blob, dtype) for sh, blob in zip(shards, blobs)}
+
+    def _run_starts(self, run: list[int], starts: dict[int, np.ndarray]) -> tuple[np.ndarray, int]:
+        """The record starts of a run of consecutive shards, in tokens from the run's first
+        token, and the run's tokens."""
+        base = np.cumsum([0] + [int(self.tokens[sh]) for sh in run])
+        joined = [starts[sh].astype(np.int64) + base[k] for k, sh in enumerate(run)]
+        return (np.concatenate(joined) if joined else np.empty(0, np.int64)), int(base[-1])
+
     def record_lengths(self) -> dict[str, Any] | None:
         """Lengths of the records of the sampled shards: tokens (streams, from the record
-        starts) or encoded bytes (documents, from the offsets index)."""
+        starts) or encoded bytes (documents, from the offsets index). Where consecutive shards
+        are read, a record that crosses from one into the next counts whole; a record cut by an
+        unread shard counts up to the end of the shards read."""
         layout_name = self.storage.layout
         kind = "starts" if layout_name != DOCUMENTS else "index"
         if kind not in self.table.files:
@@ -149,16 +176,15 @@ class _Dataset:
                 "version 3), so its record boundaries are not known"
             )
             return None
-        shards = [int(s) for s in self.sample if self.records[s] > 0]
-        requests = [(s, kind, layout.HEADER_SIZE, self.table.files[kind].size[s]) for s in shards]
-        blobs = self.reader.read(requests) if requests else []
+        shards = [int(sh) for sh in self.sample]
+        items = self._read_items(kind, shards, layout.OFFSET_DTYPE)
         pieces = []
-        for s, blob in zip(shards, blobs):
-            items = np.frombuffer(blob, layout.OFFSET_DTYPE).astype(np.int64)
-            if layout_name == DOCUMENTS:  # the offsets index: records + 1 offsets into the data
-                pieces.append(np.diff(items))
-            else:
-                pieces.append(np.diff(np.append(items, self.tokens[s])))
+        if layout_name == DOCUMENTS:  # the offsets index: records + 1 offsets into the data
+            pieces = [np.diff(items[sh].astype(np.int64)) for sh in shards]
+        else:
+            for run in self._runs(shards):
+                starts, total = self._run_starts(run, items)
+                pieces.append(np.diff(np.append(starts, total)))
         lengths = np.concatenate(pieces) if pieces else np.empty(0, np.int64)
         unit = "bytes" if layout_name == DOCUMENTS else "tokens"
         return {"unit": unit, **_histogram(lengths), **self._coverage()}
@@ -205,25 +231,21 @@ class _Dataset:
                 break
             shards.append(s)
             budget += size
-        starts_ok = "starts" in self.table.files
         ones = total = 0
         per_record: list[np.ndarray] = []
-        starts_blobs = (
-            self.reader.read(
-                [(s, "starts", layout.HEADER_SIZE, self.table.files["starts"].size[s]) for s in shards]
-            )
-            if starts_ok and shards
-            else []
+        data = dict(zip(shards, self._data_of(shards)))
+        starts = (
+            self._read_items("starts", shards, layout.OFFSET_DTYPE) if "starts" in self.table.files else {}
         )
-        for k, data in enumerate(self._data_of(shards)):
-            mask = (data["loss_mask"] != 0).astype(np.int64)
+        for run in self._runs(shards):
+            mask = np.concatenate([(data[sh]["loss_mask"] != 0).astype(np.int64) for sh in run])
             ones += int(mask.sum())
             total += len(mask)
-            if starts_ok and len(mask):
-                starts = np.frombuffer(starts_blobs[k], layout.OFFSET_DTYPE).astype(np.int64)
-                if len(starts):
-                    lengths = np.diff(np.append(starts, len(mask)))
-                    sums = np.add.reduceat(mask, starts) if len(starts) else np.empty(0)
+            if starts and len(mask):
+                at, _ = self._run_starts(run, starts)
+                if len(at):
+                    lengths = np.diff(np.append(at, len(mask)))
+                    sums = np.add.reduceat(mask, at)
                     keep = lengths > 0
                     per_record.append(sums[keep] / lengths[keep])
         shares = np.concatenate(per_record) if per_record else np.empty(0)
@@ -247,7 +269,8 @@ class _Dataset:
         each of its keys; other annotations under their type's name)."""
         if self.storage.layout != STREAM_WITH_META:
             return None
-        meta = getattr(self.storage.format, "decode_meta", None)
+        fmt = self.storage.format
+        meta = fmt.decode_meta if isinstance(fmt, StreamWithMetaStorageFormat) else None
         spans = np.asarray(self.table.spans, dtype=np.int64)
         shards: list[int] = []
         taken = 0
@@ -302,7 +325,12 @@ class _Dataset:
                 window = view[i]
             ids = [int(t) for t in np.asarray(window["tokens"])[:TOKENS_SHOWN].tolist()]
             mask = window.get("loss_mask")
-            starts = view.record_starts(i).tolist() if getattr(view, "has_record_starts", False) else []
+            stream = stream_view(view)
+            starts = (
+                stream.record_starts_batch([i])[0].tolist()
+                if stream is not None and stream.has_record_starts
+                else []
+            )
             out.append({
                 "index": i,
                 "tokens": ids,
