@@ -223,14 +223,11 @@ class _Dataset:
         dtype = _stream_dtype(self.storage.format)
         if dtype is None or "loss_mask" not in (dtype.names or ()) or self.storage.layout == DOCUMENTS:
             return None
-        shards: list[int] = []
-        budget = 0
-        for s in self.sample.tolist():
-            size = self.table.files["data"].size[s]
-            if shards and budget + size > _READ_BUDGET:
-                break
-            shards.append(s)
-            budget += size
+        sizes = np.asarray(self.table.files["data"].size, dtype=np.int64)
+        picked = self.sample
+        while len(picked) > 1 and int(sizes[picked].sum()) > _READ_BUDGET:  # fewer, still spread
+            picked = sample_shards(len(sizes), len(picked) // 2)
+        shards = [int(sh) for sh in picked]
         ones = total = 0
         per_record: list[np.ndarray] = []
         data = dict(zip(shards, self._data_of(shards)))
