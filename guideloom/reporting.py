@@ -351,16 +351,21 @@ def _short_repr(value: Any, room: int = 600) -> str:
 
 
 def _pieces(tokenizer: Any, ids: list[int]) -> list[str]:
-    """Each token's text: what decoding the prefix through it adds to the prefix before it
-    (so multi-byte characters and word pieces come out whole), else the token decoded alone."""
+    """Each token's text: what decoding the prefix through it adds to the prefix before it, so
+    that word pieces keep their spaces and the pieces join into the decoded text. A token that
+    only begins a character (a byte of a multi-byte UTF-8 sequence) gets ``""``, the token that
+    completes it the whole character."""
     out: list[str] = []
     before = ""
+    pending = 0
     for k in range(len(ids)):
         now = tokenizer.decode(ids[: k + 1])
-        if now.startswith(before) and "\ufffd" not in now[len(before) :]:
-            out.append(now[len(before) :])
-        else:
-            out.append(tokenizer.decode([ids[k]]))
+        if now.endswith("\ufffd") and pending < 3 and k + 1 < len(ids):
+            out.append("")  # an incomplete character: the next token may complete it
+            pending += 1
+            continue
+        pending = 0
+        out.append(now[len(before) :] if now.startswith(before) else tokenizer.decode([ids[k]]))
         before = now
     return out
 
