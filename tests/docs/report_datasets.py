@@ -27,7 +27,7 @@ TURNS = [
     ("What is a shard?", "One data file of a dataset, with its small index."),
     ("Why a manifest?", "It says which shards make the dataset, and it is written last."),
     ("How do I resume?", "Save the loader's state_dict and load it into a new loader."),
-    ("Can I mix sources?", "Yes: give each a weight; the epoch is planned from the manifests."),
+    ("Can I mix sources?", "Yes: give each a weight; the epoch is planned from the manifests (déjà vu)."),
 ]
 SPAN_NOTES = [
     {"label": "term"},

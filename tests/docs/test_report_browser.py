@@ -190,10 +190,14 @@ def test_chat_dataset(opened: Any, built: dict[str, Any]) -> None:
     per_record = _bars(page, "loss-mask-per-record")
     expected, _ = np.histogram(written["shares"], bins=10, range=(0.0, 1.0))
     assert per_record == expected.tolist()
+    from guideloom.workers.tokenizer import load_tokenizer
+
+    tok = load_tokenizer("bytes")
     ds = StreamDataset(storage, sequence_length=64)
     for w in _window_tokens(page):
         sample = ds[w["index"]]
         assert w["masked"] == (sample["loss_mask"] == 0).tolist()
+        assert "".join(w["text"]) == tok.decode(w["ids"])  # multi-byte characters whole
     dimmed = page.locator(".gl-tok--masked").first
     assert float(dimmed.evaluate("e => getComputedStyle(e).opacity")) < 1
 
