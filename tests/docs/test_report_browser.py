@@ -284,3 +284,16 @@ def test_docs_page_shows_a_screenshot_of_each_kind() -> None:
         png = repo / "docs" / "assets" / f"report-{kind}.png"
         assert f"assets/report-{kind}.png" in page and f'"{kind}"' in script
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000, png
+
+
+def test_token_pieces_keep_multibyte_characters_whole() -> None:
+    from guideloom.reporting import _pieces
+    from guideloom.workers.tokenizer import load_tokenizer
+
+    tok = load_tokenizer("bytes")
+    ids = [*"déjà vu".encode(), 256]
+    pieces = _pieces(tok, ids)
+    assert len(pieces) == len(ids) and "".join(pieces) == "déjà vu<eos>"
+    assert pieces[1:3] == ["", "é"] and pieces[-1] == "<eos>"
+    cut = ids[:2]  # a window ending inside a character shows what decoding it shows
+    assert "".join(_pieces(tok, cut)) == tok.decode(cut)
