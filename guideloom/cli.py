@@ -542,6 +542,8 @@ def trace(
 
         for line in trace_table(rows, wide=wide, text=bool(decode)):
             typer.echo(line)
+    except BrokenPipeError:  # the reader went away (`| head`): not an error of the command
+        raise
     except (GuideLoomError, ValueError, OSError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
@@ -750,12 +752,16 @@ _summary_line()
 
 
 def main() -> None:
-    from guideloom.terminal import quiet_broken_pipe
+    from guideloom.terminal import quiet_broken_pipe, stdout_closed
 
     try:
         app()
     except BrokenPipeError:  # `guideloom ... | head`: the reader has all it wanted
         quiet_broken_pipe()
+    except SystemExit as done:
+        if done.code == 1 and stdout_closed():  # click's own quiet exit on a closed pipe
+            quiet_broken_pipe()
+        raise
     except GuideLoomError as err:  # pragma: no cover - commands handle their own
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -15,7 +15,14 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-__all__ = ["COMPACT_WIDTH", "quiet_broken_pipe", "short_bytes", "short_records", "trace_table"]
+__all__ = [
+    "COMPACT_WIDTH",
+    "quiet_broken_pipe",
+    "short_bytes",
+    "short_records",
+    "stdout_closed",
+    "trace_table",
+]
 
 COMPACT_WIDTH = 120
 _SHARD = re.compile(r"part (\d+) shard (\d+)")
@@ -143,6 +150,19 @@ def trace_table(rows: Iterable[dict[str, Any]], *, wide: bool = False, text: boo
             yield f"{line} {source:<{source_room}} {shown}"
         else:
             yield f"{line} {source}"
+
+
+def stdout_closed() -> bool:
+    """Whether standard output is a pipe whose reader has gone (its write end reports an error
+    when polled), e.g. after ``| head`` read its lines. False where that cannot be told."""
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def quiet_broken_pipe() -> None:
