@@ -440,7 +440,7 @@ def _dataset(
     part = _Dataset(storage, sample, options)
     history = History(storage.location)
     current = history.current()
-    opened = storage.current_snapshot().id
+    opened = storage.current_snapshot.id
     spec = tokenizer or _tokenizer_spec(m.metadata)
     length = _window_length(storage, sequence_length)
     tok = _load_tokenizer(spec, options, part.notes) if storage.layout != DOCUMENTS else None
