@@ -396,7 +396,7 @@ def _requests(
         notes.append(f"predicted requests: need torch to play the loader's order ({err.name} missing)")
         return None
     shuffle = {"off": False, "block": "block", "full": True}.get(str(loader.get("shuffle", "block")), "block")
-    settings = {
+    settings: dict[str, Any] = {
         "batch_size": int(loader.get("batch_size", 8)),
         "shuffle": shuffle,
         "seed": int(loader.get("seed", 0)),
@@ -536,16 +536,16 @@ def report(
         DatasetNotFoundError: No dataset at a URL.
     """
     options = dict(storage_options or {})
-    loader = {"batch_size": batch_size, "shuffle": shuffle, "seed": seed,
+    loader: dict[str, Any] = {"batch_size": batch_size, "shuffle": shuffle, "seed": seed,
               "world_size": world_size, "num_workers": num_workers}  # fmt: skip
     if shuffle not in ("off", "block", "full"):
         raise ValueError(f"shuffle {shuffle!r}: one of off, block, full")
     pairs = _pairs(source)
-    common = {"windows": windows, "tokenizer": tokenizer, "options": options,
+    common: dict[str, Any] = {"windows": windows, "tokenizer": tokenizer, "options": options,
               "sample": sample_shards, "loader": loader}  # fmt: skip
     if pairs is None:
         storage = _open(source, options, snapshot)
-        data = {"kind": "dataset", "mixture": None,
+        data: dict[str, Any] = {"kind": "dataset", "mixture": None,
                 "datasets": [_dataset(storage, sequence_length=sequence_length, **common)]}  # fmt: skip
     else:
         storages = [_open(url, options, None) for url, _ in pairs]
