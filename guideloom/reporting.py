@@ -90,8 +90,7 @@ def _tokenizer_spec(metadata: Mapping[str, Any]) -> str | None:
     return str(spec) if spec else None
 
 
-def _history(history: History, current_id: str) -> dict[str, Any]:
-    snaps = history.snapshots()
+def _history(snaps: Sequence[Any], current_id: str) -> dict[str, Any]:
     entries = [
         {
             "id": s.id,
@@ -438,8 +437,8 @@ def _dataset(
 ) -> dict[str, Any]:
     m = storage.manifest
     part = _Dataset(storage, sample, options)
-    history = History(storage.location)
-    current = history.current()
+    # the log once (a dataset written before snapshots: its manifest is its one snapshot)
+    snaps = History(storage.location).snapshots()
     opened = storage.current_snapshot.id
     spec = tokenizer or _tokenizer_spec(m.metadata)
     length = _window_length(storage, sequence_length)
@@ -449,7 +448,7 @@ def _dataset(
     out: dict[str, Any] = {
         "url": storage.url,
         "snapshot": opened,
-        "current_snapshot": current.id if current else None,
+        "current_snapshot": snaps[-1].id if snaps else opened,  # the newest is the current one
         "storage_class": m.storage_class,
         "layout": storage.layout,
         "format": {"name": m.format.name, "module": m.format.module, "config": m.format.config},
@@ -457,7 +456,7 @@ def _dataset(
         "created_at": m.created_at,
         "fingerprint": m.fingerprint,
         "totals": {
-            "documents": ingest_totals(m, history.snapshots).documents,
+            "documents": ingest_totals(m, lambda: snaps).documents,
             "records": m.total_records,
             "tokens": m.total_tokens,
             "spans": m.total_spans,
@@ -465,7 +464,7 @@ def _dataset(
             "shards": len(part.table.part),
             "parts": m.num_parts,
         },
-        "history": _history(history, opened),
+        "history": _history(snaps, opened),
         "fields": part.fields(),
         "files": part.files(),
         "shard_sizes": part.shard_sizes(),
