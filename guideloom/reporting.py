@@ -114,6 +114,15 @@ def _history(snaps: Sequence[Any], current_id: str) -> dict[str, Any]:
     return {"snapshots": entries, "expired": max(first - 1, 0)}
 
 
+def _snapshots(storage: Storage) -> list[Any]:
+    """The kept snapshots, oldest first, from the log (read once); a dataset written before
+    snapshots has none logged: its one snapshot is the one the storage opened (its manifest is
+    not parsed again)."""
+    if not storage.location.list(f"{layout.SNAPSHOTS_DIR}/log"):
+        return [storage.current_snapshot]
+    return History(storage.location).snapshots()
+
+
 def _stream_dtype(fmt: Any) -> np.dtype | None:
     stream_fmt = fmt.stream_format if isinstance(fmt, StreamWithMetaStorageFormat) else fmt
     if not isinstance(stream_fmt, StreamNumpyFormat):
@@ -437,8 +446,7 @@ def _dataset(
 ) -> dict[str, Any]:
     m = storage.manifest
     part = _Dataset(storage, sample, options)
-    # the log once (a dataset written before snapshots: its manifest is its one snapshot)
-    snaps = History(storage.location).snapshots()
+    snaps = _snapshots(storage)
     opened = storage.current_snapshot.id
     spec = tokenizer or _tokenizer_spec(m.metadata)
     length = _window_length(storage, sequence_length)
