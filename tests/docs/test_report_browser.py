@@ -21,7 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import report_datasets as kinds  # noqa: E402
 
-pytestmark = pytest.mark.browser
+# One xdist group for the whole module (the `browser` fixture's): the reports are built once,
+# also for the tests that read them without a browser.
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("site")]
 
 
 @pytest.fixture(scope="module")
