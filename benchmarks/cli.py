@@ -61,6 +61,7 @@ ROWS = (
     "foreign",
     "pack",
     "rebuilt",
+    "report",
 )
 S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle", "cache", "foreign", "rebuilt")
 
@@ -118,6 +119,7 @@ def run(
         packing,
         rebuilt,
         remote,
+        reporting,
         resume,
         scale,
         snapshots,
@@ -168,6 +170,7 @@ def run(
             "foreign": lambda: foreign.foreign_rows(cfg, s3_endpoint),
             "pack": lambda: packing.pack_rows(cfg),
             "rebuilt": lambda: rebuilt.rebuilt_rows(cfg, s3_endpoint),
+            "report": lambda: reporting.report_rows(cfg),
         }
         for name in ROWS:
             if name not in rows:

@@ -65,6 +65,7 @@ __all__ = [
     "StreamWithMetaStorageFormat",
     "__version__",
     "estimate",
+    "report",
     "trace",
     "trace_arrays",
 ]
@@ -94,4 +95,8 @@ def __getattr__(name: str) -> Any:
         from guideloom.loading.estimate import estimate
 
         return estimate
+    if name == "report":
+        from guideloom.reporting import report
+
+        return report
     raise AttributeError(f"module 'guideloom' has no attribute {name!r}")

@@ -22,6 +22,7 @@ from guideloom.errors import GuideLoomError
 from guideloom.manifest import Manifest
 from guideloom.manifest.snapshots import Snapshot
 from guideloom.manifest.totals import ingest_totals
+from guideloom.reporting import register as _register_report
 from guideloom.storage.byurl import open_url
 from guideloom.storage.checks import read_manifest, verify_shards
 from guideloom.storage.history import History
@@ -509,6 +510,9 @@ def trace(
     ),
     option: list[str] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help=OPTION_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON Lines (every field) instead of a table."),
+    wide: bool = typer.Option(
+        False, "--wide", help="A table with every field in full (the default fits 120 columns)."
+    ),
     first_step: int = typer.Option(0, "--first-step", help="The step number of epoch 0's first step."),
     decode: int = typer.Option(
         0,
@@ -526,12 +530,13 @@ def trace(
     """Print, for every row of every step in --steps on every rank, the sample it read and
     where its bytes are (shard and byte range), from the state and the manifests alone: no data
     is read and the loader is not replayed (see "Debugging a loss spike" in docs/training.md).
-    With --decode N each row's sample is read and its first N tokens are printed as text."""
+    With --decode N each row's sample is read and its first N tokens are printed as text.
+    The table fits 120 columns (shards as p<part>/s<shard>, byte offsets and sizes abbreviated);
+    --wide prints every field in full, --json every field as JSON Lines."""
     import json as _json
 
     from guideloom.loading.mixture import Mixture
     from guideloom.loading.trace import trace as trace_rows
-    from guideloom.storage.origins import Origin
 
     try:
         options = parse_options(option)
@@ -558,20 +563,12 @@ def trace(
             for row in rows:
                 typer.echo(_json.dumps(row))
             return
-        text_head = "  text" if decode else ""
-        typer.echo(f"{'step':>8} {'rank':>4} {'row':>4}  {'sample':>9}  shard  bytes  source{text_head}")
-        for row in rows:
-            rng = row["byte_range"]
-            where = f"{rng[0]}-{rng[1]}" if rng else f"record {row.get('record_in_shard')}"
-            more = f" (+{len(row['pieces']) - 1} shards)" if len(row.get("pieces") or []) > 1 else ""
-            text = f"  {row['text']!r}" if decode else ""
-            typer.echo(
-                f"{row['step']:>8} {row['rank']:>4} {row['row']:>4}  {row['sample_index']:>9}  "
-                f"{row['shard']}  {where}{more}  {row['source']}{text}"
-            )
-            origins = [Origin(**o).describe() for o in row.get("origins") or [] if o]
-            if origins:  # where the row's documents came from (datasets GuideLoom ingested)
-                typer.echo(f"{'':>8} from {'; '.join(origins)}")
+        from guideloom.terminal import trace_table
+
+        for line in trace_table(rows, wide=wide, text=bool(decode)):
+            typer.echo(line)
+    except BrokenPipeError:  # the reader went away (`| head`): not an error of the command
+        raise
     except (GuideLoomError, ValueError, OSError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
@@ -849,6 +846,7 @@ def _register_ingest() -> None:
 
 
 _register_ingest()
+_register_report(app, parse_options, OPTION_HELP)
 
 
 def _summary_line() -> None:
@@ -862,8 +860,16 @@ _summary_line()
 
 
 def main() -> None:
+    from guideloom.terminal import quiet_broken_pipe, stdout_closed
+
     try:
         app()
+    except BrokenPipeError:  # `guideloom ... | head`: the reader has all it wanted
+        quiet_broken_pipe()
+    except SystemExit as done:
+        if done.code == 1 and stdout_closed():  # click's own quiet exit on a closed pipe
+            quiet_broken_pipe()
+        raise
     except GuideLoomError as err:  # pragma: no cover - commands handle their own
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

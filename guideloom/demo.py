@@ -43,6 +43,25 @@ def _batches(storage: Any, count: int) -> list[Any]:
         return [ds[i]["tokens"].tolist() for i in range(min(count, len(ds)))]
 
 
+def ingest_config(output: str, overwrite: bool = False) -> dict[str, Any]:
+    """The demo's ingestion job (``run_ingest`` takes it): the shipped corpus, ``bytes`` tokens.
+
+    Args:
+        output: The dataset's directory or URL.
+        overwrite: Replace a dataset already there.
+    """
+    return {
+        "inputs": [str(CORPUS / "*.jsonl")],
+        "output": output,
+        "tokenizer": "bytes",
+        "part_size": 128 * 1024,  # a few parts even for this small corpus: every worker works
+        "progress": "plain",
+        "num_workers": 2,
+        "runner": "ray",  # the demo shows the Ray path; a job this small alone would run inline
+        "overwrite": overwrite,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m guideloom.demo", description=__doc__.split("\n")[0])
     parser.add_argument("--output", default="demo-output/kjv", help="dataset directory or URL")
@@ -53,16 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     from guideloom.workers.output import open_storage
     from guideloom.workers.tokenizer import load_tokenizer
 
-    config: dict[str, Any] = {
-        "inputs": [str(CORPUS / "*.jsonl")],
-        "output": output,
-        "tokenizer": "bytes",
-        "part_size": 128 * 1024,  # a few parts even for this small corpus: every worker works
-        "progress": "plain",
-        "num_workers": 2,
-        "runner": "ray",  # the demo shows the Ray path; a job this small alone would run inline
-        "overwrite": args.overwrite,
-    }
+    config = ingest_config(output, args.overwrite)
     manifest = run_ingest(config)
     from guideloom.workers.config import IngestConfig
 

@@ -39,6 +39,8 @@ LAYERS = {
     "guideloom.loading": 5,
     "guideloom.workers": 5,
     "guideloom.testing": 6,
+    "guideloom.reporting": 6,
+    "guideloom.terminal": 6,
     "guideloom.cli": 7,
     "guideloom.demo": 7,
     "guideloom": 8,  # the package face: re-exports, imports anything below
