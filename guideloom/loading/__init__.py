@@ -9,9 +9,12 @@ The modules, by layer (each imports only modules listed before it):
 - no torch: ``order`` (each epoch's order; `ShuffleSettings`), ``schedule`` (positions per
   rank and step), ``state`` (the persisted state and its checks), ``interleave``,
   ``mixture_plan``, ``mixture_order``, ``mixture_dataset`` and ``mixture`` (weighted mixtures),
-  ``passes`` (what the loop has received of a pass), ``threads`` (thread workers);
+  ``passes`` (what the loop has received of a pass), ``threads`` (thread workers),
+  ``read_settings`` (`ReadSettings`: how a loader reads);
 - torch: ``collate``, ``placement`` (pinning, the copy to a device), ``sampler`` (batches and
-  read-ahead groups), ``fetch`` (what a worker runs), ``loader`` (the loader itself).
+  read-ahead groups), ``batch_order`` (`BatchOrder`), ``fetch`` (what a worker runs),
+  ``view_recipe`` (what ``from_storage`` makes a view of), ``snapshots`` (following and pinning
+  snapshots), ``loader_args`` (which path the arguments pick), ``loader`` (the loader itself).
 """
 
 from __future__ import annotations
