@@ -10,10 +10,13 @@ The modules, by layer (each imports only modules listed before it):
   rank and step), ``state`` (the persisted state and its checks), ``interleave``,
   ``mixture_plan``, ``mixture_fields``, ``mixture_order``, ``mixture_dataset`` and ``mixture``
   (weighted mixtures), ``passes`` (what the loop has received of a pass), ``threads`` (thread
-  workers), ``blend`` (``guideloom.open``: Megatron-style weighted lists as a mixture);
+  workers), ``blend`` (``guideloom.open``: Megatron-style weighted lists as a mixture),
+  ``read_settings`` (`ReadSettings`: how a loader reads);
 - torch: ``collate``, ``placement`` (pinning, the copy to a device), ``sampler`` (batches and
-  read-ahead groups), ``fetch`` (what a worker runs), ``packing`` (whole records per window),
-  ``loader`` (the loader itself).
+  read-ahead groups), ``batch_order`` (`BatchOrder`), ``fetch`` (what a worker runs),
+  ``packing`` (whole records per window), ``view_recipe`` (what ``from_storage`` makes a view
+  of), ``snapshots`` (following and pinning snapshots), ``loader_args`` (which path the
+  arguments pick), ``loader`` (the loader itself).
 """
 
 from __future__ import annotations

@@ -31,7 +31,13 @@ import numpy as np
 import torch.distributed as dist
 
 from guideloom.errors import OrderLostError, ResumeStateError
-from guideloom.loading.order import EpochOrder, ShuffleSettings, positive_int
+from guideloom.loading.order import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_BUFFER_BLOCKS,
+    EpochOrder,
+    ShuffleSettings,
+    positive_int,
+)
 from guideloom.loading.sampler import OrderedBatchSampler
 from guideloom.loading.schedule import EpochSchedule
 from guideloom.loading.state import LoaderState, OrderIdentity
@@ -202,7 +208,7 @@ class BatchOrder(OrderedBatchSampler):
         settings = (
             shuffle
             if isinstance(shuffle, ShuffleSettings)
-            else ShuffleSettings.from_options(shuffle, None, None, None)
+            else ShuffleSettings.from_options(shuffle, DEFAULT_BLOCK_SIZE, DEFAULT_BUFFER_BLOCKS, None)
         )
         mixture = as_mixture(view)
         num_samples = mixture.plan.epoch_length if mixture else len(view)

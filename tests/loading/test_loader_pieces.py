@@ -83,7 +83,7 @@ def test_pieces_refuse_what_they_do_not_take(stream: Any, tmp_path: Any) -> None
     view = open_view(stream, SEQUENCE_LENGTH)
     with pytest.raises(TypeError, match=r"a view reads through the cache its storage was opened with"):
         StatefulDataLoader(view, read=ReadSettings(cache_dir=str(tmp_path)))
-    order = BatchOrder(view, 4, shuffle=True)
+    order = BatchOrder(view, 4, shuffle="block")  # the block shuffle's default sizes
     with pytest.raises(TypeError, match=r"^batch_size=, seed= given with batch_sampler=BatchOrder"):
         StatefulDataLoader(view, batch_size=4, batch_sampler=order, seed=1)
     # a BatchOrder of another view is a batch sampler like any other: torchdata's loader

@@ -101,3 +101,39 @@ def test_accelerate_two_processes_resume_exactly(storage: Any, tmp_path: Any) ->
 def test_a_loader_built_before_accelerator_is_refused(storage: Any, tmp_path: Any) -> None:
     with pytest.raises(Exception, match=r"OrderLostError.*built before torch.distributed was initialized"):
         _run(storage, tmp_path / "early", tmp_path / "unused", stop=1, early=True)
+
+
+def _shard(order: Any, **kwargs: Any) -> Any:
+    from accelerate.data_loader import BatchSamplerShard
+
+    return BatchSamplerShard(order, num_processes=WORLD, **kwargs)
+
+
+def test_accelerate_shards_deal_each_process_its_rank_s_batches(storage: Any) -> None:
+    """In one process: accelerate's BatchSamplerShard around each rank's order gives that rank's
+    batches (and length); what would lose or repeat samples is refused by name."""
+    from guideloom import BatchOrder
+    from guideloom.errors import OrderLostError
+    from guideloom.storage import open_view
+
+    view = open_view(storage, SEQ)
+    for rank in range(WORLD):
+        order = BatchOrder(view, BATCH // WORLD, shuffle=True, seed=1, rank=rank, world_size=WORLD)
+        own = BatchOrder(view, BATCH // WORLD, shuffle=True, seed=1, rank=rank, world_size=WORLD)
+        shard = _shard(order, process_index=rank)
+        assert list(shard) == list(own) and len(shard) == len(own) == STEPS
+    order = BatchOrder(view, BATCH // WORLD, shuffle=True, rank=0, world_size=WORLD)
+    for kwargs, named in (
+        ({"process_index": 0, "split_batches": True}, "split_batches=True splits each"),
+        ({"process_index": 1}, r"this one is 1\), but GuideLoom's batch order was built for rank 0"),
+    ):
+        with pytest.raises(OrderLostError, match=named):
+            list(_shard(order, **kwargs))
+    # 45 windows: each epoch ends with a step of smaller batches, which even_batches would pad
+    odd = BatchOrder(view.take(45), 4, rank=0, world_size=WORLD)
+    with pytest.raises(OrderLostError, match=r"even_batches=False"):
+        list(_shard(odd, process_index=0))
+    padded_out = BatchOrder(view.take(45), 4, rank=0, world_size=WORLD)
+    assert list(_shard(padded_out, process_index=0, even_batches=False)) == list(
+        BatchOrder(view.take(45), 4, rank=0, world_size=WORLD)
+    )
