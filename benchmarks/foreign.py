@@ -9,7 +9,10 @@ a GuideLoom stream and as a Megatron pair. Cases:
   reading the same windows with ``get(sequence, offset, length)`` per piece of a window (as its
   ``GPTDataset`` stitches a sample from several documents), in a plain DataLoader with the same
   batches; only where megatron-core imports (``pip install megatron-core``: the dev extra);
-- ``s3``: the pair and the stream on the S3 server (block shuffle, 2 workers), target >= 0.9x.
+- ``s3``: the pair and the stream on the S3 server (block shuffle, 2 workers), target >= 0.9x;
+- ``s3 1e+07 sequences``: a pair of ten million sequences (an .idx of about 200 MB) on the S3
+  server, opened and its first shuffled batch taken: at most 16 MiB read and less than 64 MiB of
+  resident memory added (the index is read in pages as the order needs it, never whole).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.corpus import _documents, write_stream
-from benchmarks.harness import Config, Row, interleaved
+from benchmarks.harness import Config, Row, interleaved, stats
 from benchmarks.local import local_stream
 from benchmarks.loops import count_tokens, raw_loader, timed_pass
 from benchmarks.s3env import fresh_bucket, running_endpoint
@@ -101,6 +104,107 @@ def _race(ours: Any, theirs: Any, cfg: Config) -> tuple[Any, Any]:
     )
 
 
+BIG_SEQUENCES = 10**7  # the lazy-index case: an .idx of about 200 MB
+BIG_LENGTH = 4  # tokens per sequence
+
+
+def _big_megatron_pair(prefix: str, sequences: int, length: int) -> None:
+    """A Megatron pair of ``sequences`` documents of ``length`` tokens, written with NumPy
+    (the layout of megatron-core's ``IndexedDataset``: header, lengths, byte pointers, document
+    indices)."""
+    import struct
+
+    lengths = np.full(sequences, length, dtype=np.int32)
+    pointers = np.arange(sequences, dtype=np.int64) * (length * 2)
+    documents = np.arange(sequences + 1, dtype=np.int64)
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", 8))
+        f.write(struct.pack("<Q", sequences) + struct.pack("<Q", len(documents)))
+        for array in (lengths, pointers, documents):
+            f.write(array.tobytes())
+    tokens = (np.arange(sequences * length, dtype=np.int64) % 50_000).astype(np.uint16)
+    tokens.tofile(prefix + ".bin")
+
+
+def _rss() -> int:
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
+def _lazy_index_row(cfg: Config, bucket: str, options: dict[str, Any]) -> Row:
+    """Open a Megatron pair of `BIG_SEQUENCES` sequences on S3 and take its first shuffled
+    batch: the index bytes fetched (`io_stats`, every byte the process read from S3 meanwhile)
+    and the growth of this process's resident memory, against the .idx's size."""
+    import tempfile
+
+    import fsspec
+
+    import guideloom
+    from guideloom.io.stats import io_stats, subtract_stats
+
+    sequences = 10**5 if cfg.quick else BIG_SEQUENCES  # smoke runs: the same path, smaller
+    local = tempfile.mkdtemp(prefix="gl-bench-megatron-")
+    prefix = os.path.join(local, "big")
+    _big_megatron_pair(prefix, sequences, BIG_LENGTH)
+    idx_size = os.path.getsize(prefix + ".idx")
+    remote = f"s3://{bucket}/big/text_document"
+    fs = fsspec.filesystem("s3", **options)
+    for suffix in (".idx", ".bin"):
+        fs.put_file(prefix + suffix, remote + suffix)
+        os.remove(prefix + suffix)
+    os.rmdir(local)
+    rss, before = _rss(), io_stats()
+    pair = guideloom.open(remote + ".idx", storage_options=options)
+    batch = next(iter(_loader(pair, cfg, True, 0)))
+    fetched = sum(e["bytes_read"] for e in subtract_stats(io_stats(), before).values())
+    grown = _rss() - rss
+    mib = 2**20
+    return Row(
+        "foreign",
+        f"megatron s3 {sequences:.0e} sequences: open + first batch",
+        "MiB read",
+        stats([fetched / mib]),
+        stats([idx_size / mib]),
+        "the .idx's size (what a whole download reads)",
+        higher_is_better=False,
+        extra={"rss_growth_mib": round(grown / mib, 1), "batch_tokens": int(batch["tokens"].numel())},
+        checks={"read <= 16 MiB": fetched <= 16 * mib, "memory growth < 64 MiB": grown < 64 * mib},
+    )
+
+
+def _gets(loader: Any) -> tuple[int, int]:
+    """(GETs, windows) of one pass of ``loader`` (no workers: this process sends every request)."""
+    from guideloom.io.stats import io_stats, subtract_stats
+
+    before, windows = io_stats(), 0
+    for batch in loader:
+        windows += int(batch["tokens"].shape[0])
+    spent = subtract_stats(io_stats(), before)
+    return sum(e["requests"].get("GET", 0) for e in spent.values()), windows
+
+
+def _gets_row(cfg: Config, prefix: str, stream: Any, options: dict[str, Any]) -> Row:
+    """GETs per window of one block-shuffled epoch of the Megatron pair on S3 (one sequence per
+    document of the corpus) against the native stream of the same tokens (target: within 1.2x)."""
+    import guideloom
+
+    pair = guideloom.open(prefix + ".idx", storage_options=options)
+    ours, ours_windows = _gets(_loader(pair, cfg, "block", 0))
+    theirs, theirs_windows = _gets(_loader(stream, cfg, "block", 0))
+    return Row(
+        "foreign",
+        f"megatron s3 shuffle=block: GETs per window ({pair.manifest.total_records:,} sequences)",
+        "GETs/window",
+        stats([ours / max(1, ours_windows)]),
+        stats([theirs / max(1, theirs_windows)]),
+        "native stream on S3, same tokens",
+        higher_is_better=False,
+        target=1.2,
+        extra={"gets": ours, "native_gets": theirs, "windows": ours_windows},
+    )
+
+
 def foreign_rows(cfg: Config, endpoint: Any = None) -> list[Row]:
     import guideloom
 
@@ -150,6 +254,8 @@ def foreign_rows(cfg: Config, endpoint: Any = None) -> list[Row]:
         stream = write_stream(
             f"s3://{bucket}/stream", cfg.s3_tokens, cfg.seed, cfg.shard_size, storage_options=options
         )
+        rows.append(_lazy_index_row(cfg, bucket, options))
+        rows.append(_gets_row(cfg, remote_prefix, stream, options))
         remote_pair = guideloom.open(remote_prefix + ".idx", storage_options=options)
         g3, b3 = _race(
             _loader(remote_pair, cfg, "block", WORKERS), _loader(stream, cfg, "block", WORKERS), cfg
