@@ -56,6 +56,7 @@ ROWS = (
     "throttle",
     "cache",
     "trace",
+    "metrics",
 )
 S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle", "cache")
 
@@ -103,6 +104,7 @@ def run(
         ingest_cluster,
         ingest_kinds,
         ingestion,
+        loader_metrics,
         local,
         memory,
         mixing,
@@ -153,6 +155,7 @@ def run(
             "throttle": lambda: throttling.throttle_rows(cfg, s3_endpoint),
             "cache": lambda: caching.cache_rows(cfg, s3_endpoint),
             "trace": lambda: tracing.trace_rows(cfg),
+            "metrics": lambda: loader_metrics.metrics_rows(cfg),
         }
         for name in ROWS:
             if name not in rows:
