@@ -166,20 +166,15 @@ class LoaderMeter:
         """``{"since_last": ..., "total": ...}`` (see `StatefulDataLoader.metrics`); the next
         report's ``since_last`` starts here."""
         total = _with_sources(totals, sources)
-        last = self._last if self._last is not None else self._start(total)
+        last = self._last if self._last is not None else self._start()
         since = _difference(total, last)
         self._last = total
         return {"since_last": since, "total": total}
 
-    def _start(self, total: dict[str, Any]) -> dict[str, Any]:
+    def _start(self) -> dict[str, Any]:
         """The totals when this loader began counting (a fresh one: zero; a restored one: the
         state's own counters and the source counts at the restored position)."""
-        start = {k: (0 if k != "wait_s" else 0.0) for k in COUNTERS}
-        start.update({k: self._base[k] for k in COUNTERS})
-        if start["loss_mask_tokens"] is not None:
-            start["loss_mask_tokens"] = int(start["loss_mask_tokens"])
-        start["sources"] = self._start_sources
-        return start
+        return _with_sources({k: self._base[k] for k in COUNTERS}, self._start_sources)
 
     def mark_start(self, sources: Mapping[str, Mapping[str, int | None]]) -> None:
         """Where counting starts for the first report's ``since_last`` (the restored position's
