@@ -68,6 +68,12 @@ class GuideLoomCallback(_pl.Callback):  # type: ignore[misc,name-defined]
         super().__init__()
         if every_n_steps is not None and (isinstance(every_n_steps, bool) or every_n_steps < 1):
             raise ValueError(f"every_n_steps must be a positive integer, got {every_n_steps!r}")
+        if loader is not None and not isinstance(loader, StatefulDataLoader):
+            raise TypeError(
+                f"GuideLoomCallback(loader=...) reports a GuideLoom StatefulDataLoader, got "
+                f"{type(loader).__name__}; build it with StatefulDataLoader.from_storage, or leave "
+                "loader out to report the trainer's GuideLoom train loaders"
+            )
         self.loader = loader
         self.every_n_steps = every_n_steps
         self.prefix = prefix

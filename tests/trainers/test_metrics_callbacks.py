@@ -59,10 +59,11 @@ def _fit(tmp_path: Path, loader: Any, model: Any, ckpt: Any = None, **kwargs: An
 
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     logger = pl.loggers.CSVLogger(str(tmp_path), name="run", version=0)
+    callbacks = [GuideLoomCallback(), *kwargs.pop("callbacks", [])]
     trainer = pl.Trainer(
         accelerator="cpu", devices=1, logger=logger, log_every_n_steps=4, enable_progress_bar=False,
         enable_model_summary=False, default_root_dir=str(tmp_path), max_epochs=EPOCHS,
-        callbacks=[GuideLoomCallback(), *kwargs.pop("callbacks", [])], **kwargs,
+        callbacks=callbacks, **kwargs,
     )  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
