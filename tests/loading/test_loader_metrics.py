@@ -2,8 +2,9 @@
 batches themselves say, with 0 workers, thread workers and worker processes, across a resume.
 
 The S3 test reads through the fault-injecting proxy in front of the real test endpoint, which
-answers a fifth of the shard GETs with "slow down" (so there are throttling answers and
-retries to count), and through a block cache (so the second epoch has cache hits)."""
+cuts the first two shard GETs' bodies short (GuideLoom retries them) and answers a fifth of
+the shard GETs with "slow down" (so there are retries and throttling answers to count), and
+through a block cache (so the second epoch has cache hits)."""
 
 from __future__ import annotations
 
@@ -92,7 +93,9 @@ def test_totals_are_io_stats_source_counts_and_the_batches_across_a_resume(
 ) -> None:
     url = f"s3://{s3_bucket}/ds"
     _write(url, s3_options)
-    fault_s3.add(Fault("throttle", r"/shards/.*/shard-", method="GET", fraction=0.2))
+    shards = r"/shards/.*/shard-"
+    fault_s3.add(Fault("truncate", shards, method="GET", times=2))  # bodies cut short: retried
+    fault_s3.add(Fault("throttle", shards, method="GET", fraction=0.2))
     options = {**fault_s3.storage_options, "guideloom_deadline_s": 60}
     storage = StreamStorage(url, FMT, storage_options=options, cache_dir=tmp_path / "cache")
 

@@ -152,3 +152,10 @@ def test_the_transformers_trainer_logs_the_loaders_metrics(storage: Any, tmp_pat
     (counts,) = loader.source_counts().values()
     assert last["data/total/samples"] == counts["samples"] == EPOCHS * 12 * BATCH
     assert sum(e["data/since_last/batches"] for e in logged) == EPOCHS * 12
+
+
+def test_the_lightning_callback_refuses_what_is_not_a_guideloom_loader() -> None:
+    from guideloom.integrations.lightning import GuideLoomCallback
+
+    with pytest.raises(TypeError, match="from_storage"):
+        GuideLoomCallback(loader=torch.utils.data.DataLoader(list(range(4))))
