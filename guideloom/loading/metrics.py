@@ -190,6 +190,7 @@ class LoaderMeter:
         out: dict[str, Any] = {"rank": self.rank, "world_size": self.world_size}
         for key in COUNTERS:
             out[key] = totals[key] if totals[key] is not None else 0
+        out["wait_s"] = round(out["wait_s"], 6)  # microseconds are plenty
         out["loss_mask"] = totals["loss_mask_tokens"] is not None  # whether batches had the field
         return out
 
