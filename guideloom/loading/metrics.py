@@ -73,6 +73,13 @@ def mask_tokens(batch: Any) -> int:
     its ``"loss_mask"`` key; a list of records (documents), or ``{"documents": [...]}``, at each
     record's ``"loss_mask"`` where records are mappings that have one.
     """
+    if type(batch) is dict:  # the usual batch: one tensor per field (the fast path)
+        mask = batch.get("loss_mask")
+        if type(mask) is torch.Tensor:
+            try:
+                return int(np.count_nonzero(mask.numpy()))
+            except TypeError:  # not on the CPU (a collate_fn that moved it)
+                return int(torch.count_nonzero(mask))
     if isinstance(batch, Mapping):
         mask = batch.get("loss_mask")
         if mask is not None:
