@@ -11,7 +11,8 @@ The modules, by layer (each imports only modules listed before it):
   ``mixture_plan``, ``mixture_order``, ``mixture_dataset`` and ``mixture`` (weighted mixtures),
   ``passes`` (what the loop has received of a pass), ``threads`` (thread workers);
 - torch: ``collate``, ``placement`` (pinning, the copy to a device), ``sampler`` (batches and
-  read-ahead groups), ``fetch`` (what a worker runs), ``loader`` (the loader itself).
+  read-ahead groups), ``metrics`` (what ``loader.metrics()`` counts), ``fetch`` (what a worker
+  runs), ``loader`` (the loader itself).
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ from guideloom.errors import DatasetNotFoundError, ResumeStateError
 from guideloom.io.stats import IOStats, io_stats, merge_stats, subtract_stats
 from guideloom.loading.batch_order import BatchOrder, _distributed_default, iteration_before_restore
 from guideloom.loading.fetch import BatchSource, Finish, GroupCollate, batch_path, unrolled
-from guideloom.loading.metrics import METRICS_KEY, LoaderMeter, checked
+from guideloom.loading.metrics import METRICS_KEY, LoaderMeter, checked, counted
 from guideloom.loading.mixture import Mixture
 from guideloom.loading.mixture_sources import (
     RankCounts,
@@ -898,20 +898,23 @@ class StatefulDataLoader(_TorchdataLoader):
             self._live = progress
         closers: list[Any] = []
         batches: Iterator[Any]
+        meter = self._meter  # metrics(): each batch's loss_mask tokens, counted by its worker
+        meter.start_pass()
         if self._schedule.num_steps == 0:
             batches = iter(())  # nothing of this epoch is left (a state at its last batch)
         elif self._threads is not None:
-            batches = self._thread_batches()
+            threaded = self._thread_batches()
+            closers.append(threaded)
+            batches = meter.taking(threaded)  # (batch, loss_mask tokens) pairs
         elif self.num_workers == 0:
-            batches = self._inline_batches()
+            batches = meter.counted(self._inline_batches())
         else:
             assert self._workers is not None
             torch_batches = self._workers.__iter__()
             closers.append(torch_batches)  # it yields one list of collated batches per group
-            batches = unrolled(torch_batches, self._worker_io.__setitem__)
+            batches = unrolled(torch_batches, self._worker_io.__setitem__, meter.expect)
         if not closers:
             closers.append(batches)
-        batches = self._meter.counted(batches)  # loss_mask tokens, on the CPU batch (metrics)
         if self._device is not None:
             batches = Placed(batches, self._device)
         return batches, closers
@@ -942,7 +945,7 @@ class StatefulDataLoader(_TorchdataLoader):
                 parts = source.read_group(group)
             finally:
                 copies.release(source)
-            return [finish(p) for p in parts]
+            return [counted(finish(p)) for p in parts]  # the loss_mask count, in this thread
 
         return ThreadBatches(self._groups(), work, threads=threads, depth=threads * prefetch, timeout=timeout)
 

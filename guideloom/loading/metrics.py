@@ -10,11 +10,13 @@ source of truth; each figure is the one another part of GuideLoom already keeps:
   position: all ranks together, the same on every rank; it survives resume by construction);
 - GETs, bytes, retries, throttling answers, cache hits: `StatefulDataLoader.io_stats` (this
   process's requests plus what worker processes report with each group of batches they send);
-- batches, ``loss_mask`` tokens and waiting time: counted here, in the training loop's thread,
-  for every batch the loop *receives* (`LoaderMeter`). ``loss_mask`` tokens are counted on the
-  CPU batch as it leaves the workers, before any copy to a device, and credited when the loop
-  receives that batch (the device stage runs one batch ahead), so the counts are those of the
-  batches the loop holds, whatever the kind or number of workers.
+- batches, ``loss_mask`` tokens and waiting time: counted for every batch the loop *receives*
+  (`LoaderMeter`). ``loss_mask`` tokens are counted on the CPU batch by the worker that made
+  it (a worker process sends the counts with its group of batches, a thread worker hands each
+  count over with its batch; with ``num_workers=0`` the loop's thread, which also reads the
+  batch), before any copy to a device, and credited when the loop receives that batch (the
+  device stage runs one batch ahead), so the counts are those of the batches the loop holds,
+  whatever the kind or number of workers.
 
 Batches, ``loss_mask`` tokens, waiting time and the I/O counters are this rank's. They are
 kept in the loader's state (key ``"metrics"`` beside the order's, with the rank and world size
@@ -22,8 +24,8 @@ that saved them), so totals continue across a resume on the same rank and world 
 that loads another rank's state (after a change of world size every rank loads rank 0's)
 starts them from zero, since another rank's requests are not its own.
 
-Cost: per received batch two clock reads, one ``count_nonzero`` of the ``loss_mask`` field and a
-few additions; `metrics` itself adds up `io_stats` and `source_counts` (O(sources + stores)),
+Cost in the training loop's thread: per received batch two clock reads and a few additions (and,
+with ``num_workers=0`` only, one ``count_nonzero`` of the ``loss_mask`` field); `metrics` itself adds up `io_stats` and `source_counts` (O(sources + stores)),
 so call it at logging intervals, not every step (the callbacks in `guideloom.integrations` do).
 """
 
@@ -44,6 +46,7 @@ __all__ = [
     "LoaderMeter",
     "Uncounted",
     "checked",
+    "counted",
     "flatten",
     "io_counters",
     "mask_tokens",
@@ -91,6 +94,11 @@ def mask_tokens(batch: Any) -> int:
     return _NO_MASK
 
 
+def counted(batch: Any) -> tuple[Any, int]:
+    """``(batch, its loss_mask tokens)``: what a thread worker hands over (`LoaderMeter.taking`)."""
+    return batch, mask_tokens(batch)
+
+
 def _count(mask: Any) -> int:
     if isinstance(mask, torch.Tensor):
         return (
@@ -130,14 +138,30 @@ class LoaderMeter:
         self._start_sources: dict[str, dict[str, int | None]] = {}  # source counts when counting began
 
     # -- per batch (the training loop's thread) ----------------------------------------------
+    def start_pass(self) -> None:
+        """A new pass: counts of batches an abandoned one prefetched never arrive."""
+        self._pending.clear()
+
     def counted(self, batches: Iterator[Any]) -> Iterator[Any]:
         """``batches`` (CPU batches, in the order the loop receives them), each one's
-        ``loss_mask`` tokens queued for `received`."""
-        self._pending.clear()  # a new pass: batches an abandoned one prefetched never arrive
+        ``loss_mask`` tokens counted here and queued for `received` (``num_workers=0``: the
+        loop's thread reads the batch too)."""
         pending = self._pending
         for batch in batches:
             pending.append(mask_tokens(batch))
             yield batch
+
+    def taking(self, pairs: Iterator[tuple[Any, int]]) -> Iterator[Any]:
+        """The batches of ``(batch, loss_mask tokens)`` pairs (`counted` by a thread worker),
+        each count queued for `received`."""
+        pending = self._pending
+        for batch, n in pairs:
+            pending.append(n)
+            yield batch
+
+    def expect(self, counts: list[int]) -> None:
+        """Queue the counts of a group's batches (made by a worker process) for `received`."""
+        self._pending.extend(counts)
 
     def received(self, seconds: float, batch: bool = True) -> None:
         """The loop waited ``seconds`` in ``next()``; it got a batch (``batch``) or the pass's end."""
@@ -221,13 +245,20 @@ class LoaderMeter:
 
 
 class Uncounted(LoaderMeter):
-    """A meter that counts nothing (no clock reads, no ``loss_mask`` counts): the baseline of the
-    benchmark that measures what counting costs (``make bench``, row ``metrics``)."""
+    """A meter that counts nothing in the training loop's thread (no clock reads, no
+    ``loss_mask`` counts, no queue): the baseline of the benchmark that measures what counting
+    costs there (``make bench``, row ``metrics``). Workers still count (off that thread)."""
 
     received = None  # type: ignore[assignment]  # a pass without it reads no clock
 
     def counted(self, batches: Iterator[Any]) -> Iterator[Any]:
         return batches
+
+    def taking(self, pairs: Iterator[tuple[Any, int]]) -> Iterator[Any]:
+        return (batch for batch, _ in pairs)
+
+    def expect(self, counts: list[int]) -> None:
+        return None
 
 
 def checked(saved: Any) -> dict[str, Any] | None:
