@@ -206,3 +206,19 @@ def test_a_plain_torch_dataset_has_no_metrics() -> None:
     loader = StatefulDataLoader(torch.utils.data.TensorDataset(torch.arange(4)), batch_size=2)
     with pytest.raises(AttributeError, match="from_storage"):
         loader.metrics()
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+def test_the_device_stage_one_batch_ahead_counts_what_the_loop_holds(
+    tmp_path: Any, workers: dict[str, Any]
+) -> None:
+    # device= copies batch k + 1 before the loop gets batch k: the counts still follow receipt
+    _write(str(tmp_path / "ds"), records=30)
+    loader, seen = _loader(StreamStorage(str(tmp_path / "ds"), FMT), device="cpu", **workers), Seen()
+    batches = iter(loader)
+    for taken in (1, 2, 3):
+        seen.take(batches, 1)
+        total = loader.metrics()["total"]
+        assert (total["batches"], total["loss_mask_tokens"]) == (taken, seen.mask)
+    seen.take(batches)
+    assert loader.metrics()["total"]["loss_mask_tokens"] == seen.mask
