@@ -47,6 +47,7 @@ ROWS = (
     "ingest",
     "ingest-cluster",
     "ingest-kinds",
+    "decontaminate",
     "open",
     "write",
     "mix",
@@ -56,9 +57,12 @@ ROWS = (
     "throttle",
     "cache",
     "trace",
+    "foreign",
+    "pack",
+    "rebuilt",
     "metrics",
 )
-S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle", "cache")
+S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle", "cache", "foreign", "rebuilt")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -101,6 +105,8 @@ def run(
     from benchmarks import (
         caching,
         cloud,
+        decontamination,
+        foreign,
         ingest_cluster,
         ingest_kinds,
         ingestion,
@@ -109,6 +115,8 @@ def run(
         memory,
         mixing,
         opening,
+        packing,
+        rebuilt,
         remote,
         resume,
         scale,
@@ -146,6 +154,7 @@ def run(
             "ingest": lambda: ingestion.ingest_rows(cfg),
             "ingest-cluster": lambda: ingest_cluster.ingest_cluster_rows(cfg),
             "ingest-kinds": lambda: ingest_kinds.ingest_kind_rows(cfg),
+            "decontaminate": lambda: decontamination.decontamination_rows(cfg),
             "open": lambda: opening.open_rows(cfg),
             "write": lambda: writing.write_rows(cfg),
             "mix": lambda: mixing.mix_rows(cfg),
@@ -155,6 +164,9 @@ def run(
             "throttle": lambda: throttling.throttle_rows(cfg, s3_endpoint),
             "cache": lambda: caching.cache_rows(cfg, s3_endpoint),
             "trace": lambda: tracing.trace_rows(cfg),
+            "foreign": lambda: foreign.foreign_rows(cfg, s3_endpoint),
+            "pack": lambda: packing.pack_rows(cfg),
+            "rebuilt": lambda: rebuilt.rebuilt_rows(cfg, s3_endpoint),
             "metrics": lambda: loader_metrics.metrics_rows(cfg),
         }
         for name in ROWS:

@@ -24,6 +24,7 @@ from guideloom.formats import (
 from guideloom.loading.interleave import Interleave
 from guideloom.loading.mixture import Mixture
 from guideloom.loading.mixture_plan import MixturePlan
+from guideloom.loading.read_settings import ReadSettings
 from guideloom.manifest import Manifest, ShardInfo
 from guideloom.storage import (
     DocumentDataset,
@@ -36,7 +37,7 @@ from guideloom.storage import (
 
 if TYPE_CHECKING:
     from guideloom.loading import BatchOrder, StatefulDataLoader
-    from guideloom.storage.byurl import open_url as open  # noqa: A004, F401
+    from guideloom.loading.blend import open_data as open  # noqa: A004, F401
 
 __all__ = [
     "BatchOrder",
@@ -51,6 +52,7 @@ __all__ = [
     "Manifest",
     "Mixture",
     "MixturePlan",
+    "ReadSettings",
     "ShardInfo",
     "StatefulDataLoader",
     "StreamDataset",
@@ -81,9 +83,9 @@ def __getattr__(name: str) -> Any:
 
         return BatchOrder
     if name == "open":  # guideloom.open; defined lazily so the builtin is never shadowed here
-        from guideloom.storage.byurl import open_url
+        from guideloom.loading.blend import open_data
 
-        return open_url
+        return open_data
     if name in ("trace", "trace_arrays"):
         from guideloom.loading import trace
 

@@ -302,6 +302,9 @@ def log(
             typer.echo(snap.model_dump_json(exclude={"pieces"}))
         else:
             typer.echo(f"{'*' if snap.id == current.id else ' '} {snap}")
+            dropped = (snap.metadata.get(_INGEST) or {}).get("dropped_total")
+            if dropped:  # what that ingestion dropped, per reason (guideloom.workers.rejects)
+                typer.echo("    dropped: " + ", ".join(f"{n:,} {reason}" for reason, n in dropped.items()))
 
 
 @app.command(short_help="Make an older snapshot current (a new 'rollback' snapshot).")
@@ -348,7 +351,8 @@ def expire(
     try:
         age = _age(older_than) if older_than else None
         location, _ = _history(url, option)
-        expired = Committer.of_location(location).expire(age, keep_last, _age(grace))
+        committer = Committer.of_location(location)
+        expired = committer.expire(age, keep_last, _age(grace))
     except (GuideLoomError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
@@ -356,10 +360,12 @@ def expire(
         typer.echo(f"expired {snap.id}  {snap.time}  {snap.operation}")
     typer.echo(f"{_count(len(expired), 'snapshot')} expired at {location.display_url}")
     if expired and _age(grace).total_seconds() > 0:
+        files, size = committer.grace_kept
         typer.echo(
             f"files that only expired snapshots used and that are younger than --grace {grace} stay "
-            "(a writer may still be using them): run expire again once they are older, or pass "
-            "--grace 0s when no writer or reader is working on the dataset"
+            f"({_count(files, 'file')}, {size:,} bytes; a writer may still be using them): run "
+            "expire again once they are older, or pass --grace 0s when no writer or reader is "
+            "working on the dataset"
         )
 
 
@@ -375,7 +381,10 @@ def _age(text: str) -> Any:
 
 @app.command()
 def mix(
-    sources: list[str] = typer.Argument(..., help="Sources as URL=WEIGHT (weight after the last '=')."),
+    sources: list[str] = typer.Argument(
+        ...,
+        help="Sources as URL=WEIGHT (weight after the last '='), or W1 PREFIX1 W2 PREFIX2 (Megatron's list).",
+    ),
     sequence_length: int = typer.Option(None, "--sequence-length", "-L", help="Tokens per window (streams)."),
     stopping_strategy: str = typer.Option(
         "all_exhausted", help="all_exhausted (repeat smaller sources) or first_exhausted."
@@ -405,6 +414,15 @@ def mix(
         options = parse_options(option)
         classes: dict[str, str] = {}  # storage class -> the first source of it
         schemas: list[tuple[str, str, str, dict[str, Any]]] = []
+        from guideloom.loading.blend import is_weighted_list, open_data, weighted_pairs
+
+        opened: dict[str, Any] = {}
+        if is_weighted_list(
+            sources
+        ):  # Megatron's W1 PREFIX1 W2 PREFIX2 ...: open them as guideloom.open does
+            storages = open_data(list(sources), options).storages
+            opened = {s.url: s for s in storages}
+            sources = [f"{s.url}={w}" for s, (_, w) in zip(storages, weighted_pairs(sources))]
         for arg in sources:
             url, sep, raw = arg.rpartition("=")
             if not sep or not url:
@@ -416,7 +434,10 @@ def mix(
             if not weight > 0 or weight == float("inf"):
                 raise ValueError(f"{url}: weight {raw!r} is not a positive, finite number")
             weights.append(weight)
-            location, manifest = read_manifest(url, options)
+            if url in opened:
+                location, manifest = opened[url].location, opened[url].manifest
+            else:
+                location, manifest = read_manifest(url, options)
             classes.setdefault(manifest.storage_class, location.display_url)
             schemas.append((url, location.display_url, manifest.format.name, manifest.format.config))
             if manifest.storage_class == "DocumentStorage":
@@ -434,7 +455,7 @@ def mix(
                 raise ValueError(f"{url} is a stream: pass --sequence-length")
             else:
                 sizes.append(manifest.total_tokens // sequence_length)
-            names.append(location.display_url)
+            names.append(url if url in opened else location.display_url)
         if len(classes) > 1:
             which = ", ".join(f"{src} is a {cls}" for cls, src in classes.items())
             raise ValueError(
@@ -479,7 +500,9 @@ def _step_range(text: str) -> range:
 def trace(
     state_file: str = typer.Argument(..., metavar="STATE.json", help="A loader state_dict() saved as JSON."),
     sources: list[str] = typer.Argument(
-        ..., metavar="URL...", help="The dataset URL, or URL=WEIGHT for each source of a mixture."
+        ...,
+        metavar="URL...",
+        help="The dataset URL, URL=WEIGHT for each source of a mixture, or W1 PREFIX1 W2 PREFIX2 (Megatron's list).",
     ),
     steps: str = typer.Option(
         ..., "--steps", help="Steps A-B (inclusive), numbered from the start of training."
@@ -508,13 +531,16 @@ def trace(
 
     from guideloom.loading.mixture import Mixture
     from guideloom.loading.trace import trace as trace_rows
+    from guideloom.storage.origins import Origin
 
     try:
         options = parse_options(option)
         with open(state_file, encoding="utf-8") as f:
             state = _json.load(f)
-        if len(sources) == 1 and "=" not in sources[0]:
-            data: Any = open_url(sources[0], options)
+        from guideloom.loading.blend import is_weighted_list, open_data
+
+        if len(sources) == 1 and "=" not in sources[0] or is_weighted_list(sources):
+            data: Any = open_data(sources if len(sources) > 1 else sources[0], options)
         else:
             weighted = []
             for arg in sources:
@@ -543,6 +569,9 @@ def trace(
                 f"{row['step']:>8} {row['rank']:>4} {row['row']:>4}  {row['sample_index']:>9}  "
                 f"{row['shard']}  {where}{more}  {row['source']}{text}"
             )
+            origins = [Origin(**o).describe() for o in row.get("origins") or [] if o]
+            if origins:  # where the row's documents came from (datasets GuideLoom ingested)
+                typer.echo(f"{'':>8} from {'; '.join(origins)}")
     except (GuideLoomError, ValueError, OSError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
@@ -641,9 +670,11 @@ def _prices_file(path: str) -> dict[str, dict[str, float]]:
 
 @app.command(short_help="Requests, bytes and price of planned epochs, from the manifest alone.")
 def estimate(
-    url: str = typer.Argument(..., help="The dataset (a stream or documents), local or in a bucket."),
+    url: str = typer.Argument(
+        ..., help="The dataset (a stream, annotated stream or documents), local or in a bucket."
+    ),
     sequence_length: int = typer.Option(
-        None, "--sequence-length", help="Tokens per window (a stream needs it; documents do not)."
+        None, "--sequence-length", help="Tokens per window (streams need it; documents do not)."
     ),
     batch_size: int = typer.Option(1, "--batch-size", help="Windows per batch, per rank."),
     shuffle: str = typer.Option("off", "--shuffle", help="off, block or full."),
@@ -684,7 +715,7 @@ def estimate(
     except (GuideLoomError, ValueError, OSError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
-    unit = "windows" if storage.layout == STREAM else "documents"
+    unit = "documents" if storage.layout == DOCUMENTS else "windows"
     typer.echo(f"{'epoch':>5}  {unit:>12}  {'GETs':>12}  {'bytes':>16}")
     for k, e in enumerate(result.epochs):
         typer.echo(f"{k:>5}  {e['windows']:>12,}  {e['requests']:>12,}  {e['bytes']:>16,}")
@@ -696,6 +727,87 @@ def estimate(
         f"${table['egress_per_gb']:g} per GB out; reading in the bucket's region usually moves "
         "bytes for free: give egress_per_gb 0 in --prices)"
     )
+
+
+@app.command(short_help="Write other projects' token files (Megatron, ...) as a GuideLoom dataset.")
+def convert(
+    sources: list[str] = typer.Argument(
+        ..., metavar="SRC...", help="Token files: files, a Megatron prefix, globs."
+    ),
+    format: str = typer.Option(
+        None, "--format", help="megatron, datatrove, nanogpt, llmc or olmo (default: from the files)."
+    ),  # noqa: A002
+    output: str = typer.Option(..., "--output", help="The new dataset's URL or local directory."),
+    dtype: str = typer.Option(
+        None, "--dtype", help="Token dtype where the files do not record it (uint16, uint32)."
+    ),
+    eos_id: int = typer.Option(
+        None, "--eos-id", help="End-of-text id: documents of files without an index end after it."
+    ),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a dataset committed at --output."),
+    use_ray: bool = typer.Option(
+        False, "--ray", help="Write one part per file as Ray tasks (needs guideloom[ray])."
+    ),
+    option: list[str] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help=OPTION_HELP),
+) -> None:
+    """Write token files another project wrote as a GuideLoom stream dataset (manifest,
+    checksums, record starts, a snapshot): one part per file, the files' documents as records
+    (see "Convert and export" in docs/datasets-you-have.md)."""
+    from guideloom.storage.foreign import open_foreign
+    from guideloom.storage.foreign.convert import convert_foreign
+
+    try:
+        options = parse_options(option)
+        source = open_foreign(sources, format, dtype=dtype, eos_id=eos_id, storage_options=options)
+        run_parts = None
+        if use_ray:
+            from guideloom.workers.convert import ray_parts
+
+            run_parts = ray_parts
+        manifest = convert_foreign(
+            source, output, storage_options=options, overwrite=overwrite, run_parts=run_parts
+        )
+    except (GuideLoomError, ValueError, TypeError, OSError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(
+        f"wrote {output}: {manifest.total_records:,} documents, {manifest.total_tokens:,} tokens "
+        f"in {manifest.num_shards} shards, from {len(source.files)} {source.kind} files"
+    )
+
+
+@app.command("export", short_help="Write a GuideLoom dataset as a Megatron .bin/.idx pair.")
+def export(
+    url: str = typer.Argument(..., help="The dataset (a stream or documents), local or in a bucket."),
+    output_prefix: str = typer.Argument(
+        ..., metavar="OUTPUT_PREFIX", help="Writes OUTPUT_PREFIX.bin and .idx."
+    ),
+    format: str = typer.Option("megatron", "--format", help="The layout to write: megatron."),  # noqa: A002
+    field: str = typer.Option(
+        "tokens", "--field", help="The stream field (or document key) of the token ids."
+    ),
+    dtype: str = typer.Option(None, "--dtype", help="Megatron token dtype (default: the field's)."),
+    eos_id: int = typer.Option(
+        None, "--eos-id", help="A stream without record starts: documents end after it."
+    ),
+    option: list[str] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help=OPTION_HELP),
+) -> None:
+    """Write a GuideLoom dataset as a Megatron pair that megatron-core's IndexedDataset opens:
+    one Megatron document per record (a stream's records, or documents)."""
+    from guideloom.storage.foreign.export import export_megatron
+
+    try:
+        if format != "megatron":
+            raise ValueError(f"--format {format!r}: export writes megatron (.bin/.idx) only")
+        options = parse_options(option)
+        storage = open_url(url, options)
+        documents, tokens = export_megatron(
+            storage, output_prefix, field=field, dtype=dtype, eos_id=eos_id, storage_options=options
+        )
+    except (GuideLoomError, ValueError, TypeError, OSError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"wrote {output_prefix}.bin and .idx: {documents:,} documents, {tokens:,} tokens")
 
 
 def _verify_progress() -> Callable[[int, int], None]:

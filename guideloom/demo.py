@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         "part_size": 128 * 1024,  # a few parts even for this small corpus: every worker works
         "progress": "plain",
         "num_workers": 2,
+        "runner": "ray",  # the demo shows the Ray path; a job this small alone would run inline
         "overwrite": args.overwrite,
     }
     manifest = run_ingest(config)

@@ -20,6 +20,7 @@ exception a caller would already catch, so ``except FileNotFoundError`` keeps wo
     ├── UnknownProtocolError (ValueError)             a URL scheme that fsspec does not know
     ├── ResumeStateError (ValueError)                 a loader state that does not belong to this loader
     ├── MixtureError (ValueError)                     sources of a mixture that cannot be mixed (names the source)
+    ├── OrderLostError (RuntimeError)                 a framework rebuilt the loader without GuideLoom's order or ranks
     ├── PluginError (LookupError)                     a plug-in name (tokenizer, input reader, format) not registered
     └── IngestError (RuntimeError)                    bad input in a Ray ingestion job
 
@@ -39,6 +40,7 @@ __all__ = [
     "IngestError",
     "ManifestError",
     "MixtureError",
+    "OrderLostError",
     "PluginError",
     "RecordError",
     "ResumeStateError",
@@ -138,6 +140,13 @@ class ResumeStateError(GuideLoomError, ValueError):
 
 class MixtureError(GuideLoomError, ValueError):
     """A mixture whose sources or weights cannot be mixed: the message names the source."""
+
+
+class OrderLostError(GuideLoomError, RuntimeError):
+    """A framework rebuilt or wrapped the loader so that GuideLoom's order would be lost, split
+    over ranks twice, or read with the ranks of another process group (Lightning's sampler
+    injection, accelerate's sharding, a loader built before ``init_process_group``); the message
+    names the framework and the fix."""
 
 
 class PluginError(GuideLoomError, LookupError):

@@ -113,6 +113,9 @@ _GROUP_BY_MODULE = {
     # a two-node Ray cluster per module (and the documented cluster steps beside it)
     "test_cluster.py": "cluster",
     "test_cluster_docs.py": "cluster",
+    # trainers forking 2 gloo processes each (Lightning DDP, accelerate): one pair at a time
+    "test_lightning_ddp.py": "trainers",
+    "test_accelerate_ranks.py": "trainers",
 }
 _GROUP_BY_FIXTURE = {
     "ray_local": "ray",  # one local Ray, not one per worker

@@ -151,6 +151,12 @@ def ingest(
     passthrough: list[str] | None = typer.Option(
         None, metavar="FIELD", help="Document layout: an input field to keep (repeatable)."
     ),
+    id_field: str | None = typer.Option(
+        None,
+        "--id-field",
+        metavar="FIELD",
+        help="An input field naming each record (guideloom trace shows it).",
+    ),
     passthrough_default: list[str] | None = typer.Option(
         None,
         metavar="FIELD=VALUE",
@@ -159,6 +165,22 @@ def ingest(
     shard_size: str | None = typer.Option(None, metavar="SIZE", help="Shard size, e.g. 64MiB."),
     part_size: str | None = typer.Option(None, metavar="SIZE", help="Input bytes per part, e.g. 32MiB."),
     on_bad_record: str | None = typer.Option(None, metavar="POLICY", help="fail (default) | skip."),
+    rejects: str | None = typer.Option(
+        None,
+        metavar="URL",
+        help="Write every rejected record (file, line, reason, message) here as JSON Lines.",
+    ),
+    decontaminate: list[str] | None = typer.Option(
+        None,
+        metavar="EVAL",
+        help="Drop documents sharing an n-gram with these eval files (JSONL/Parquet, a folder; repeatable).",
+    ),
+    decontaminate_field: str | None = typer.Option(
+        None, metavar="FIELD", help="The eval records' text field (default text)."
+    ),
+    decontaminate_ngram: int | None = typer.Option(
+        None, metavar="N", help="Words per n-gram for --decontaminate (default 13)."
+    ),
     overwrite: bool | None = typer.Option(
         None,
         "--overwrite/--no-overwrite",
@@ -176,6 +198,12 @@ def ingest(
     ),
     ray_address: str | None = typer.Option(
         None, metavar="ADDRESS", help="Ray cluster (host:6379); default: RAY_ADDRESS, else a new local Ray."
+    ),
+    runner: str | None = typer.Option(
+        None,
+        metavar="auto|ray|inline",
+        help="Where parts run: Ray, or this process (no Ray to start); auto: inline for small "
+        "or one-worker jobs when no cluster is named.",
     ),
     num_workers: int | None = typer.Option(
         None, metavar="N", help="Parts in flight (default: twice the cluster's CPUs)."
@@ -210,14 +238,20 @@ def ingest(
         "doc_index": doc_index,
         "format": format,
         "passthrough": passthrough or None,
+        "id_field": id_field,
         "passthrough_defaults": _passthrough_defaults(passthrough_default),
         "shard_size": parse_size(shard_size) if shard_size else None,
         "part_size": parse_size(part_size) if part_size else None,
         "on_bad_record": on_bad_record,
+        "rejects": rejects,
+        "decontaminate": decontaminate or None,
+        "decontaminate_field": decontaminate_field,
+        "decontaminate_ngram": decontaminate_ngram,
         "overwrite": overwrite,
         "append": append,
         "commit_every": commit_every,
         "ray_address": ray_address,
+        "runner": runner,
         "num_workers": num_workers,
         "max_retries": max_retries,
         "progress": "plain" if quiet else None,

@@ -14,7 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from guideloom.errors import IngestError, PluginError
 from guideloom.types import DOCUMENTS, STREAM, STREAM_WITH_META, Layout, Tokenizer, layout_named
@@ -88,6 +96,8 @@ class IngestConfig(BaseModel):
             are accepted as well.
         doc_index: Streams: add a `uint64` `doc_index` field, unique per document.
         format: Documents: `"json"` (default), `"msgpack"` or `"pickle"`.
+        id_field: An input field that names each record (e.g. `"id"`): kept with the file and
+            line (or row) each record came from, which `guideloom trace` shows.
         passthrough: Documents: input fields copied into each record beside `tokens`.
         passthrough_defaults: Documents: `{field: value}` for passthrough fields a record may
             lack (without one, a record lacking the field is a bad record).
@@ -95,6 +105,16 @@ class IngestConfig(BaseModel):
         part_size: Input bytes per part, one Ray task each (default 32 MiB).
         on_bad_record: `"fail"` (default: the first bad record stops the job) or `"skip"`
             (skip and count them).
+        rejects: A file (path or fsspec URL) that lists every rejected record as JSON Lines
+            (file, line or row, byte offset, reason, message), under either policy
+            (`guideloom.workers.rejects`).
+        decontaminate: Eval sets to decontaminate against: paths, globs, folders or URLs of
+            JSON Lines or Parquet files (one eval item per record), each a string (its
+            `decontaminate_field` is read) or `{"path": ..., "field": ...}`. A document sharing
+            `decontaminate_ngram` consecutive words with an item is dropped
+            (`guideloom.workers.decontam`).
+        decontaminate_field: The eval records' field holding the text; default `"text"`.
+        decontaminate_ngram: Words per n-gram (lowercased, punctuation stripped); default 13.
         overwrite: Replace whatever dataset the output holds.
         append: Add the records after the output dataset's (a new snapshot; the existing
             shard files are not touched). A re-run of the same append job lands once.
@@ -103,6 +123,11 @@ class IngestConfig(BaseModel):
             bytes as `part_size` is) are complete, in part order; the last snapshot has the
             shard table of a one-shot ingestion. Default: one commit at the end.
         ray_address: The Ray cluster to run on; default `$RAY_ADDRESS`, else a local Ray.
+        runner: Where the parts run: ``ray`` (the cluster named, else a local Ray this job
+            starts), ``inline`` (this process, one part after another, the tokenizer on every
+            core), ``auto`` (the default): inline when no cluster is named, Ray is not already
+            running in this process, and the job is small (`guideloom.workers.driver.INLINE_MAX_BYTES`
+            of planned input) or has one worker; else Ray. The output bytes are the same.
         num_workers: Parts in flight; default twice the cluster's CPUs.
         max_retries: Retries of a part whose worker died (default 3).
         progress: `"auto"`, `"rich"`, `"plain"` (log lines on stderr) or `"none"`.
@@ -133,6 +158,7 @@ class IngestConfig(BaseModel):
     train_on: Literal["assistant", "all", "last"] = "assistant"
     bos: bool = Field(default=False, description="add the beginning-of-sequence token")
     transform: str | Callable[..., Any] | None = Field(default=None, description="record -> record | None")
+    id_field: str | None = Field(default=None, description="an input field naming each record (for trace)")
     transform_id: str | None = Field(
         default=None, min_length=1, description="the transform's name and version"
     )
@@ -142,17 +168,39 @@ class IngestConfig(BaseModel):
     shard_size: int = Field(default=64 * MiB, gt=0)
     part_size: int = Field(default=32 * MiB, gt=0)
     on_bad_record: Literal["fail", "skip"] = "fail"
+    rejects: str | None = Field(default=None, min_length=1, description="a file listing rejected records")
+    decontaminate: list[str | dict[str, str]] = Field(
+        default_factory=list, description="eval files: paths, or {path, field}"
+    )
+    decontaminate_field: str = Field(default="text", min_length=1, description="the eval records' text field")
+    decontaminate_ngram: int = Field(default=13, gt=0, description="words per n-gram")
+    # The eval set's index, attached by the driver for the tasks (guideloom.workers.decontam).
+    _eval_index: Any = PrivateAttr(default=None)
     overwrite: bool = False
     append: bool = False
     # When to commit: not part of the job's identity (the final snapshot is the same).
     commit_every: int | str | None = Field(default=None, description="parts (N) or a size (2GiB)")
     # Where and how to run: not part of the job's identity.
     ray_address: str | None = None
+    runner: Literal["auto", "ray", "inline"] = "auto"
     num_workers: int | None = Field(default=None, gt=0, description="concurrent tasks; default: cluster CPUs")
     max_retries: int = Field(default=3, ge=0)
     progress: Literal["auto", "rich", "plain", "none"] = "auto"
     storage_options: dict[str, Any] = Field(default_factory=dict, repr=False)
     input_storage_options: dict[str, Any] = Field(default_factory=dict, repr=False)
+
+    @field_validator("decontaminate", mode="before")
+    @classmethod
+    def _eval_sources(cls, value: Any) -> Any:
+        """One path, or a list of paths and ``{"path": ..., "field": ...}`` mappings."""
+        if value is None:
+            return []
+        if isinstance(value, str):
+            return [value]
+        for entry in value if isinstance(value, list) else []:
+            if isinstance(entry, dict) and (set(entry) - {"path", "field"} or "path" not in entry):
+                raise ValueError(f"a decontaminate entry {entry!r} takes the keys path (required) and field")
+        return value
 
     @field_validator("layout", mode="before")
     @classmethod
@@ -351,6 +399,17 @@ class IngestConfig(BaseModel):
                 meta_fields=list(self.meta_fields), spans_field=self.spans_field, meta_format=self.meta_format
             )
         options.update(newer)
+        if self.decontaminate:  # the eval set's content hash is in the plan digest too
+            from guideloom.io import redact_url
+
+            options["decontaminate"] = {
+                "eval": [
+                    redact_url(e) if isinstance(e, str) else {**e, "path": redact_url(e["path"])}
+                    for e in self.decontaminate
+                ],
+                "field": self.decontaminate_field,
+                "ngram": self.decontaminate_ngram,
+            }
         if self.append:  # an append is another job than a write of the same input
             options["append"] = True
         return options

@@ -31,7 +31,7 @@ from guideloom.io import redact_url
 from guideloom.io.stats import IOStats, io_stats, merge_stats, subtract_stats
 from guideloom.manifest.totals import ingest_totals
 from guideloom.types import Tokenizer
-from guideloom.workers import hooks
+from guideloom.workers import decontam, hooks, rejects
 from guideloom.workers.annotate import encode_with_spans, has_offsets
 from guideloom.workers.cancellation import IngestCancelled, cancel_on_signals
 from guideloom.workers.chat import chat_renderer
@@ -53,12 +53,23 @@ from guideloom.workers.results import METADATA_KEY, metadata, summary
 from guideloom.workers.sources import NeededField, check_fields, expand_inputs
 from guideloom.workers.transform import check_transform
 
-__all__ = ["COMMITTED_PARTS", "POLL_S", "SPLIT_WARNING_RATIO", "commit_points", "run_job", "task_config"]
+__all__ = [
+    "COMMITTED_PARTS",
+    "INLINE_MAX_BYTES",
+    "POLL_S",
+    "SPLIT_WARNING_RATIO",
+    "commit_points",
+    "run_job",
+    "task_config",
+]
 
 POLL_S = 1.0  # how often the driver wakes to refresh live progress
 SPLIT_WARNING_RATIO = 2  # note a compressed input larger than this many part sizes
 # The ingest metadata key of a --commit-every step's snapshot: the job's parts it holds.
 COMMITTED_PARTS = "committed_parts"
+# runner="auto": a job of at most this much planned input runs in the driver's process (no Ray
+# to start: a local Ray costs 4-8 s, more than tokenizing this much on one core takes).
+INLINE_MAX_BYTES = 64 * 2**20
 
 
 @ray.remote(num_cpus=0)
@@ -378,6 +389,44 @@ def _run_parts(
                 pass
 
 
+def runs_inline(config: IngestConfig, plan: Plan) -> tuple[bool, str]:
+    """Whether the parts run in this process (``runner``; see `IngestConfig`), and why."""
+    if config.runner != "auto":
+        return config.runner == "inline", f"--runner {config.runner}"
+    if config.ray_address or os.environ.get("RAY_ADDRESS"):
+        return False, "a Ray cluster is named"
+    if ray.is_initialized():
+        return False, "Ray is running in this process"
+    planned = sum(plan.part_bytes)
+    if planned <= INLINE_MAX_BYTES:
+        return True, f"a small job ({planned / 2**20:.1f} MiB <= {INLINE_MAX_BYTES // 2**20} MiB)"
+    if config.num_workers == 1:
+        return True, "one worker"
+    return False, f"{planned / 2**20:.0f} MiB of input on up to {config.num_workers or 'all'} workers"
+
+
+def _run_parts_inline(
+    config: IngestConfig,
+    plan: Plan,
+    digest: str,
+    progress: Progress,
+    results: list[PartResult],
+    on_part: Callable[[list[PartResult]], None] | None = None,
+    first: set[int] | frozenset[int] = frozenset(),
+) -> None:
+    """`_run_parts` in this process: the same parts, written by the same function in the same
+    order of preference, one after another. The tokenizer keeps its thread pool's default (every
+    core), as the one part running has the machine to itself."""
+    report = (lambda counts: progress.running([counts])) if progress.live else None
+    for k in sorted(range(len(plan.parts)), key=lambda k: (k not in first, k)):
+        before = io_stats()
+        result = write_part(task_config(config), part_spec(plan, k), digest, report)
+        results.append({**result, "io_stats": subtract_stats(io_stats(), before)})
+        progress.part_done(results[-1])
+        if on_part is not None:
+            on_part(results)
+
+
 def _compressed_notes(plan: Plan, part_size: int) -> list[str]:
     notes = []
     for f in plan.files:
@@ -458,6 +507,8 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool, IOStats]:
             "--eos-token, or pass --no-eos"
         )
     extra = _check_job_kinds(config, tokenizer)
+    config, eval_set = decontam.prepare(config)  # reads the eval set; the tasks get its index
+    extra.update(eval_set)
     files = expand_inputs(config.inputs, config.reader_format, config.input_storage_options)
     if config.chat:
         _check_chat_files(files)
@@ -474,6 +525,7 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool, IOStats]:
         storage_options=config.input_storage_options,
     )
     digest = plan.digest({**config.identity(), "tokenizer": tokenizer.describe(), **extra})
+    config = rejects.with_default(config, digest)  # a decontaminated job names what it dropped
     storage = _open_output(config, tokenizer)
     done = _existing(storage, digest, config)
     progress = make_progress(config.progress, len(plan.parts), sum(plan.part_bytes))
@@ -495,13 +547,27 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool, IOStats]:
             "earlier run): committing the rest on top of them"
         )
     recorded = recorded_parts(config, run_name(digest)) & set(range(len(plan.parts)))
-    started = connect(config, progress.message)
+    inline, why = runs_inline(config, plan)
+    if inline:
+        started = False
+        progress.message(
+            f"running {len(plan.parts)} part(s) in this process, no Ray ({why}); "
+            "--runner ray runs them on Ray"
+        )
+    else:
+        started = connect(config, progress.message)
     restore = cancel_on_signals()
     try:
         progress.start(len(recorded))
-        _run_parts(config, plan, digest, progress, results, started, steps.part_done, recorded)
+        if inline:
+            _run_parts_inline(config, plan, digest, progress, results, steps.part_done, recorded)
+        else:
+            _run_parts(config, plan, digest, progress, results, started, steps.part_done, recorded)
     except KeyboardInterrupt:
         raise IngestCancelled(len(results), len(plan.parts)) from None
+    except rejects.RejectedRecordError as err:
+        rejects.on_failure(config, err)  # --rejects: the record that stopped the job
+        raise
     finally:
         progress.close()
         if started:
@@ -511,6 +577,7 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool, IOStats]:
     reused = sum(bool(r.get("reused")) for r in results)
     if reused:
         progress.message(f"reused {reused} of {len(results)} parts from an earlier run")
+    rejects.finish(config, plan.files, results, run_name(digest), progress.message)
     manifest = steps.final(results)
     requests = merge_stats([subtract_stats(io_stats(), counted), *(r.get("io_stats", {}) for r in results)])
     progress.message(

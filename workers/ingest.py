@@ -96,6 +96,9 @@ class IngestResult:
             (`{store: {"requests": {"GET": n, "PUT": n, ...}, "bytes_read": n,
             "bytes_written": n, "retries": n}}`): the driver's and every Ray task's, reading
             the inputs and writing the output; local disk sends none.
+        dropped: `{input URL: {reason: records}}` of everything the job dropped: bad records
+            by reason, `empty`, `filtered` and `contaminated` (`guideloom.workers.rejects`).
+        rejects: Where the rejected records are listed (``rejects``), without credentials.
     """
 
     manifest: Any
@@ -112,6 +115,8 @@ class IngestResult:
     already_committed: bool
     filtered: dict[str, int] = field(default_factory=dict)
     io_stats: dict[str, Any] = field(default_factory=dict)
+    dropped: dict[str, dict[str, int]] = field(default_factory=dict)
+    rejects: str | None = None
 
     def open_code(self) -> str:
         """The Python lines that open this dataset (storage class and format from the manifest).
@@ -158,7 +163,9 @@ def ingest_dataset(
             `chat_template` and `train_on`), `eos_token`, `bos`, `layout`
             (`"stream_with_meta"` with `meta_fields`, `spans_field`, `meta_format`),
             `transform` and `transform_id`,
-            `shard_size` and `part_size` (bytes), `on_bad_record`, `overwrite`, `append`,
+            `shard_size` and `part_size` (bytes), `on_bad_record`, `rejects` (a file listing
+            every rejected record), `decontaminate` with `decontaminate_field` and
+            `decontaminate_ngram` (see docs/clean-data.md), `overwrite`, `append`,
             `commit_every` (a snapshot per that many parts, or a size of input such as
             `"2GiB"`, complete in part order; see docs/datasets-that-grow.md), `ray_address`,
             `num_workers` (parts in flight), `max_retries`, `storage_options`, ...
@@ -209,4 +216,6 @@ def ingest_dataset(
         already_committed=before,
         filtered=dict(meta.get("filtered", {})),
         io_stats=requests,
+        dropped=dict(meta.get("dropped", {})),
+        rejects=meta.get("rejects"),
     )

@@ -21,6 +21,7 @@ import numpy as np
 
 from guideloom.errors import IngestError
 from guideloom.io import redact_url
+from guideloom.storage.origins import OriginsBuilder, origins_path
 from guideloom.types import (
     DOCUMENTS,
     STREAM_WITH_META,
@@ -30,7 +31,7 @@ from guideloom.types import (
     ReadOptions,
     Tokenizer,
 )
-from guideloom.workers import hooks
+from guideloom.workers import decontam, hooks
 from guideloom.workers.annotate import (
     CharSpan,
     SpanRecordError,
@@ -53,6 +54,7 @@ from guideloom.workers.config import IngestConfig
 from guideloom.workers.output import open_storage, part_metadata, reusable_result
 from guideloom.workers.planning import Plan
 from guideloom.workers.readers import input_reader
+from guideloom.workers.rejects import PartRejects, failed
 from guideloom.workers.sources import Bad, InputFile, Segment, document, line_number
 from guideloom.workers.tokenizer import load_tokenizer, token_dtype
 from guideloom.workers.transform import load_transform
@@ -118,6 +120,7 @@ class _Pending:
     chat: ChatRecord | None = None
     meta: dict[str, Any] | None = None
     spans: list[CharSpan] | None = None
+    where: tuple[int | None, int | None, int | None, Any] = (None, None, None, None)  # line, offset, row, id
 
 
 class _PartWriter:
@@ -142,6 +145,7 @@ class _PartWriter:
         self.specials = special_tokens_of(tokenizer) if config.chat else {}
         self.special_re = special_pattern(self.specials)
         self.piece_cache: dict[str, np.ndarray] = {}
+        self.origins = OriginsBuilder()  # where each record came from (guideloom.storage.origins)
 
     def add(self, item: _Pending) -> None:
         self.pending.append(item)
@@ -191,6 +195,8 @@ class _PartWriter:
             self._append(kept)
 
     def _append(self, kept: list[tuple[np.ndarray, np.ndarray | None, Any, _Pending]]) -> None:
+        for _, _, _, item in kept:
+            self.origins.add(item.url, *item.where)
         if self.config.layout == DOCUMENTS:
             for ids, _, _, item in kept:
                 self.writer.append({"tokens": ids.tolist(), **item.fields})
@@ -252,6 +258,8 @@ def _read_options(config: IngestConfig) -> ReadOptions:
     wanted += config.meta_fields
     if config.spans_field is not None:
         wanted.append(config.spans_field)
+    if config.id_field is not None:  # kept in the part's origins file only
+        wanted.append(config.id_field)
     return ReadOptions(
         config.text_field,
         config.text_per_line,
@@ -282,7 +290,9 @@ class _Preparer:
         if self.plain:  # text into a stream or documents: the path every plain job takes
             if isinstance(raw, InputRecord):
                 doc = document(raw, self.doc_options)
-                return doc if isinstance(doc, BadRecord) else _Pending(url, doc.text, doc.fields)
+                if isinstance(doc, BadRecord):
+                    return doc
+                return _Pending(url, doc.text, doc.fields, where=self._where(raw, raw.data))
             return raw if isinstance(raw, BadRecord) else _Pending(url, raw.text, raw.fields)
         if isinstance(raw, BadRecord):
             return raw
@@ -293,6 +303,7 @@ class _Preparer:
                 return _Pending(url, raw.text, raw.fields)
             raw = InputRecord({self.config.text_field: raw.text, **raw.fields})
         where = {"line": raw.line, "offset": raw.offset, "row": raw.row}
+        origin = self._where(raw, raw.data)
         data = raw.data
         if self.transform is not None:
             try:
@@ -317,12 +328,12 @@ class _Preparer:
                 chat = self.renderer.render(messages, self.config.train_on)
             except ChatError as err:
                 return Bad(err.reason, err.detail, **where)
-            return _Pending(url, chat.text, {}, chat=chat)
+            return _Pending(url, chat.text, {}, chat=chat, where=origin)
         doc = document(raw, self.doc_options)
         if isinstance(doc, BadRecord):
             return doc
         if self.config.layout != STREAM_WITH_META:
-            return _Pending(url, doc.text, doc.fields)
+            return _Pending(url, doc.text, doc.fields, where=origin)
         try:
             meta = meta_annotation(data, self.config.meta_fields) if self.config.meta_fields else None
             spans = (
@@ -332,7 +343,14 @@ class _Preparer:
             )
         except SpanRecordError as err:
             return Bad(err.reason, err.detail, **where)
-        return _Pending(url, doc.text, doc.fields, meta=meta, spans=spans)
+        return _Pending(url, doc.text, doc.fields, meta=meta, spans=spans, where=origin)
+
+    def _where(
+        self, raw: InputRecord, data: dict[str, Any]
+    ) -> tuple[int | None, int | None, int | None, Any]:
+        """Where ``raw`` is in its file, and its ``id_field`` value (the input's own id)."""
+        ident = data.get(self.config.id_field) if self.config.id_field else None
+        return raw.line, raw.offset if raw.line is None else None, raw.row, ident
 
 
 def run_name(digest: str) -> str:
@@ -375,6 +393,8 @@ def write_part(
 
     bad: dict[str, Counter[str]] = {}
     filtered: Counter[str] = Counter()
+    contaminated: Counter[str] = Counter()
+    rejected = PartRejects(config, part, run, spec.segments)  # --rejects: this part's piece
     options = config.input_storage_options
     on_record = hooks.hook("record_read")
     last_report = time.monotonic()
@@ -385,25 +405,35 @@ def write_part(
         part=part, shard_size=config.shard_size, run=run, overwrite=config.overwrite, append=after
     ) as writer:
         out = _PartWriter(config, tokenizer, writer, part)
+        screen = decontam.screen(config, out.add, rejected, contaminated)  # None: no eval set
         prepare = _Preparer(config, tokenizer)
         read_options = _read_options(config)
         for seg in spec.segments:
             f = spec.files[seg.file]
             shown = redact_url(f.url)
-            for raw in input_reader(f.kind).read(f, seg, read_options):
+            for index, raw in enumerate(input_reader(f.kind).read(f, seg, read_options), start=1):
                 item = prepare(raw, shown)
                 if isinstance(item, _Pending):
-                    out.add(item)
+                    if screen is None:
+                        out.add(item)
+                    else:
+                        screen.add(item, (f, seg, index, raw))
                     text_bytes += len(item.text) + 1
                 elif item is None:
                     filtered[shown] += 1
                 elif config.on_bad_record == "skip":
                     bad.setdefault(shown, Counter())[item.reason] += 1
+                    rejected.add(f, seg, index, item.reason, item.detail, item)
                 else:
-                    raise IngestError(
-                        f"{_where(f, item, options)}: {item.detail}. Fix the input, or pass "
+                    where = _where(f, item, options)
+                    raise failed(
+                        config,
+                        f,
+                        item,
+                        where,
+                        f"{where}: {item.detail}. Fix the input, or pass "
                         "--on-bad-record skip (on_bad_record='skip' in Python or a job file) to "
-                        "skip and count such records"
+                        "skip and count such records",
                     )
                 if on_record is not None:
                     on_record(part)
@@ -417,7 +447,11 @@ def write_part(
                             "input_bytes": min(text_bytes, spec.input_bytes),
                         }
                     )
+        if screen is not None:
+            screen.flush()
         out.flush()
+        if len(out.origins):  # beside the part's shards, before its completion record
+            storage.location.write(origins_path(writer.shard_prefix, part), out.origins.encode())
         written = hooks.hook("part_written")
         if written is not None:
             written(part)
@@ -431,6 +465,10 @@ def write_part(
         }
         if config.transform is not None:
             result["filtered"] = dict(sorted(filtered.items()))
+        if screen is not None:
+            result["contaminated"] = dict(sorted(contaminated.items()))
+        if config.rejects is not None:
+            result["rejected"] = rejected.write()  # before the completion record names the part done
         # Kept in the completion record the writer writes as the block exits (one atomic write).
         writer.metadata.update(part_metadata(digest, result))
     return {**result, "reused": False}

@@ -218,8 +218,14 @@ class JsonlReader(LineReader):
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as err:
-            # Python's message may end in "at" already ("Invalid control character at")
-            detail = f"malformed JSON: {err.msg.removesuffix(' at')} at column {err.colno}"
+            # Python's message may end in "at" already ("Invalid control character at"). The
+            # column is counted from the line's start: err.colno restarts after the newline the
+            # line still holds, so a truncated line's error would read "column 1".
+            body = len(text.rstrip("\r\n"))
+            # (the decoder may have skipped the newline too: the end of the line is one past
+            # its last character)
+            where = f"column {min(err.pos, body) + 1}" + (" (the end of the line)" if err.pos >= body else "")
+            detail = f"malformed JSON: {err.msg.removesuffix(' at')} at {where}"
             return BadRecord("malformed_json", detail, line=line, offset=offset)
         if not isinstance(obj, dict):
             detail = f"a JSON {type(obj).__name__}, not an object"

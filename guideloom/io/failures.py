@@ -189,6 +189,12 @@ class StoreTexts(Protocol):
     @property
     def forbidden_head_may_be_missing(self) -> bool: ...
 
+    @property
+    def access_hints(self) -> dict[str, str]: ...
+
+    @property
+    def credential_problems(self) -> dict[str, tuple[str, str]]: ...
+
 
 @contextmanager
 def translated(
@@ -243,9 +249,9 @@ def translated(
                 f"{_safe(err)}). Check the permissions and owner of the file and its folders "
                 "(ls -l), or choose a location you may use"
             ) from err
-        code, text = _service_code(err)
+        code, text = _service_code(err, store)
         if code:
-            hint = _CODE_HINTS.get(code, _generic_hint(store))
+            hint = store.access_hints.get(code, _generic_hint(store))
             if action == "checking" and code in ("403", "Forbidden") and store.forbidden_head_may_be_missing:
                 hint = _HEAD_FORBIDDEN_HINT
             raise StorageAccessError(
@@ -269,16 +275,17 @@ def translated(
             raise FileNotFoundError(f"{action} {where}: not found at the endpoint {at}") from err
         status = getattr(err, "status_code", None) or getattr(err, "code", None)
         if status in (401, 403) and _is_backend_error(err):
-            code, text = _service_code(err)
+            code, text = _service_code(err, store)
             shown = f"{code}{': ' + text if text else ''}" if code else f"HTTP {status}"
             raise StorageAccessError(
                 f"{action} {where}: access denied by the storage endpoint {endpoint()} ({shown}). "
-                f"{_CODE_HINTS.get(code or '', _generic_hint(store))}"
+                f"{store.access_hints.get(code or '', _generic_hint(store))}"
             ) from err
-        if name in _CREDENTIAL_PROBLEMS:
+        if name in store.credential_problems:
+            problem, fix = store.credential_problems[name]
             raise StorageAccessError(
-                f"{action} {where}: {_CREDENTIAL_PROBLEMS[name]} ({name}: {_safe(err)}), so no "
-                f"request was sent to {_at(endpoint())}. {_CREDENTIAL_FIXES[name]}"
+                f"{action} {where}: {problem} ({name}: {_safe(err)}), so no "
+                f"request was sent to {_at(endpoint())}. {fix}"
             ) from err
         if is_throttled(err):
             raise StorageAccessError(
@@ -313,12 +320,12 @@ def translated(
                 f"{action} {where}: the local file system failed ({name}: {_safe(err)}). Check "
                 "the path, the free space (df -h) and the disk"
             ) from err
-        code, text = _service_code(err)
-        if code in _CODE_HINTS or (isinstance(err, OSError) and _looks_like_access_problem(err)):
+        code, text = _service_code(err, store)
+        if code in store.access_hints or (isinstance(err, OSError) and _looks_like_access_problem(err)):
             shown = f"{code}{': ' + text if text else ''}" if code else _safe(err)
             raise StorageAccessError(
                 f"{action} {where}: the storage endpoint {at} refused the request ({shown}). "
-                f"{_CODE_HINTS.get(code or '', _generic_hint(store))}"
+                f"{store.access_hints.get(code or '', _generic_hint(store))}"
             ) from err
         raise StorageAccessError(
             f"{action} {where}: the storage endpoint {at} failed "
@@ -326,53 +333,6 @@ def translated(
             "the object damaged on the server; retry later, and run `guideloom verify` if it "
             "persists"
         ) from err
-
-
-# botocore's errors raised before any request: the credentials given cannot be used.
-_CREDENTIAL_PROBLEMS = {
-    "PartialCredentialsError": "the credentials are incomplete",
-    "NoCredentialsError": "no credentials were found",
-}
-_CREDENTIAL_FIXES = {
-    "PartialCredentialsError": (
-        "Give both the key and the secret (storage_options={'key': ..., 'secret': ...}, or the "
-        "environment variables AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), or neither, to use "
-        "the default chain (AWS_PROFILE, ~/.aws/credentials, an instance role)"
-    ),
-    "NoCredentialsError": (
-        "Give storage_options={'key': ..., 'secret': ...}, set AWS_ACCESS_KEY_ID and "
-        "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), or pass storage_options={'anon': True} for a "
-        "public bucket"
-    ),
-}
-# S3's error codes for refused credentials, each with what to check.
-_CODE_HINTS = {
-    "SignatureDoesNotMatch": (
-        "The credentials were refused: the secret does not match the access key. Check the "
-        "secret (storage_options secret or AWS_SECRET_ACCESS_KEY) that goes with this key"
-    ),
-    "InvalidAccessKeyId": (
-        "The endpoint knows no such access key: check the key (storage_options key or "
-        "AWS_ACCESS_KEY_ID) and that the endpoint is the store that issued it"
-    ),
-    "AccessDenied": (
-        "The credentials were accepted but may not do this: check the user's policy and the "
-        "bucket policy for this action on this key"
-    ),
-    "ExpiredToken": "The session token has expired: get fresh credentials (AWS_SESSION_TOKEN)",
-    "InvalidToken": "The session token is not valid: get fresh credentials (AWS_SESSION_TOKEN)",
-    "AuthorizationPermissionMismatch": (
-        "The credentials may not do this: give the identity a role that allows it on this container"
-    ),
-    "AuthorizationFailure": (
-        "The account key or SAS token was refused: check account_key / sas_token (or the "
-        "connection string's AccountKey) and that it belongs to this account"
-    ),
-    "AuthenticationFailed": (
-        "The account key or SAS token was refused: check account_key / sas_token (or the "
-        "connection string) and that it has not expired"
-    ),
-}
 
 
 def _throttled_text(store: StoreTexts, endpoint: str | None, err: BaseException) -> str:
@@ -418,7 +378,7 @@ def _generic_hint(store: StoreTexts) -> str:
     return str(store.generic_hint)
 
 
-def _service_code(err: BaseException) -> tuple[str | None, str]:
+def _service_code(err: BaseException, store: StoreTexts) -> tuple[str | None, str]:
     """The store's own error code and message in ``err``'s chain (botocore's ``response``), or
     ``(None, "")``: what the backend's translation may have lost (``PermissionError: None``)."""
     seen: BaseException | None = err
@@ -438,7 +398,7 @@ def _service_code(err: BaseException) -> tuple[str | None, str]:
             return str(code), ""
         seen = seen.__cause__ or seen.__context__
     text = str(err)
-    found = next((c for c in _CODE_HINTS if c in text), None)
+    found = next((c for c in store.access_hints if c in text), None)
     return found, ""
 
 

@@ -1,8 +1,10 @@
 """The S3 client pieces GuideLoom adds to s3fs: one session per process, a connection pool as
 large as the ranges fetched at once, and ranged GETs that also report the object's size.
 
-Nothing here is needed for other filesystems; the S3 backend (`guideloom.io.backends.s3`)
-says when to use these pieces.
+The S3 backend (`guideloom.io.backends.s3`) says when to use these pieces. The checks of a
+ranged answer (`range_header`, `sized_body`, `check_body_length`) are HTTP's, not S3's: the
+GCS and Azure backends' ranged GETs return through `sized_body` too, so every store's answer is
+checked and sized one way.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ __all__ = [
     "check_body_length",
     "content_range_span",
     "content_range_total",
+    "range_header",
     "ranged_get",
     "read_from",
     "s3_options",
+    "sized_body",
     "watch_throttling",
 ]
 
@@ -78,7 +82,7 @@ async def ranged_get(fs: Any, path: str, start: int, end: int) -> tuple[bytes, i
     ``Content-Range`` (``bytes a-b/size``; None if the server leaves it out). s3fs's own
     ``_cat_file`` returns only the body; this is the same single GET (``_call_s3`` translates
     backend errors and retries throttling, as it does for ``_cat_file``)."""
-    return await _checked_get(fs, path, f"bytes={start}-{end - 1}")
+    return await _checked_get(fs, path, range_header(start, end))
 
 
 async def _checked_get(fs: Any, path: str, byte_range: str) -> tuple[bytes, int | None]:
@@ -91,9 +95,7 @@ async def _checked_get(fs: Any, path: str, byte_range: str) -> tuple[bytes, int 
         data = await resp["Body"].read()
     finally:
         resp["Body"].close()
-    header = resp.get("ContentRange")
-    check_body_length(data, header, path)
-    return data, content_range_total(header)
+    return sized_body(data, resp.get("ContentRange"), path)
 
 
 async def read_from(fs: Any, path: str, start: int) -> bytes:
@@ -110,6 +112,38 @@ async def read_from(fs: Any, path: str, start: int) -> bytes:
             raise
         return bytes(await fs._cat_file(path))
     return bytes(data)
+
+
+def range_header(start: int, end: int) -> str:
+    """The HTTP ``Range`` value of the half-open byte range ``[start, end)`` (``end > start``):
+    the one place a ranged GET's header is spelled (S3 and GCS send it themselves)."""
+    return f"bytes={start}-{end - 1}"
+
+
+def sized_body(
+    data: bytes, content_range: str | None, path: str, stored: int | None = None
+) -> tuple[bytes, int | None]:
+    """A ranged GET's answer as every backend's `RangedGet` returns it: its body, checked
+    against its own ``Content-Range`` (`check_body_length`), and the object's whole size from
+    that header, else ``stored`` (a size the store sent otherwise), else None.
+
+    Args:
+        data: The body.
+        content_range: The answer's ``Content-Range`` header (None: the store sent none).
+        path: The object, for the message.
+        stored: The object's size from another header, used when ``Content-Range`` has none.
+
+    Returns:
+        ``(bytes, size or None)``.
+
+    Raises:
+        ShortBodyError: The body is shorter than its header announces (cut on its way).
+    """
+    total = content_range_total(content_range)
+    if total is None and content_range is None:
+        total = stored
+    check_body_length(data, content_range, path, total)
+    return bytes(data), total
 
 
 def check_body_length(data: bytes, header: str | None, path: str, total: int | None = None) -> None:

@@ -8,11 +8,12 @@ The modules, by layer (each imports only modules listed before it):
 
 - no torch: ``order`` (each epoch's order; `ShuffleSettings`), ``schedule`` (positions per
   rank and step), ``state`` (the persisted state and its checks), ``interleave``,
-  ``mixture_plan``, ``mixture_order``, ``mixture_dataset`` and ``mixture`` (weighted mixtures),
-  ``passes`` (what the loop has received of a pass), ``threads`` (thread workers);
+  ``mixture_plan``, ``mixture_fields``, ``mixture_order``, ``mixture_dataset`` and ``mixture``
+  (weighted mixtures), ``passes`` (what the loop has received of a pass), ``threads`` (thread
+  workers), ``blend`` (``guideloom.open``: Megatron-style weighted lists as a mixture);
 - torch: ``collate``, ``placement`` (pinning, the copy to a device), ``sampler`` (batches and
   read-ahead groups), ``metrics`` (what ``loader.metrics()`` counts), ``fetch`` (what a worker
-  runs), ``loader`` (the loader itself).
+  runs), ``packing`` (whole records per window), ``loader`` (the loader itself).
 """
 
 from __future__ import annotations

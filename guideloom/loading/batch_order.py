@@ -20,6 +20,7 @@ batch sampler that has one) and resumes exactly, in O(1).
 
 from __future__ import annotations
 
+import copy
 import sys
 from collections.abc import Callable, Iterator
 from itertools import islice
@@ -29,12 +30,12 @@ from typing import Any
 import numpy as np
 import torch.distributed as dist
 
-from guideloom.errors import ResumeStateError
+from guideloom.errors import OrderLostError, ResumeStateError
 from guideloom.loading.order import EpochOrder, ShuffleSettings, positive_int
 from guideloom.loading.sampler import OrderedBatchSampler
 from guideloom.loading.schedule import EpochSchedule
 from guideloom.loading.state import LoaderState, OrderIdentity
-from guideloom.types import as_mixture
+from guideloom.types import DOCUMENTS, DatasetView, as_mixture
 
 __all__ = ["BatchOrder"]
 
@@ -49,6 +50,41 @@ def _distributed_default(rank: int | None, world_size: int | None) -> tuple[int,
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
         raise ValueError(f"rank must be an integer in [0, world_size={world_size}), got {rank!r}")
     return int(rank), world_size
+
+
+def _not_a_view(view: Any) -> Exception:
+    """BatchOrder given something else than a view; Lightning's sampler injection named."""
+    name = type(view).__name__
+    if name == "DistributedSampler" or "Sampler" in name:
+        return OrderLostError(
+            f"BatchOrder was given a {name} where it takes a GuideLoom view: Lightning (with "
+            "DDP and Trainer(use_distributed_sampler=True), its default) rebuilds the loader to "
+            "inject its DistributedSampler, which would replace GuideLoom's order, that already "
+            "splits every epoch over the ranks. Fix: pass Trainer(use_distributed_sampler=False) "
+            "and build the loader in train_dataloader() (it then takes each process's rank)"
+        )
+    return TypeError(
+        f"BatchOrder takes a GuideLoom dataset view (storage's view, a Mixture's dataset(...)), got {name}"
+    )
+
+
+def check_epoch(view: Any, num_samples: int, batch_size: int, world_size: int, drop_last: bool) -> None:
+    """ValueError when an epoch of ``view`` gives some rank no batch (naming the dataset)."""
+    what = "documents" if view.layout == DOCUMENTS else "windows"
+    where = view.url
+    if num_samples < 1:
+        raise ValueError(f"the dataset at {where} has no {what} to load")
+    if world_size > num_samples:
+        raise ValueError(
+            f"world_size={world_size} is larger than the {num_samples} {what} of "
+            f"{where}: some ranks would get no batch"
+        )
+    if EpochSchedule(num_samples, batch_size, world_size, drop_last).num_steps == 0:
+        raise ValueError(
+            f"with drop_last=True, batch_size={batch_size} and world_size={world_size} an "
+            f"epoch of {num_samples} {what} ({where}) has no full batch; use a smaller batch_size or "
+            "drop_last=False"
+        )
 
 
 _LIGHTNING = ("pytorch_lightning", "lightning")
@@ -93,6 +129,35 @@ def iteration_before_restore() -> ResumeStateError | None:
     return None
 
 
+def ranks_refused(order: BatchOrder) -> OrderLostError | None:
+    """The `OrderLostError` for an order whose rank and world size were taken as 0 and 1 because
+    torch.distributed was not initialized yet, iterated once it is, with more ranks: every rank
+    would read the whole epoch (a loader built before ``init_process_group``, or before
+    Lightning's or accelerate's processes set it up). None when the ranks fit."""
+    if not order._ranks_from_dist or not (dist.is_available() and dist.is_initialized()):
+        return None
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    if (rank, world_size) == (order.rank, order.world_size):
+        return None
+    return OrderLostError(
+        f"this GuideLoom loader (or BatchOrder) was built before torch.distributed was "
+        f"initialized, so it took rank={order.rank} of world_size={order.world_size}, but it is "
+        f"iterated on rank {rank} of a process group of {world_size}: every rank would read the "
+        "same batches. Build it after the process group exists (Lightning: return it from "
+        "train_dataloader() of your LightningModule or LightningDataModule; accelerate: after "
+        "Accelerator(); plain PyTorch: after init_process_group), or pass rank= and world_size="
+    )
+
+
+def _accelerate_shard(frame: FrameType | None) -> Any:
+    """accelerate's ``BatchSamplerShard`` iterating the order (``frame`` is the caller's), or None."""
+    owner = frame.f_locals.get("self") if frame is not None else None
+    kind = type(owner)
+    if kind.__name__ == "BatchSamplerShard" and kind.__module__.split(".")[0] == "accelerate":
+        return owner
+    return None
+
+
 def _raising(error: Exception) -> Iterator[Any]:
     raise error
     yield  # a generator: it raises at its first item
@@ -104,11 +169,16 @@ class BatchOrder(OrderedBatchSampler):
     Args:
         view: A GuideLoom dataset view (``storage.dataset(...)``, a mixture's ``dataset(...)``).
         batch_size: Samples per batch (per rank).
-        shuffle: False, True, ``"blocks"``, ``"full"`` or a `ShuffleSettings`.
+        shuffle: False, True, ``"full"``, ``"block"`` or a `ShuffleSettings`.
         seed: The order's seed.
         drop_last: Leave out the epoch's last, smaller batch.
         rank: This process's rank (default: torch.distributed's, else 0).
         world_size: The number of ranks (default: torch.distributed's, else 1).
+
+    Raises:
+        ValueError: A setting out of range (a non-positive ``batch_size``, a ``rank`` outside
+            ``0 .. world_size - 1``, a non-integer ``seed``), an empty view, more ranks than
+            samples, or no full batch with ``drop_last``.
     """
 
     def __init__(
@@ -122,6 +192,12 @@ class BatchOrder(OrderedBatchSampler):
         rank: int | None = None,
         world_size: int | None = None,
     ) -> None:
+        if not isinstance(view, DatasetView):
+            raise _not_a_view(view)
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise ValueError(f"seed must be an integer, got {seed!r}")
+        batch_size = positive_int("batch_size", batch_size)
+        from_dist = rank is None and world_size is None
         rank, world_size = _distributed_default(rank, world_size)
         settings = (
             shuffle
@@ -130,10 +206,12 @@ class BatchOrder(OrderedBatchSampler):
         )
         mixture = as_mixture(view)
         num_samples = mixture.plan.epoch_length if mixture else len(view)
+        check_epoch(view, num_samples, batch_size, world_size, bool(drop_last))
         identity = OrderIdentity.of_view(
             view, mixture, num_samples=num_samples, seed=int(seed), shuffle=settings
         )
-        self._setup(view, identity, int(batch_size), rank, world_size, bool(drop_last))
+        self._setup(view, identity, batch_size, rank, world_size, bool(drop_last))
+        self._ranks_from_dist = from_dist
 
     @classmethod
     def _for_loader(
@@ -158,6 +236,8 @@ class BatchOrder(OrderedBatchSampler):
         self._ended = False
         # every skip_steps so far: (epoch, first position, end position), saved in the state
         self._skipped: tuple[tuple[int, int, int], ...] = ()
+        # rank and world size were torch.distributed's defaults (0 and 1 before it is set up)
+        self._ranks_from_dist = False
         self._configure(0, 0)
 
     # -- the order ---------------------------------------------------------------------------
@@ -265,7 +345,10 @@ class BatchOrder(OrderedBatchSampler):
             self._configure(int(epoch), 0)
 
     def __iter__(self) -> Iterator[list[int]]:
-        refused = iteration_before_restore()  # Lightning #20550
+        refused = iteration_before_restore() or ranks_refused(self)  # Lightning #20550, ranks
+        shard = _accelerate_shard(sys._getframe(1))
+        if refused is None and shard is not None:
+            refused = self._shard_refused(shard)
         if refused is not None:
             return _raising(refused)
         if not self._fresh:
@@ -273,21 +356,74 @@ class BatchOrder(OrderedBatchSampler):
         if self._schedule.num_steps == 0:  # a state at an epoch's last batch: never an empty pass
             self._next_epoch()
         self._yielded, self._ended = 0, False
+        if shard is not None and self.world_size > 1:
+            return self._counted(self._all_ranks(), every=self.world_size)
         return self._counted(self._batches())
 
-    def _counted(self, batches: Iterator[list[int]]) -> Iterator[list[int]]:
+    def _counted(self, batches: Iterator[list[int]], every: int = 1) -> Iterator[list[int]]:
         # The pass starts with its first batch: torch's worker iterator calls iter() twice
         # before it fetches anything, which must not move the order to the next epoch.
-        for batch in batches:
+        for k, batch in enumerate(batches):
             self._fresh = False
-            self._yielded += 1
+            if k % every == self.rank % every:  # every rank's batches: count this rank's
+                self._yielded += 1
             yield batch
         self._ended = True
 
+    def _all_ranks(self) -> Iterator[list[int]]:
+        """Every rank's batches of the pass, step by step (rank 0's, rank 1's, ...): the global
+        order that accelerate's ``BatchSamplerShard`` deals out, batch ``k`` to process
+        ``k % world_size``, so that each process gets exactly this order's batches of its rank."""
+        twins = []
+        for rank in range(self.world_size):
+            twin = copy.copy(self)
+            twin.rank = rank
+            twins.append(twin._batches())
+        for step in zip(*twins):  # every rank has the same number of batches
+            yield from step
+
+    def _shard_refused(self, shard: Any) -> OrderLostError | None:
+        """accelerate's ``prepare()`` on several processes wraps the order in its
+        ``BatchSamplerShard``, which deals the batches out over processes again: exact only when
+        its processes are this order's ranks and it keeps every batch as it is."""
+        fix = (
+            "build the loader after Accelerator() (it then takes the process group's rank and "
+            "world size) and prepare it with DataLoaderConfiguration(use_stateful_dataloader=True)"
+        )
+        if shard.num_processes == 1:
+            return None
+        if shard.split_batches:
+            return OrderLostError(
+                "accelerate's split_batches=True splits each of GuideLoom's batches over the "
+                f"{shard.num_processes} processes, but the batch order already gives each rank its "
+                "own batches: leave split_batches out (the loader's batch_size is per process)"
+            )
+        if (shard.num_processes, shard.process_index) != (self.world_size, self.rank):
+            return OrderLostError(
+                f"accelerate deals batches out over {shard.num_processes} processes (this one is "
+                f"{shard.process_index}), but GuideLoom's batch order was built for rank "
+                f"{self.rank} of world_size={self.world_size}: each process would read another "
+                f"rank's share or only part of its own. Fix: {fix}"
+            )
+        last_smaller = self._schedule.last_batch_size not in (0, self.batch_size)
+        if shard.even_batches and last_smaller:
+            return OrderLostError(
+                f"this epoch ends with smaller batches ({self._schedule.last_batch_size} samples "
+                "a rank), which accelerate's even_batches=True pads with samples from the "
+                "epoch's start (repeating them): pass DataLoaderConfiguration(even_batches=False, "
+                "use_stateful_dataloader=True), or drop_last=True to the loader"
+            )
+        return None
+
     def __len__(self) -> int:
-        """A whole epoch's batches of this rank (whatever position the order is at)."""
+        """A whole epoch's batches of this rank (whatever position the order is at); asked by
+        accelerate's ``BatchSamplerShard``, every rank's (what it deals out, see `__iter__`)."""
         ident = self.identity
-        return EpochSchedule(ident.num_samples, self.batch_size, self.world_size, self.drop_last).num_steps
+        steps = EpochSchedule(ident.num_samples, self.batch_size, self.world_size, self.drop_last).num_steps
+        shard = _accelerate_shard(sys._getframe(1))
+        if shard is not None and shard.num_processes == self.world_size > 1:
+            return steps * self.world_size
+        return steps
 
     # -- state -------------------------------------------------------------------------------
     def state_at(self, received: int, ended: bool, **extra: Any) -> dict[str, Any]:
@@ -351,16 +487,18 @@ class BatchOrder(OrderedBatchSampler):
         """Leave out global steps ``steps.start .. steps.stop - 1`` of the pass about to start:
         it yields step ``start - 1``'s batch, then step ``stop``'s; the skipped batches are
         never read. Steps are numbered from the start of training at this order's batch size
-        and world size (as `guideloom.trace` numbers them); the range lies in the epoch the
-        next pass is in, at or after where it starts. The skip is part of the state: a resume
-        from any later state (any world size) and `guideloom.trace` leave the same samples out.
+        and world size (as `guideloom.trace` numbers them); the range starts in the epoch the
+        next pass is in, at or after where it starts, and may run on into later epochs (their
+        first steps are left out when the order gets there). The skip is part of the state: a
+        resume from any later state (any world size) and `guideloom.trace` leave the same
+        samples out.
 
         Args:
             steps: ``range(A, B)``: the global steps to leave out.
 
         Raises:
             ValueError: Not a non-empty range of consecutive steps, the pass already started, or
-                the range is outside the next pass.
+                the range starts before the next pass (or after its epoch).
         """
         if not isinstance(steps, range) or steps.step != 1 or len(steps) == 0:
             raise ValueError(f"skip_steps takes a non-empty range of consecutive steps, got {steps!r}")
@@ -379,19 +517,29 @@ class BatchOrder(OrderedBatchSampler):
             )
         first = epoch * per_epoch + schedule.start // step_size
         last = (epoch + 1) * per_epoch
-        if steps.start < first or steps.stop > last:
+        if not first <= steps.start < last:
             raise ValueError(
                 f"skip_steps({steps!r}): the next pass runs steps {first}..{last - 1} (epoch "
                 f"{epoch}, {per_epoch} steps an epoch at batch_size={self.batch_size}, "
-                f"world_size={self.world_size}); skip a range inside it (and the rest of a later "
-                "epoch once the loader is there)"
+                f"world_size={self.world_size}); start the range inside it (it may run on into "
+                "later epochs)"
             )
-        base = epoch * per_epoch
-        lo = (steps.start - base) * step_size
-        hi = min((steps.stop - base) * step_size, self.identity.num_samples)
-        if steps.stop == last:
-            hi = self.identity.num_samples
-        self._skipped = tuple(sorted({*self._skipped, (epoch, lo, hi)}))
+        # One entry per epoch the range touches: a skip may run on into later epochs.
+        num_samples = self.identity.num_samples
+        added, at = [], steps.start
+        while at < steps.stop:
+            current = at // per_epoch
+            end = min(steps.stop, (current + 1) * per_epoch)
+            base = current * per_epoch
+            lo = (at - base) * step_size
+            hi = (
+                num_samples
+                if end == (current + 1) * per_epoch
+                else min((end - base) * step_size, num_samples)
+            )
+            added.append((current, lo, hi))
+            at = end
+        self._skipped = tuple(sorted({*self._skipped, *added}))
         self._segments = self._split(schedule)
 
     def _next_pass(self, saved: LoaderState) -> tuple[int, int]:

@@ -226,7 +226,8 @@ class MixtureMarks:
                 "pass eos_id=<id> if they share a tokenizer, or use boundaries='records'"
             )
         self.boundaries, self.labels, self.eos_id = settings[0]
-        self._mask_field = _mask_field_of(views[0])
+        # a source without a loss mask may be mixed with one that has it ('defaults')
+        self._mask_field = next((f for f in map(_mask_field_of, views) if f), None)
 
     def mark(
         self, windows: dict[str, np.ndarray], record_starts: Callable[[], tuple[np.ndarray, np.ndarray]]

@@ -11,7 +11,10 @@ bucket, which is what a team deciding whether to move it there wants to know.
 Streams are planned from the manifest alone. Documents are planned from their index files: the
 estimate reads the index pages the loaders would read (through the same page cache, one cache
 per worker) to know where each document's bytes are, and counts those requests too; it reads no
-document data. Streams with metadata are not modelled yet (their span files).
+document data. Streams with metadata are planned like streams for their tokens, plus their span
+files: the span directory (span-table pages for datasets written without one) is read for real
+(it says which span rows and annotation bytes a batch fetches); the batch's round of tokens,
+span rows and annotations is only counted.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from guideloom.io.backends import BACKENDS, PRICES_TAKEN
 from guideloom.io.ranges import DEFAULT_GAP_BUDGET, DEFAULT_MAX_GAP, merge_ranges
 from guideloom.storage import Storage
 from guideloom.storage.indexfiles import IndexFiles
-from guideloom.types import DOCUMENTS, STREAM
+from guideloom.types import DOCUMENTS, STREAM, STREAM_WITH_META
 
 __all__ = ["PRICES", "PRICES_TAKEN", "Estimate", "estimate"]
 
@@ -98,14 +101,15 @@ def estimate(
     num_workers: int = 0,
     **loader_options: Any,
 ) -> Estimate:
-    """The requests and bytes of reading ``storage`` (a stream or document storage) for
+    """The requests and bytes of reading ``storage`` (a stream, stream with metadata or document
+    storage) for
     ``epochs`` epochs on ``world_size`` ranks with these loader settings (as
     `StatefulDataLoader.from_storage` takes them; ``read_ahead``, ``read_ahead_bytes`` and the
     ``shuffle_*`` options too), with no data read.
 
     Args:
-        storage: A stream or document storage, local or remote.
-        sequence_length: Tokens per window; needed for a stream, not used for documents.
+        storage: A stream, stream-with-metadata or document storage, local or remote.
+        sequence_length: Tokens per window; needed for streams, not used for documents.
         batch_size: Windows per batch, per rank.
         shuffle: ``False``, ``"block"`` or ``True`` (full), as for the loader.
         seed: The order's seed.
@@ -122,17 +126,16 @@ def estimate(
         An `Estimate`: per epoch and in all, windows, GETs and bytes; ``.price()``.
 
     Raises:
-        ValueError: ``storage`` is neither a stream nor documents, or a setting the loader
-            refuses.
+        ValueError: ``storage`` is not a GuideLoom storage, or a setting the loader refuses.
     """
     from guideloom.loading.loader import StatefulDataLoader
 
     if not isinstance(storage, Storage):
         raise ValueError(f"estimate plays the reads of a Storage; got a {type(storage).__name__}")
     layout = storage.layout
-    if layout not in (STREAM, DOCUMENTS):
+    if layout not in (STREAM, DOCUMENTS, STREAM_WITH_META):
         raise ValueError(f"estimate plays stream and document reads; {storage.url} is a {layout} dataset")
-    if layout == STREAM and sequence_length is None:
+    if layout != DOCUMENTS and sequence_length is None:
         raise ValueError(f"{storage.url} is a stream: give sequence_length= (tokens per window)")
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
         raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
@@ -155,16 +158,17 @@ def estimate(
         for rank, loader in enumerate(loaders):
             loader._prepare(epoch, 0)
             view = loader.view
-            if layout == DOCUMENTS and (num_workers or not planners[rank]):
+            if layout != STREAM and (num_workers or not planners[rank]):
                 # a worker's copy of the view starts with an empty index cache, each epoch
-                planners[rank] = [_Planner(view, rounds) for _ in range(max(1, num_workers))]
+                kind = _Planner if layout == DOCUMENTS else _SpanPlanner
+                planners[rank] = [kind(view, rounds) for _ in range(max(1, num_workers))]
             for k, group in enumerate(loader._groups()):
                 flat = [i for batch in group for i in batch]
                 windows += len(flat)
-                if layout == DOCUMENTS:
+                if layout != STREAM:
                     planner = planners[rank][k % len(planners[rank])]  # groups go round robin
                     planner.rounds = rounds
-                    planner.view.__getitems__(flat)
+                    planner.play(flat)
                     continue
                 _, per_view, _ = view._windows.plan(view._batch(flat))
                 rounds.add([r for reqs in per_view for r in reqs])
@@ -234,8 +238,44 @@ class _Planner:
     def close(self) -> None:
         """Nothing of its own to close (the view's reader is the loader's)."""
 
+    def play(self, samples: list[int]) -> None:
+        """The reads of one group of samples, counted."""
+        self.view.__getitems__(samples)
+
     def _documents(
         self, requests: list[tuple[int, str, int, int]], several: dict[int, list[int]]
     ) -> list[Any]:
         self.rounds.add(requests)  # one round of data reads; nothing fetched, nothing decoded
         return []
+
+
+class _SpanPlanner(_Planner):
+    """A stream-with-metadata view's reads played for one loader worker: its span directory (or,
+    for datasets written without one, span-table pages) is read for real, through a page cache
+    of the view's size, as the view's batched read finds it; the round that then fetches the
+    batch's tokens, span rows and annotation bytes is only counted."""
+
+    def __init__(self, view: Any, rounds: _Rounds) -> None:
+        self.real = view.reader
+        self.rounds = rounds
+        self.view = copy.copy(view)
+        self.view.reader = self
+        self.view._access = IndexFiles(
+            self, cache_bytes=view._access.cache.capacity, page_bytes=view._access.page_bytes
+        )
+
+    def play(self, samples: list[int]) -> None:
+        try:
+            self.view._windows_and_spans(samples)
+        except _Counted:
+            pass  # the batch's one round of tokens, span rows and annotations: counted
+
+    def read_into(
+        self, requests: Sequence[tuple[int, str, int, int]], buffers: Sequence[Sequence[memoryview]]
+    ) -> None:
+        self.rounds.add(requests)
+        raise _Counted  # nothing fetched: what comes after only decodes these bytes
+
+
+class _Counted(Exception):
+    """A stream-with-metadata batch's data round was counted; the view stops there."""

@@ -13,6 +13,13 @@ everything about the order and every pass runs the same batch path, whoever fetc
 - `guideloom.loading.sampler`: the epoch's schedule and order -> this rank's batches of sample
   indexes, in groups of consecutive batches sized by bytes (the read-ahead);
 - `guideloom.loading.fetch`: one read per group, collate, pin (what a worker runs);
+- `guideloom.loading.view_recipe`: what ``from_storage`` makes a view of (subset, boundaries,
+  sources, reopening at a snapshot); `guideloom.loading.batch_order`: the order (`BatchOrder`);
+  `guideloom.loading.read_settings`: how it reads (`ReadSettings`); `from_storage` is those three
+  put together, and a user can put them together too
+  (``StatefulDataLoader(view, batch_sampler=BatchOrder(view, ...), read=ReadSettings(...))``);
+- `guideloom.loading.snapshots`: following a growing dataset, resuming an older snapshot;
+  `guideloom.loading.loader_args`: which path (GuideLoom's or torchdata's) the arguments pick;
 - this module: the loader, its passes and its state. With ``num_workers=0`` the training loop's
   own thread fetches; with worker processes (``parallel_method="process"``, the default)
   torchdata's workers, each group pickled back through a pipe; with ``parallel_method="thread"``
@@ -70,23 +77,33 @@ In a training loop::
 from __future__ import annotations
 
 import os
-import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 
-from guideloom.errors import DatasetNotFoundError, ResumeStateError
 from guideloom.io.stats import IOStats, io_stats, merge_stats, subtract_stats
-from guideloom.loading.batch_order import BatchOrder, _distributed_default, iteration_before_restore
+from guideloom.loading.batch_order import (
+    BatchOrder,
+    _distributed_default,
+    check_epoch,
+    iteration_before_restore,
+    ranks_refused,
+)
 from guideloom.loading.fetch import BatchSource, Finish, GroupCollate, batch_path, unrolled
+from guideloom.loading.loader_args import (
+    DEFAULT,
+    ORDER_ARGUMENTS,
+    is_view,
+    or_default,
+    refuse_guideloom_only,
+    refuse_order_settings,
+    torchdata_init,
+)
 from guideloom.loading.metrics import METRICS_KEY, LoaderMeter, checked, counted
-from guideloom.loading.mixture import Mixture
 from guideloom.loading.mixture_sources import (
     RankCounts,
     SourcedCollate,
@@ -101,6 +118,7 @@ from guideloom.loading.order import (
 )
 from guideloom.loading.passes import Pass, Progress
 from guideloom.loading.placement import Placed, accelerator_available
+from guideloom.loading.read_settings import ReadSettings
 from guideloom.loading.sampler import (
     DEFAULT_READ_AHEAD_BYTES,
     READ_AHEAD_ENV,
@@ -109,50 +127,17 @@ from guideloom.loading.sampler import (
     grouped,
 )
 from guideloom.loading.schedule import EpochSchedule
-from guideloom.loading.state import LoaderState, OrderIdentity, expired_cause, snapshot_of
+from guideloom.loading.snapshots import SnapshotMoves
+from guideloom.loading.state import LoaderState, OrderIdentity
 from guideloom.loading.threads import SourceCopies, ThreadBatches, thread_settings
-from guideloom.storage import Storage, open_view
-from guideloom.storage.byurl import open_url
-from guideloom.types import DOCUMENTS, DatasetView, as_mixture
+from guideloom.loading.view_recipe import ViewRecipe
+from guideloom.storage import Storage
+from guideloom.types import DatasetView, as_mixture
 
 __all__ = ["DEFAULT_READ_AHEAD_BYTES", "READ_AHEAD_ENV", "StatefulDataLoader"]
 
-_ORDER_ARGUMENTS = ("sampler", "batch_sampler", "generator")  # they take over the order
 
-
-class _Default:
-    """The default of a GuideLoom-only argument whose default is not None (so that an argument
-    given with a plain torch dataset can be told from one left out)."""
-
-    def __repr__(self) -> str:
-        return "<default>"
-
-
-_DEFAULT: Any = _Default()
-
-
-def _given(value: Any) -> bool:
-    return value is not None and value is not _DEFAULT
-
-
-def _or(value: Any, default: Any) -> Any:
-    return default if value is _DEFAULT else value
-
-
-def _is_view(dataset: Any) -> bool:
-    """A GuideLoom dataset view (or a mixture's): a `guideloom.types.DatasetView`."""
-    return isinstance(dataset, DatasetView)
-
-
-def _torchdata_init(loader: _TorchdataLoader, *args: Any, **kwargs: Any) -> None:
-    with warnings.catch_warnings():
-        # torchdata 0.11 calls the deprecated torch.set_vital in its constructor; the warning
-        # is about torchdata's own code and says nothing a user can act on.
-        warnings.filterwarnings("ignore", message=".*set_vital.*is deprecated", category=UserWarning)
-        _TorchdataLoader.__init__(loader, *args, **kwargs)
-
-
-class StatefulDataLoader(_TorchdataLoader):
+class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
     """torchdata's ``StatefulDataLoader``; over a GuideLoom view, resumable exactly and in O(1).
 
     Build GuideLoom's loader with `from_storage`. Batches: streams give a dict of tensors of
@@ -186,15 +171,16 @@ class StatefulDataLoader(_TorchdataLoader):
         multiprocessing_context: Any = None,
         generator: Any = None,
         *,
-        seed: int = _DEFAULT,
+        seed: int = DEFAULT,
         rank: int | None = None,
         world_size: int | None = None,
-        shuffle_block_size: int = _DEFAULT,
-        shuffle_buffer_blocks: int = _DEFAULT,
+        shuffle_block_size: int = DEFAULT,
+        shuffle_buffer_blocks: int = DEFAULT,
         shuffle_run_size: int | None = None,
         read_ahead: int | None = None,
         read_ahead_bytes: int | None = None,
-        parallel_method: str = _DEFAULT,
+        read: ReadSettings | None = None,
+        parallel_method: str = DEFAULT,
         device: str | torch.device | None = None,
         **kwargs: Any,
     ) -> None:
@@ -215,7 +201,9 @@ class StatefulDataLoader(_TorchdataLoader):
                 see `from_storage`).
             sampler: torchdata's: with it (or `batch_sampler`, `generator`) the order is the
                 sampler's, and the loader is torchdata's.
-            batch_sampler: As `sampler`.
+            batch_sampler: A `BatchOrder` of this very `dataset`: GuideLoom's loader in that
+                order (its batch size, shuffle, seed, `drop_last` and ranks; leave those out
+                here). Any other batch sampler: as `sampler`.
             num_workers: Worker processes (or threads, with `parallel_method="thread"`) that
                 fetch and collate batches; 0 fetches in the training loop's thread.
             collate_fn: Turns a batch's list of samples into what the loop receives; default:
@@ -243,6 +231,9 @@ class StatefulDataLoader(_TorchdataLoader):
                 batches one read fetches (a group of a power of two of batches, grown from one
                 batch; see `guideloom.loading.sampler`); default `$GUIDELOOM_READ_AHEAD_BYTES`,
                 or 4 MiB. Each worker holds at most `prefetch_factor + 1` such groups.
+            read: A `ReadSettings` with the read-ahead (`read_ahead` / `read_ahead_bytes` given
+                loose are shorthands for its fields; a field given both ways is refused). Its
+                cache fields are refused here: a view reads through its storage's cache.
             parallel_method: `"process"` (default: torchdata's worker processes) or `"thread"`
                 (threads of this process, batches handed over without a copy).
             device: Copy every batch's tensors to this device (e.g. `"cuda"`) with
@@ -255,7 +246,8 @@ class StatefulDataLoader(_TorchdataLoader):
             TypeError: GuideLoom-only arguments (`seed` .. `device`, or a string `shuffle`) with
                 a plain torch dataset or with `sampler=` / `batch_sampler=` / `generator=` /
                 `in_order=False` (the message names them); a GuideLoom storage or `Mixture`
-                given instead of a view (use `from_storage`).
+                given instead of a view (use `from_storage`); order settings given beside a
+                `BatchOrder`; `read=` with cache fields.
             ValueError: A setting out of range: a non-positive `batch_size` or block setting,
                 a `shuffle_run_size` that does not divide the block size, a `rank` outside
                 `0 .. world_size - 1`, more ranks than samples, no full batch with `drop_last`,
@@ -271,23 +263,34 @@ class StatefulDataLoader(_TorchdataLoader):
             "shuffle_run_size": shuffle_run_size,
             "read_ahead": read_ahead,
             "read_ahead_bytes": read_ahead_bytes,
+            "read": read,
             "parallel_method": parallel_method,
             "device": device,
         }
+        # A BatchOrder of this very view is GuideLoom's order: the loader is GuideLoom's.
+        order = (
+            batch_sampler if isinstance(batch_sampler, BatchOrder) and batch_sampler.view is dataset else None
+        )
         takes_order = [
-            n for n, v in zip(_ORDER_ARGUMENTS, (sampler, batch_sampler, generator)) if v is not None
+            n
+            for n, v in zip(
+                ORDER_ARGUMENTS, (sampler, None if order is not None else batch_sampler, generator)
+            )
+            if v is not None
         ]
         if not kwargs.get("in_order", True):
             takes_order.append("in_order=False")
-        self._guideloom = _is_view(dataset) and not takes_order
+        self._guideloom = is_view(dataset) and not takes_order
         if not self._guideloom:
-            _refuse_guideloom_only(dataset, takes_order, shuffle, guideloom_only)
-            _torchdata_init(
+            refuse_guideloom_only(dataset, takes_order, shuffle, guideloom_only)
+            torchdata_init(
                 self, dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
                 pin_memory, drop_last, timeout, worker_init_fn, multiprocessing_context, generator,
                 **kwargs,
             )  # fmt: skip
             return
+        if order is not None:
+            refuse_order_settings(order, batch_size, shuffle, drop_last, guideloom_only)
         self._io_base = io_stats()  # this process's requests before this loader
         self._worker_io: dict[int, Any] = {}  # worker process id -> its requests (reported)
         torch_options = {
@@ -296,25 +299,32 @@ class StatefulDataLoader(_TorchdataLoader):
             "multiprocessing_context": multiprocessing_context,
             **kwargs,
         }
+        reading = ReadSettings.merged(read, read_ahead=read_ahead, read_ahead_bytes=read_ahead_bytes)
+        if reading.cache:
+            raise TypeError(
+                "read=ReadSettings(cache_dir=...) is for a storage given as a URL "
+                "(StatefulDataLoader.from_storage(url, read=...)); a view reads through the cache its "
+                "storage was opened with: open the storage with it (ReadSettings(cache_dir=...).open(url))"
+            )
         self._build(
             dataset,
             batch_size=batch_size,
             shuffle=shuffle,
-            seed=_or(seed, 0),
+            seed=or_default(seed, 0),
             drop_last=drop_last,
             rank=rank,
             world_size=world_size,
             num_workers=num_workers,
             collate_fn=collate_fn,
-            shuffle_block_size=_or(shuffle_block_size, DEFAULT_BLOCK_SIZE),
-            shuffle_buffer_blocks=_or(shuffle_buffer_blocks, DEFAULT_BUFFER_BLOCKS),
+            shuffle_block_size=or_default(shuffle_block_size, DEFAULT_BLOCK_SIZE),
+            shuffle_buffer_blocks=or_default(shuffle_buffer_blocks, DEFAULT_BUFFER_BLOCKS),
             shuffle_run_size=shuffle_run_size,
-            read_ahead=read_ahead,
-            read_ahead_bytes=read_ahead_bytes,
-            parallel_method=_or(parallel_method, "process"),
+            read=reading,
+            parallel_method=or_default(parallel_method, "process"),
             device=device,
             pin_memory=pin_memory,
             torch_options=torch_options,
+            order=order,
         )
 
     def _build(
@@ -332,48 +342,41 @@ class StatefulDataLoader(_TorchdataLoader):
         shuffle_block_size: Any,
         shuffle_buffer_blocks: Any,
         shuffle_run_size: Any,
-        read_ahead: Any,
-        read_ahead_bytes: Any,
+        read: ReadSettings,
         parallel_method: Any,
         device: str | torch.device | None,
         pin_memory: bool,
         torch_options: dict[str, Any],
+        order: BatchOrder | None = None,
     ) -> None:
         """GuideLoom's loader over ``view``: every setting checked here, once (see `__init__`)."""
-        layout = view.layout
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise ValueError(f"seed must be an integer, got {seed!r}")
-        batch_size = positive_int("batch_size", batch_size)
-        rank, world_size = _distributed_default(rank, world_size)
-        settings = ShuffleSettings.from_options(
-            shuffle, shuffle_block_size, shuffle_buffer_blocks, shuffle_run_size
-        )
-
         mixture = as_mixture(view)  # see loading/mixture.py
-        num_samples = mixture.plan.epoch_length if mixture else len(view)
-        what = "documents" if layout == DOCUMENTS else "windows"
-        where = view.url
-        if num_samples < 1:
-            raise ValueError(f"the dataset at {where} has no {what} to load")
-        if world_size > num_samples:
-            raise ValueError(
-                f"world_size={world_size} is larger than the {num_samples} {what} of "
-                f"{where}: some ranks would get no batch"
+        if order is None:
+            if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+                raise ValueError(f"seed must be an integer, got {seed!r}")
+            batch_size = positive_int("batch_size", batch_size)
+            from_dist = rank is None and world_size is None
+            rank, world_size = _distributed_default(rank, world_size)
+            settings = ShuffleSettings.from_options(
+                shuffle, shuffle_block_size, shuffle_buffer_blocks, shuffle_run_size
             )
-        schedule = EpochSchedule(num_samples, batch_size, world_size, bool(drop_last))
-        if schedule.num_steps == 0:
-            raise ValueError(
-                f"with drop_last=True, batch_size={batch_size} and world_size={world_size} an "
-                f"epoch of {num_samples} {what} ({where}) has no full batch; use a smaller batch_size or "
-                "drop_last=False"
+            num_samples = mixture.plan.epoch_length if mixture else len(view)
+            check_epoch(view, num_samples, batch_size, world_size, bool(drop_last))
+            identity = OrderIdentity.of_view(
+                view, mixture, num_samples=num_samples, seed=int(seed), shuffle=settings
             )
+            order = BatchOrder._for_loader(view, identity, batch_size, rank, world_size, bool(drop_last))
+            order._ranks_from_dist = from_dist
+        else:  # the caller's BatchOrder (checked when it was made)
+            batch_size, rank, world_size = order.batch_size, order.rank, order.world_size
+            drop_last, settings = order.drop_last, order.identity.shuffle
 
         source, collate = batch_path(view, collate_fn)
         if mixture is not None and mixture.sourced:  # sources=True: the source keys (mixture_sources)
             collate = SourcedCollate(collate)
         kwargs = dict(torch_options)
         kwargs.setdefault("snapshot_every_n_steps", None)  # our state needs no torchdata snapshots
-        grouping = Grouping.from_options(read_ahead, read_ahead_bytes, view, batch_size)
+        grouping = Grouping.from_options(read.read_ahead, read.read_ahead_bytes, view, batch_size)
         if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 0:
             raise ValueError(f"num_workers must be a non-negative integer, got {num_workers!r}")
         threads = thread_settings(parallel_method, int(num_workers), kwargs)
@@ -385,22 +388,18 @@ class StatefulDataLoader(_TorchdataLoader):
             kwargs["pin_memory"] = True  # torch's pin-memory thread serves its worker processes
         # torchdata's worker processes get whole groups from the sampler (one item each); thread
         # workers and num_workers=0 group consecutive batches themselves (see _groups).
-        identity = OrderIdentity.of_view(
-            view, mixture, num_samples=num_samples, seed=int(seed), shuffle=settings
-        )
-        order = BatchOrder._for_loader(view, identity, batch_size, rank, world_size, bool(drop_last))
         self._grouping = grouping
         self._finish_batch = Finish(collate, self._pin)
         # Public: the view as a DataLoader reads it, the order (a stateful batch sampler) and the
         # batch's collate; a loader rebuilt from them reads GuideLoom's batches.
-        _torchdata_init(
+        torchdata_init(
             self, source, batch_sampler=order, num_workers=torch_workers, collate_fn=collate, **kwargs
         )
         # torchdata's worker processes get whole groups (one item each) from a private loader.
         self._workers: _TorchdataLoader | None = None
         if torch_workers:
             self._workers = _TorchdataLoader.__new__(_TorchdataLoader)
-            _torchdata_init(
+            torchdata_init(
                 self._workers,
                 source,
                 batch_sampler=GroupedBatches(order, grouping),
@@ -456,6 +455,7 @@ class StatefulDataLoader(_TorchdataLoader):
         boundaries: str | None = None,
         labels: bool = False,
         eos_id: int | None = None,
+        pack: Any = None,
         sources: bool = False,
         follow: bool = False,
         skip: int | None = None,
@@ -468,12 +468,23 @@ class StatefulDataLoader(_TorchdataLoader):
         shuffle_run_size: int | None = None,
         read_ahead: int | None = None,
         read_ahead_bytes: int | None = None,
+        read: ReadSettings | None = None,
         storage_options: dict[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_bytes: int | None = None,
         **kwargs: Any,
     ) -> StatefulDataLoader:
         """A loader over ``storage`` wrapped in its matching view.
+
+        It is three pieces a caller can also put together: the view (``storage``'s view with
+        ``skip`` / ``take`` / ``holdout`` and ``boundaries`` / ``labels`` applied, as
+        ``view.holdout(f)[0].skip(n).take(m)`` and `guideloom.loading.boundaries.BoundaryView`
+        do: `guideloom.loading.view_recipe`), the order (`BatchOrder`: ``batch_size``,
+        ``shuffle`` and its block settings, ``seed``, ``drop_last``, ``rank``, ``world_size``) and
+        how it reads (`ReadSettings`: ``read_ahead``, ``read_ahead_bytes``, ``cache_dir``,
+        ``cache_bytes``; pass ``read=ReadSettings(...)`` or the loose keywords). So
+        ``StatefulDataLoader(view, batch_sampler=BatchOrder(view, 8, shuffle=True),
+        read=ReadSettings(read_ahead=2))`` gives the batches and states this method does.
 
         ``storage`` may also be a dataset's URL (a local path or an fsspec URL, with
         ``storage_options``): it is opened with `guideloom.open`, with the storage class and
@@ -493,6 +504,11 @@ class StatefulDataLoader(_TorchdataLoader):
         the next token of the same document, ``-100`` at each document's last token, the
         window's last token and where the target's ``loss_mask`` is 0 (alone it implies
         ``boundaries="records"``). See `guideloom.loading.boundaries` and docs/training.md.
+
+        ``pack="whole"`` (one stream): each window holds whole records and padding instead of
+        ``sequence_length`` consecutive tokens, with ``loss_mask``, ``position_ids``, ``labels``
+        and ``cu_seqlens`` per record (`guideloom.loading.packing`; ``pack=Packing(...)`` sets
+        the buffer, the pad id and what happens to records longer than the window).
 
         ``sources=True`` (mixtures): batches also hold ``source`` (int64 ``(B,)``: each row's
         source, its index in the mixture) and ``source_index`` (int64 ``(B,)``: the row's sample in
@@ -558,6 +574,8 @@ class StatefulDataLoader(_TorchdataLoader):
             device: Copy every batch's tensors to this device (e.g. `"cuda"`), one batch ahead;
                 None leaves them on the CPU.
             pin_memory: Put batches in pinned host memory (skipped without an accelerator).
+            pack: `"whole"` or a `guideloom.loading.packing.Packing`: windows of whole records,
+                padded (see above); None reads consecutive tokens.
             sources: Mixtures: add `source` and `source_index` (int64, one per row) to every
                 batch (see above); off by default.
             follow: Move to the storage's current snapshot at every epoch boundary (not for a
@@ -578,6 +596,9 @@ class StatefulDataLoader(_TorchdataLoader):
             read_ahead_bytes: Remote storage, when `read_ahead` is not given: the most bytes
                 of one read of consecutive batches (default `$GUIDELOOM_READ_AHEAD_BYTES` or
                 4 MiB).
+            read: A `ReadSettings` (read-ahead, block cache); the loose `read_ahead`,
+                `read_ahead_bytes`, `cache_dir` and `cache_bytes` are shorthands for its fields
+                (a field given both ways is refused).
             storage_options: fsspec options for a `storage` given as a URL (refused with a
                 storage object, which has its own).
             cache_dir: For a `storage` given as a URL: a local folder for the opt-in block
@@ -609,31 +630,30 @@ class StatefulDataLoader(_TorchdataLoader):
                 storage (not a `Mixture`); or another setting out
                 of range (see the class).
         """
-        cache = {"cache_dir": cache_dir, "cache_bytes": cache_bytes}
-        cache = {name: value for name, value in cache.items() if value is not None}
-        subset = _subset_of(skip, take, holdout, holdout_seed, held_out)  # checked before any read
-        if isinstance(storage, (str, os.PathLike)):
-            storage = open_url(storage, storage_options, **cache)
-        elif storage_options is not None:
-            raise TypeError(
-                "storage_options= is for a storage given as a URL; a storage object was opened "
-                "with its own: pass the URL instead, or leave storage_options out"
-            )
-        elif cache:
-            raise TypeError(
-                "cache_dir= and cache_bytes= are for a storage given as a URL; a storage object "
-                "has its cache from when it was opened: open it with them "
-                "(StreamStorage(url, format, cache_dir=...)) or pass the URL instead"
-            )
-        given = {
-            "shuffle_block_size": shuffle_block_size,
-            "shuffle_buffer_blocks": shuffle_buffer_blocks,
-            "shuffle_run_size": shuffle_run_size,
-            "read_ahead": read_ahead,
-            "read_ahead_bytes": read_ahead_bytes,
-        }
-        kwargs.update({name: value for name, value in given.items() if value is not None})
-        for name in _ORDER_ARGUMENTS:
+        recipe = ViewRecipe(  # the view's transforms, checked before any read
+            sequence_length,
+            skip,
+            take,
+            holdout,
+            holdout_seed,
+            held_out,
+            boundaries,
+            labels,
+            eos_id,
+            sources,
+            pack=pack,
+            pack_seed=seed,
+            pack_shuffle=shuffle,
+        )
+        read = ReadSettings.merged(
+            read,
+            read_ahead=read_ahead,
+            read_ahead_bytes=read_ahead_bytes,
+            cache_dir=cache_dir,
+            cache_bytes=cache_bytes,
+        )
+        storage = recipe.open(storage, read, storage_options)
+        for name in ORDER_ARGUMENTS:
             if name in kwargs:
                 raise TypeError(
                     f"{name}= is not accepted: the order comes from seed and shuffle, so that it "
@@ -641,52 +661,15 @@ class StatefulDataLoader(_TorchdataLoader):
                 )
         if kwargs.get("in_order", True) is not True:
             raise ValueError("in_order=False is not supported: it breaks exact resume")
-        if follow and isinstance(storage, Mixture):
-            views = [n for n, item in zip(storage.names, storage.items) if not isinstance(item, Storage)]
-            if views:
-                raise ValueError(
-                    f"follow=True reopens a mixture's sources at their current snapshots, but "
-                    f"source {views[0]!r} was given as a view, which cannot be reopened: give the "
-                    "mixture that source's storage (a view's limits go in the source's third "
-                    "item: {'samples': N})"
-                )
-        if follow and kwargs.get("persistent_workers"):
-            raise ValueError(
-                "follow=True needs workers that start anew each epoch (they receive the new "
-                "snapshot's view): leave out persistent_workers=True"
-            )
-        view: DatasetView
-        if sources and not isinstance(storage, Mixture):
-            raise ValueError(
-                f"sources=True adds each row's source to the batches of a Mixture, but {storage.url if isinstance(storage, Storage) else storage!r} "
-                "is one dataset (every row's source is 0, its sample index the row's index); leave "
-                "sources out (loader.source_counts() works without it)"
-            )
-        if subset is not None and isinstance(storage, Mixture):
-            raise ValueError(
-                "skip=, take= and holdout= read a subset of one storage; for a Mixture give each "
-                "source its limit (Mixture({name: (storage, weight, {'samples': N})})) or a "
-                "subset view (storage's view .take(N), .skip(N), .holdout(f)[0])"
-            )
-        if isinstance(storage, Mixture):  # several storages, weighted: see docs/mixing.md
-            view = storage.dataset(sequence_length, sources=bool(sources))
-        elif isinstance(storage, Storage):
-            view = (
-                subset(open_view(storage, sequence_length)) if subset else open_view(storage, sequence_length)
-            )
-        else:
-            raise TypeError(f"from_storage takes a GuideLoom storage, got {type(storage).__name__}")
-        marks = boundaries is not None or labels or eos_id is not None
-        if marks:
-            view = _marked(view, boundaries, labels, eos_id)
-        if follow and (world_size or 1) > 1 and not (dist.is_available() and dist.is_initialized()):
-            raise ValueError(
-                f"follow=True with world_size={world_size} needs torch.distributed initialized "
-                "(rank 0 picks the snapshot each epoch and broadcasts it, so that every rank "
-                "reads the same one): call torch.distributed.init_process_group first"
-            )
+        recipe.check(storage, follow, bool(kwargs.get("persistent_workers")), world_size)
+        shuffle_blocks = {
+            "shuffle_block_size": shuffle_block_size,
+            "shuffle_buffer_blocks": shuffle_buffer_blocks,
+            "shuffle_run_size": shuffle_run_size,
+        }
+        kwargs.update({name: value for name, value in shuffle_blocks.items() if value is not None})
         loader = cls(
-            view,
+            recipe.view_of(storage),
             batch_size=batch_size,
             shuffle=shuffle,
             seed=seed,
@@ -695,127 +678,18 @@ class StatefulDataLoader(_TorchdataLoader):
             world_size=world_size,
             num_workers=num_workers,
             collate_fn=collate_fn,
+            read=ReadSettings(read.read_ahead, read.read_ahead_bytes),  # the cache is the storage's
             parallel_method=parallel_method,
             device=device,
             pin_memory=pin_memory,
             **kwargs,
         )
         if isinstance(storage, Storage):
-
-            def reopen(snapshot: str | None) -> DatasetView:
-                """The view at ``snapshot`` (None: the storage's current one, re-read)."""
-                if snapshot is None:
-                    storage.refresh()
-                    opened = storage
-                else:
-                    opened = storage.at_snapshot(snapshot)
-                fresh = open_view(opened, sequence_length)
-                fresh = subset(fresh) if subset else fresh
-                return _marked(fresh, boundaries, labels, eos_id) if marks else fresh
-
-            loader._reopen = reopen
-            loader._follow = bool(follow)
+            loader._reopen = recipe.reopener(storage)
         else:
-            mixture = storage
-
-            def reopen_sources(snapshots: Sequence[str | None]) -> DatasetView:
-                """The mixture's view with each source at ``snapshots[i]`` (a saved state's)."""
-                fresh = mixture.at_snapshots(snapshots).dataset(sequence_length, sources=bool(sources))
-                return _marked(fresh, boundaries, labels, eos_id) if marks else fresh
-
-            loader._reopen_sources = reopen_sources
-            loader._follow = bool(follow)
+            loader._reopen_sources = recipe.sources_reopener(storage)
+        loader._follow = bool(follow)
         return loader
-
-    # -- snapshots: resuming a pinned one, following the current one ----------------------------
-    def _switch(self, view: DatasetView) -> None:
-        """Read ``view`` (the same dataset at another snapshot) from the next pass on."""
-        source: BatchSource = self.dataset  # type: ignore[assignment]
-        object.__setattr__(self, "dataset", BatchSource(view, source.batched))
-        self.view = view
-        self._order.view = view  # the order reads the new view's plan (a mixture's) from now on
-        self._copies = None  # thread workers' private copies were of the old view
-        if self._workers is not None:  # worker processes receive the new view when they start
-            object.__setattr__(self._workers, "dataset", self.dataset)
-            self._workers._iterator = None
-        mixture = as_mixture(view)
-        if mixture is not None:  # its sources at other snapshots: a new plan
-            self._mixture = view = mixture
-            ident = self._identity
-            self._identity = OrderIdentity.of_view(
-                view, view, num_samples=view.plan.epoch_length, seed=ident.seed, shuffle=ident.shuffle
-            )
-            return
-        num_samples = len(view)
-        self._identity = replace(
-            self._identity,
-            fingerprint=view.fingerprint,
-            num_samples=num_samples,
-            snapshot=snapshot_of(view),
-        )
-
-    def _follow_current(self) -> None:
-        """``follow=True`` at an epoch boundary: move to the storage's current snapshot (a
-        mixture: each source's)."""
-        if self._follow and self._reopen_sources is not None:
-            self._follow_sources()
-            return
-        if not self._follow or self._reopen is None:
-            return
-        if self.world_size == 1:
-            view = self._reopen(None)
-            if snapshot_of(view) != self._identity.snapshot or view.fingerprint != self._identity.fingerprint:
-                self._switch(view)
-            return
-        # Every rank must read the same snapshot: rank 0 picks it, the others open that one.
-        picked: list[str | None] = [snapshot_of(self._reopen(None)) if self.rank == 0 else None]
-        dist.broadcast_object_list(picked, src=0)
-        if picked[0] is not None and picked[0] != self._identity.snapshot:
-            self._switch(self._reopen(picked[0]))
-
-    def _follow_sources(self) -> None:
-        """A mixture's ``follow=True``: rebuild it on its sources' current snapshots (rank 0
-        reads them and broadcasts the ids, so every rank reads the same ones)."""
-        assert self._mixture is not None and self._reopen_sources is not None
-        picked: list[Any] = [None]
-        if self.rank == 0 or self.world_size == 1:
-            for storage in self._mixture.mixture.storages:
-                storage.refresh()
-            picked = [[s.current_snapshot.id for s in self._mixture.mixture.storages]]
-        if self.world_size > 1:
-            dist.broadcast_object_list(picked, src=0)
-        current = self._identity.source_snapshots
-        if picked[0] is not None and tuple(picked[0]) != tuple(current or ()):
-            self._switch(self._reopen_sources(picked[0]))
-
-    def _pin_saved_sources(self, snapshots: tuple[str | None, ...] | None) -> None:
-        """A mixture's state: reopen each source at the snapshot the state was saved on, where
-        it has moved since (a source that grew by appends resumes exactly)."""
-        current = self._identity.source_snapshots
-        if snapshots is None or current is None or self._reopen_sources is None:
-            return
-        if len(snapshots) != len(current) or tuple(snapshots) == tuple(current):
-            return  # another mixture, or the same snapshots: check_continues decides
-        self._switch(self._reopen_sources(snapshots))
-
-    def _pin_saved(self, snapshot: str | None, url: str | None) -> None:
-        """Reopen the view at the snapshot a state was saved on, when it is another one of this
-        dataset (a state of another dataset is left to the identity check, which names it)."""
-        if snapshot is None or self._reopen is None or snapshot == self._identity.snapshot:
-            return
-        try:
-            view = self._reopen(snapshot)
-        except DatasetNotFoundError as err:
-            if url != self.view.url or "has expired" not in str(err):
-                return  # not a snapshot of this dataset: check_continues says what differs
-            raise ResumeStateError(
-                f"the loader state was saved on snapshot {snapshot} of {self.view.url}, which is "
-                f"no longer kept: {expired_cause(err)}. The saved order cannot be resumed exactly. Start the "
-                "loader without loading the state (a new run on the current snapshot), or keep "
-                "the snapshots that running jobs read: expire(keep_last=N) with a larger N, or "
-                "a larger older_than"
-            ) from err
-        self._switch(view)
 
     # -- epochs and positions --------------------------------------------------------------
     @property
@@ -824,19 +698,6 @@ class StatefulDataLoader(_TorchdataLoader):
         if not self._guideloom:
             raise AttributeError("epoch is GuideLoom's: a loader over a plain torch dataset has none")
         return self._epoch
-
-    # The order and where the next pass starts live in the batch sampler (`BatchOrder`).
-    @property
-    def _order(self) -> BatchOrder:
-        return self.batch_sampler  # type: ignore[no-any-return]
-
-    @property
-    def _identity(self) -> OrderIdentity:
-        return self._order.identity
-
-    @_identity.setter
-    def _identity(self, identity: OrderIdentity) -> None:
-        self._order.identity = identity
 
     @property
     def _epoch(self) -> int:
@@ -867,8 +728,9 @@ class StatefulDataLoader(_TorchdataLoader):
     def __iter__(self) -> Any:
         if not self._guideloom:
             return _TorchdataLoader.__iter__(self)
-        refused = iteration_before_restore()  # Lightning #20550: raised at the first batch
         order = self._order
+        # Lightning #20550, or ranks taken before torch.distributed was set up: raised at the first batch
+        refused = iteration_before_restore() or ranks_refused(order)
         if not order._fresh:
             order._next_epoch()  # calls _epoch_ends first
             self._rank_counts.start(self._schedule)
@@ -1070,6 +932,8 @@ class StatefulDataLoader(_TorchdataLoader):
         """Leave out global steps ``steps.start .. steps.stop - 1``: the next pass yields step
         ``start - 1``'s batch, then step ``stop``'s, and never reads the ones between (skip the
         batches around a loss spike, say). Call it after `load_state_dict`, before iterating.
+        The range starts in the epoch of the next pass and may run on into later epochs (not
+        with ``follow=True``, where a later epoch may hold more steps).
 
         Steps are numbered from the start of training at this loader's batch size and world
         size, as `guideloom.trace` numbers them; the range lies in the epoch the next pass is in,
@@ -1081,8 +945,9 @@ class StatefulDataLoader(_TorchdataLoader):
             steps: ``range(A, B)``: the global steps to leave out.
 
         Raises:
-            ValueError: Not a non-empty range, the pass already started, or the range is outside
-                the next pass (the message names the steps it runs).
+            ValueError: Not a non-empty range, the pass already started, the range does not
+                start in the next pass (the message names the steps it runs), or it runs past
+                the epoch with ``follow=True``.
         """
         if not self._guideloom:
             raise AttributeError(
@@ -1092,6 +957,12 @@ class StatefulDataLoader(_TorchdataLoader):
             raise ValueError(
                 "skip_steps is for the pass about to start: call it after load_state_dict (or "
                 "between epochs), before iterating the loader"
+            )
+        if self._follow and isinstance(steps, range) and steps.stop > (self._epoch + 1) * len(self._order):
+            raise ValueError(
+                f"skip_steps({steps!r}) runs past epoch {self._epoch}, but with follow=True a later "
+                "epoch may read a grown dataset, whose steps are numbered otherwise: skip up to this "
+                "epoch's end, and the rest once the loader is in the next epoch"
             )
         self._order.skip_steps(steps)
 
@@ -1160,78 +1031,3 @@ class StatefulDataLoader(_TorchdataLoader):
         if not self._guideloom:
             return super().__len__()
         return len(self._order)
-
-
-def _refuse_guideloom_only(dataset: Any, takes_order: list[str], shuffle: Any, given: dict[str, Any]) -> None:
-    """TypeError for what only GuideLoom's own path reads, on torchdata's path."""
-    if isinstance(dataset, (Mixture, Storage)):
-        raise TypeError(
-            "StatefulDataLoader reads a GuideLoom dataset view (DocumentDataset, StreamDataset, "
-            f"StreamWithMetaDataset), got {type(dataset).__name__}; build it with "
-            "StatefulDataLoader.from_storage(storage, ...)"
-        )
-    names = [name for name, value in given.items() if _given(value)]
-    if isinstance(shuffle, str):
-        names.insert(0, f"shuffle={shuffle!r}")
-    if not names:
-        return
-    listed = ", ".join(n if "=" in n else f"{n}=" for n in names)
-    if takes_order:
-        why = (
-            f"with {', '.join(takes_order)} the order is torchdata's, not GuideLoom's, and this "
-            "loader is torchdata's StatefulDataLoader"
-        )
-    else:
-        why = (
-            f"{type(dataset).__name__} is not a GuideLoom view, so this loader is torchdata's "
-            "StatefulDataLoader"
-        )
-    raise TypeError(
-        f"{listed} apply to GuideLoom dataset views (StatefulDataLoader.from_storage, or a "
-        f"DocumentDataset, StreamDataset or StreamWithMetaDataset without sampler=, "
-        f"batch_sampler=, generator= or in_order=False); {why}: leave them out "
-        "(shuffle takes True or False there)"
-    )
-
-
-def _subset_of(
-    skip: int | None, take: int | None, holdout: float | None, seed: int, held_out: bool
-) -> Callable[[Any], Any] | None:
-    """What `from_storage`'s ``skip``, ``take`` and ``holdout`` make of a view (None: all of it)."""
-    from guideloom.storage import subset
-
-    if holdout is None and held_out:
-        raise ValueError("held_out=True reads a holdout split's held-out part: give holdout=FRACTION too")
-    if skip is None and take is None and holdout is None:
-        return None
-    if holdout is not None:
-        subset.check_holdout(holdout, seed)  # the arguments, before any read
-    for name, n in (("skip", skip), ("take", take)):
-        if n is not None:
-            subset.check_count(name, n)
-
-    def apply(view: Any) -> Any:
-        if holdout is not None:
-            view = subset.holdout(view, holdout, seed=seed)[1 if held_out else 0]
-        if skip:
-            view = subset.skip(view, skip)
-        if take is not None:
-            view = subset.take(view, take)
-        return view
-
-    return apply
-
-
-def _marked(view: Any, boundaries: str | None, labels: bool, eos_id: int | None) -> Any:
-    """``view`` with document boundaries (and labels) marked (`from_storage`'s options); a
-    mixture's view is marked in place (its ``marks``), so that it stays the loader's mixture."""
-    from guideloom.loading.boundaries import BoundaryView, MixtureMarks
-
-    mixture = as_mixture(view)
-    if mixture is not None:
-        view = mixture
-        settings = ("records" if boundaries is None else boundaries, labels, eos_id)
-        view.marks = MixtureMarks(view.views, view.mixture.names, *settings)
-        return view
-
-    return BoundaryView(view, "records" if boundaries is None else boundaries, labels=labels, eos_id=eos_id)

@@ -38,7 +38,7 @@ Epoch length (``stopping_strategy``, named as in Hugging Face ``interleave_datas
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -46,6 +46,7 @@ from guideloom.errors import DatasetNotFoundError, MixtureError, ResumeStateErro
 from guideloom.formats import StreamNumpyFormat
 from guideloom.loading.interleave import check_schedule
 from guideloom.loading.mixture_dataset import MixtureDataset
+from guideloom.loading.mixture_fields import check_defaults, merged_fields
 from guideloom.loading.mixture_order import MixtureOrder
 from guideloom.loading.mixture_plan import (
     STRATEGIES,
@@ -61,7 +62,7 @@ from guideloom.loading.mixture_plan import (
 from guideloom.loading.state import LoaderState, expired_cause
 from guideloom.storage import Storage, open_view
 from guideloom.storage.subset import take
-from guideloom.types import DOCUMENTS, DatasetView
+from guideloom.types import DOCUMENTS, STREAM, DatasetView
 
 __all__ = [
     "Mixture",
@@ -90,7 +91,10 @@ class Mixture:
             ``(storage or view, weight)`` pairs (then each source is named by its URL). All
             sources must have the same storage class and, for streams, the same stream fields
             and dtypes (streams with metadata: the same format); a view carries its own
-            ``sequence_length``, which must match the loader's. Weights are positive numbers,
+            ``sequence_length``, which must match the loader's. A stream source that lacks a
+            field the others have says what its rows hold there in its third item:
+            ``(storage, weight, {"defaults": {"loss_mask": 1}})`` (see
+            `guideloom.loading.mixture_fields`). Weights are positive numbers,
             proportions of *samples* (windows or documents); they need not sum to 1.
         stopping_strategy: ``"all_exhausted"`` (default; smaller sources are repeated, each
             repeat in a new order, until every source is used up) or ``"first_exhausted"``
@@ -161,6 +165,7 @@ class Mixture:
         storages: list[Storage] = []
         weights: list[Any] = []
         limits: list[tuple[int | None, float]] = []
+        defaults: list[dict[str, Any]] = []  # per source: values of stream fields it lacks
         for key, pair in pairs:
             if not isinstance(pair, (tuple, list)) or len(pair) not in (2, 3):
                 raise MixtureError(
@@ -169,6 +174,13 @@ class Mixture:
                 )
             item, weight = pair[0], pair[1]
             limits.append(_limits(key, pair[2] if len(pair) == 3 else {}))
+            if len(pair) == 3 and "defaults" in pair[2]:  # guideloom.loading.mixture_fields
+                try:
+                    defaults.append(check_defaults(str(key), pair[2]["defaults"]))
+                except ValueError as err:
+                    raise MixtureError(str(err)) from None
+            else:
+                defaults.append({})
             storage = _storage_of(item)
             if storage is None:
                 raise MixtureError(
@@ -201,7 +213,10 @@ class Mixture:
                     f"source {name!r} ({storage.url}) is a {type(storage).__name__}, but source "
                     f"{names[0]!r} is a {type(self.storages[0]).__name__}: a mixture reads one layout"
                 )
-            self._check_schema(name, storage)
+            if not any(defaults):
+                self._check_schema(name, storage)
+        self.defaults: tuple[dict[str, Any], ...] = tuple(defaults)
+        self.fields = self._merged_fields() if any(defaults) else None
         self.after = after
         if weight_by not in ("samples", "tokens"):
             raise MixtureError(
@@ -274,6 +289,23 @@ class Mixture:
                     "jobs read (expire(keep_last=N) with a larger N)"
                 ) from err
         return Mixture(dict(moved) if isinstance(given, Mapping) else [p for _, p in moved], **options)
+
+    def _merged_fields(self) -> dict[str, np.dtype]:
+        """Every stream field of the sources, checked with their ``defaults``
+        (`guideloom.loading.mixture_fields`)."""
+        if self.layout != STREAM or not all(isinstance(s.format, StreamNumpyFormat) for s in self.storages):
+            raise MixtureError(
+                f"'defaults' fill stream fields a source lacks, but the sources are {self.layout} "
+                "datasets: give defaults only to plain stream sources (StreamNumpyFormat)"
+            )
+        schemas = [
+            (n, s.url, dict(cast(StreamNumpyFormat, s.format).fields))
+            for n, s in zip(self.names, self.storages)
+        ]
+        try:
+            return merged_fields(schemas, self.defaults)
+        except ValueError as err:
+            raise MixtureError(str(err)) from None
 
     def _check_schema(self, name: str, storage: Storage) -> None:
         first = self.storages[0]
@@ -451,11 +483,11 @@ def _positive_number(value: Any) -> bool:
 
 def _limits(key: Any, given: Any) -> tuple[int | None, float]:
     """A source's ``{"samples": N, "repeat": R}`` limits, checked: (samples or None, repeat)."""
-    if not isinstance(given, Mapping) or set(given) - {"samples", "repeat"}:
+    if not isinstance(given, Mapping) or set(given) - {"samples", "repeat", "defaults"}:
         raise MixtureError(
             f"source {key!r}: the third item of a source holds its limits, a dict with 'samples' "
-            f"(read at most its first N samples) and/or 'repeat' (passes over it that use it up), "
-            f"got {given!r}"
+            f"(read at most its first N samples), 'repeat' (passes over it that use it up) "
+            f"and/or 'defaults' (values of stream fields it lacks), got {given!r}"
         )
     samples, repeat = given.get("samples"), given.get("repeat", 1.0)
     if samples is not None and (

@@ -25,6 +25,8 @@ class _Sources(Protocol):
     names: tuple[str, ...]
     storages: tuple[Any, ...]
     layout: Layout
+    defaults: tuple[dict[str, Any], ...]  # per source: values of stream fields it lacks
+    fields: dict[str, np.dtype] | None  # every source's stream fields, where defaults fill some
 
 
 class MixtureDataset:
@@ -45,7 +47,7 @@ class MixtureDataset:
         self.sequence_length: int | None = self.views[0].sequence_length
         self._starts = np.concatenate([[0], np.cumsum(plan.sizes)]).astype(np.int64)
         # local stream sources are read by one WindowReader, all in one pass into one array
-        self._windows = joined_reader(self.views)
+        self._windows = joined_reader(self.views) if mixture.fields is None else None
         self.fingerprints = [str(s.manifest.fingerprint) for s in mixture.storages]
         ident = {**plan.identity(), "fingerprints": self.fingerprints}
         self.identity = ident
@@ -128,6 +130,9 @@ class MixtureDataset:
         if self._windows is not None:
             return self._windows.views[0].stream_format.split_fields(self._windows.read(local, src))
         out: dict[str, np.ndarray] = {}
+        fields = self.mixture.fields  # with defaults: every field, filled where a source lacks it
+        if fields is not None and self.sequence_length is not None:
+            out = {name: np.empty((src.size, self.sequence_length), dt) for name, dt in fields.items()}
         for i in np.unique(src).tolist():
             sel = np.flatnonzero(src == i)
             part = self.views[i].read_batch(local[sel].tolist())
@@ -135,6 +140,8 @@ class MixtureDataset:
                 if name not in out:
                     out[name] = np.empty((src.size, *values.shape[1:]), dtype=values.dtype)
                 out[name][sel] = values
+            for name, value in self.mixture.defaults[i].items():
+                out[name][sel] = value
         return out
 
     def __getitems__(self, indexes: Sequence[int]) -> list[Any]:

@@ -225,8 +225,28 @@ def check_same_schema(layout: str, sources: Sequence[tuple[str, str, str, Mappin
             raise ValueError(
                 f"source {name!r} ({url}) has the schema {mine}, but source {first_name!r} has "
                 f"{theirs}: batches of one mixture need the same fields and dtypes; mix sources "
-                "written with the same format (rewrite one, or drop it from the mixture)"
+                f"written with the same format (rewrite one, or drop it from the mixture){_defaults_hint(mine, theirs, name, first_name)}"
             )
+
+
+def _defaults_hint(mine: Any, theirs: Any, name: str, first_name: str) -> str:
+    """Where two stream schemas differ only by fields one lacks: how a `Mixture` fills them
+    (`guideloom.loading.mixture_fields`)."""
+    if not (isinstance(mine, list) and isinstance(theirs, list)):
+        return ""
+    a, b = {f[0]: f[1] for f in mine}, {f[0]: f[1] for f in theirs}
+    if any(a[k] != b[k] for k in a.keys() & b.keys()):
+        return ""
+    lacking, missing = (
+        (name, sorted(b.keys() - a.keys()))
+        if b.keys() - a.keys()
+        else (first_name, sorted(a.keys() - b.keys()))
+    )
+    values = ", ".join(f"{f!r}: {1 if f == 'loss_mask' else 0}" for f in missing)
+    return (
+        f"; or, in a Python Mixture, give source {lacking!r} the values its rows hold there: "
+        f"{lacking!r}: (storage, weight, {{'defaults': {{{values}}}}})"
+    )
 
 
 def sample_weights(

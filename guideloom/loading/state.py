@@ -37,6 +37,10 @@ usual ``for epoch in range(start_epoch, num_epochs): for batch in loader: ...`` 
 from a checkpoint of either kind with the epoch counter saved beside it, trains every epoch
 exactly once.
 
+Version 4 is version 3 with ``skipped`` (steps left out by ``skip_steps``, see below): a
+GuideLoom that reads only up to version 3 refuses such a state by name instead of training the
+skipped steps. A state without skips is still written as version 3.
+
 Older versions, migrated on load (`LoaderState.from_dict`):
 
 - Version 1 had no ``shuffle_run_size``; its block order is the one of ``shuffle_run_size=1``, so
@@ -65,6 +69,11 @@ before it existed load, see `LoaderState.delivered_before`)::
 length and the remainder the ranks and ``drop_last`` left out was not handed out (a state whose
 ``position`` was edited away from the end counts its ``position``). ``samples`` describes the
 state as saved: edit it with ``epoch``, or delete the key.
+
+A loader that was told to leave steps out (``skip_steps``) records them, per epoch, as position
+ranges (version 4; a skip that crosses an epoch boundary is one entry per epoch)::
+
+        "skipped": [[3, 40, 64], [4, 0, 8]],    # [epoch, first position, end position]
 
 For a mixture, ``fingerprint`` and ``num_samples`` are the mixture's (a hash of this key, and the
 mixture epoch's length). It must match too; a mismatch names the source that differs
@@ -95,8 +104,9 @@ __all__ = [
 ]
 
 STATE_KEY = "guideloom_loader"
-STATE_VERSION = 3
-_READABLE_VERSIONS = (1, 2, 3)
+STATE_VERSION = 4  # written when the state has "skipped" (else 3: see the module docstring)
+_PLAIN_VERSION = 3
+_READABLE_VERSIONS = (1, 2, 3, 4)
 
 _MUST_MATCH = (
     ("layout", "storage layout"),
@@ -268,7 +278,7 @@ class LoaderState:
 
     def to_dict(self) -> dict[str, Any]:
         fields: dict[str, Any] = {
-            "version": STATE_VERSION,
+            "version": STATE_VERSION if self.skipped else _PLAIN_VERSION,
             **self.identity.fields(),
             "epoch": self.epoch,
             "position": self.position,

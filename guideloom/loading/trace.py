@@ -28,6 +28,7 @@ from guideloom.loading.schedule import EpochSchedule
 from guideloom.loading.state import LoaderState, OrderIdentity
 from guideloom.storage import Storage
 from guideloom.storage.openview import open_view
+from guideloom.storage.origins import RecordOrigins
 from guideloom.storage.wrapped import innermost
 from guideloom.types import DatasetView, StreamView, as_mixture, stream_view
 
@@ -96,6 +97,7 @@ class _Tracer:
         self._orders: dict[int, Any] = {}
         self._record_base: dict[int, np.ndarray] = {}
         self._shard_starts: dict[tuple[int, int], np.ndarray] = {}
+        self._origins: dict[int, RecordOrigins] = {}
 
     def order(self, epoch: int) -> Any:
         order = self._orders.get(epoch)
@@ -160,6 +162,15 @@ class _Tracer:
         view, sample = innermost(
             self.mixture.views[source] if self.mixture is not None else self.view, sample
         )
+        storage = view.storage
+        found = self._where(source, view, sample)
+        if found.get("records"):  # where each record came from (guideloom.storage.origins)
+            if source not in self._origins:
+                self._origins[source] = RecordOrigins(storage)
+            found["origins"] = self._origins[source](found["records"])
+        return found
+
+    def _where(self, source: int, view: Any, sample: int) -> dict[str, Any]:
         storage = view.storage
         table = storage.manifest.shard_table
         stream = stream_view(view)
@@ -270,7 +281,10 @@ def trace(state: Any, data: Any, steps: Any, *, first_step: int = 0) -> Iterator
     own view), ``shard`` and ``byte_range`` (the first shard file the sample's bytes are in,
     and their range in it; ``pieces`` lists every shard of a window that crosses shards) and
     ``records`` (the record indexes the sample covers, where the dataset stores them; a
-    document's own index).
+    document's own index) and, for datasets ingested by GuideLoom, ``origins``: per record, the
+    input ``file`` and its ``line`` (``offset``, a byte offset, where the line was not known),
+    or ``row``, and ``id`` (with ``--id-field``); None for a record whose part kept none
+    (`guideloom.storage.origins`).
 
     Args:
         state: A `StatefulDataLoader.state_dict()` of a loader over ``data``.

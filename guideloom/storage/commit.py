@@ -116,6 +116,8 @@ class Committer:
         self.history = History(location)
         self._on_publish = on_publish
         self._cached = cached
+        # (files, bytes) the last `expire` left because they are younger than its grace period
+        self.grace_kept: tuple[int, int] = (0, 0)
 
     @classmethod
     def of_location(cls, location: Location) -> Committer:
@@ -601,22 +603,42 @@ class Committer:
         pieces = {p.path for s in kept for p in s.pieces}
         limit = time.time() - grace.total_seconds()
         tables = f"{layout.SNAPSHOTS_DIR}/tables"
+        young: list[str] = []  # unused, but younger than the grace period: they stay
         for rel, when in self.location.modified_under(tables).items():
-            if rel not in pieces and when < limit:
-                self.location.delete(rel)
+            if rel not in pieces:
+                if when < limit:
+                    self.location.delete(rel)
+                else:
+                    young.append(rel)
         newest: dict[str, float] = {}
+        files_of: dict[str, list[str]] = {}
         for rel, when in self.location.modified_under(layout.SHARDS_DIR).items():
             prefix = _prefix_of(rel)
             newest[prefix] = max(newest.get(prefix, 0.0), when)
+            files_of.setdefault(prefix, []).append(rel)
         for prefix, when in sorted(newest.items()):
             if prefix not in used and when < limit:
                 self.location.delete(prefix, recursive=True)
+            elif prefix not in used:
+                young += files_of[prefix]
         runs = {layout.run_of_prefix(p) for p in used}
         for rel, when in self.location.modified_under(layout.PARTS_DIR).items():
             folder = rel.split("/")[1] if rel.count("/") >= 2 else None
             run = layout.parts_folder_run(folder) if folder else layout.DEFAULT_RUN
             if run not in runs and when < limit:
                 self.location.delete(rel)
+            elif run not in runs:
+                young.append(rel)
+        self.grace_kept = (len(young), self._sizes(young))
+
+    def _sizes(self, rels: list[str]) -> int:
+        """Bytes of the files ``rels`` (one listing per top folder they lie in)."""
+        if not rels:
+            return 0
+        sizes: dict[str, int] = {}
+        for top in sorted({r.split("/", 1)[0] for r in rels}):
+            sizes.update(self.location.sizes_under(top))
+        return sum(sizes.get(r, 0) for r in rels)
 
     def remove_unreferenced(self, manifest: Manifest) -> None:
         """Remove shard folders and part records that no kept snapshot (``manifest`` is the

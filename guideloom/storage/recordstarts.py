@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 import numpy as np
 
@@ -20,9 +20,48 @@ from guideloom.manifest import Manifest
 from guideloom.storage.indexfiles import IndexFiles
 from guideloom.types import ShardReader
 
-__all__ = ["RecordStarts"]
+__all__ = ["RecordStarts", "WindowShardPieces", "window_shard_pieces"]
 
 _FEW_PIECES = 24  # record-start lookups of at most this many shard pieces go piece by piece
+
+
+class WindowShardPieces(NamedTuple):
+    """The shard pieces of a batch of windows: piece ``j`` is tokens ``[a[j], b[j])`` of shard
+    ``shard[j]``, in window ``window_of[j]``, whose first token is ``g0`` (stream positions)."""
+
+    g0: np.ndarray
+    shard: np.ndarray
+    window_of: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+
+
+def window_shard_pieces(
+    shard_starts: np.ndarray, shard_tokens: np.ndarray, windows: np.ndarray, length: int
+) -> WindowShardPieces:
+    """Which tokens of which shards windows ``windows`` (of ``length`` tokens) cover, as arrays
+    (every shard a window touches, zero-token shards included), for record-start lookups.
+
+    Args:
+        shard_starts: Each shard's first token on the stream (ascending).
+        shard_tokens: Each shard's tokens.
+        windows: Window numbers (``int64``).
+        length: Tokens per window.
+
+    Returns:
+        The pieces, window by window, shards in order.
+    """
+    g0 = windows * length
+    g1 = g0 + length
+    s0 = np.searchsorted(shard_starts, g0, side="right") - 1
+    s1 = np.searchsorted(shard_starts, g1 - 1, side="right") - 1
+    per = s1 - s0 + 1
+    heads = np.cumsum(per) - per
+    window_of = np.repeat(np.arange(len(windows)), per)
+    shard = np.repeat(s0, per) + np.arange(int(per.sum())) - np.repeat(heads, per)
+    a = np.maximum(g0[window_of] - shard_starts[shard], 0)
+    b = np.minimum(g1[window_of] - shard_starts[shard], shard_tokens[shard])
+    return WindowShardPieces(g0, shard, window_of, a, b)
 
 
 class RecordStarts:
@@ -99,68 +138,66 @@ class RecordStarts:
             ValueError: The dataset has no record starts (see `has_record_starts`).
         """
         if not self.has_record_starts:
-            raise ValueError(
-                f"{self.url} has no record starts (it was written before GuideLoom stored them, "
-                "manifest version < 3); rewrite it with this GuideLoom, or find document "
-                "boundaries from an end-of-document token id or a field such as doc_index"
-            )
+            self._no_starts()
         idx = np.asarray(self._indexes(indexes), dtype=np.int64)  # type: ignore[arg-type]
-        length = self.sequence_length
-        g0 = idx * length
-        g1 = g0 + length
-        starts = self.shard_starts
-        s0 = np.searchsorted(starts, g0, side="right") - 1
-        s1 = np.searchsorted(starts, g1 - 1, side="right") - 1
-        per = s1 - s0 + 1  # shards each window touches (zero-token shards included)
-        heads = np.cumsum(per) - per
-        window_of = np.repeat(np.arange(len(idx)), per)
-        shard = np.repeat(s0, per) + np.arange(int(per.sum())) - np.repeat(heads, per)
-        a = np.maximum(g0[window_of] - starts[shard], 0)
-        b = np.minimum(g1[window_of] - starts[shard], self.shard_tokens[shard])
-        if self.reader.local:
-            return self._local_record_starts(idx, shard, window_of, a, b, g0)
-        records = np.asarray(self.manifest.shard_table.records, dtype=np.int64)[shard]
-        tokens = np.maximum(self.shard_tokens[shard], 1)
-        n = len(shard)
-        both = np.concatenate([a, b])
+        p = window_shard_pieces(self.shard_starts, self.shard_tokens, idx, self.sequence_length)
+        units = self._start_units(p.shard)
+        a, b = (p.a, p.b) if units is None else (p.a * units, p.b * units)
+        if self.reader.local and self._maps_starts:
+            # On local disk: each shard's record starts memory-mapped (the OS page cache holds
+            # them; nothing is copied into the process), searched with ``np.searchsorted``.
+            lo, hi, values = (self._few_starts if len(p.shard) <= _FEW_PIECES else self._many_starts)(
+                p.shard, a, b
+            )
+        else:
+            lo, hi, values = self._paged_starts(p, a, b)
+        if units is not None:
+            values = values // np.repeat(units, hi - lo)
+        return self._window_positions(values, hi - lo, hi > lo, p.shard, p.window_of, p.g0, len(idx))
+
+    def _no_starts(self) -> NoReturn:
+        raise ValueError(
+            f"{self.url} has no record starts (it was written before GuideLoom stored them, "
+            "manifest version < 3); rewrite it with this GuideLoom, or find document "
+            "boundaries from an end-of-document token id or a field such as doc_index"
+        )
+
+    def _start_units(self, shard: np.ndarray) -> np.ndarray | None:
+        """What one token is in the unit of shard ``shard[j]``'s start file (a view whose files
+        hold byte pointers says its item size); None: every start file holds token positions."""
+        return None
+
+    @property
+    def _maps_starts(self) -> bool:
+        """Whether local start files are memory-mapped and searched (else read by pages)."""
+        return True
+
+    def _paged_starts(self, p: WindowShardPieces, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, ...]:
+        """`_few_starts` through `IndexFiles` pages (remote storage): ``(lo, hi, values)``, one
+        round of requests for the pages not cached. ``a``, ``b``: in the start files' units."""
+        item = layout.RECORD_START_DTYPE
+        records = np.asarray(self.manifest.shard_table.records, dtype=np.int64)[p.shard]
+        tokens = np.maximum(self.shard_tokens[p.shard], 1)
+        n = len(p.shard)
+        twice = np.concatenate([records, records])
         found = self._start_index.search(
             "starts",
-            np.concatenate([shard, shard]),
-            both,
+            np.concatenate([p.shard, p.shard]),
+            np.concatenate([a, b]),
             words=[0] * (2 * n),
             sides=["left"] * (2 * n),
-            itemsize=layout.RECORD_START_DTYPE.itemsize,
-            counts=np.concatenate([records, records]),
-            guesses=np.concatenate([records, records]) * both // np.concatenate([tokens, tokens]),
+            itemsize=item.itemsize,
+            counts=twice,
+            guesses=twice * np.concatenate([p.a, p.b]) // np.concatenate([tokens, tokens]),
         )
         lo, hi = found[:n], found[n:]
         keep = hi > lo
         if keep.any():
-            raw = self._start_index.runs(
-                "starts", shard[keep], lo[keep], hi[keep], layout.RECORD_START_DTYPE.itemsize
-            )
-            values = np.frombuffer(raw, layout.RECORD_START_DTYPE).astype(np.int64)
+            raw = self._start_index.runs("starts", p.shard[keep], lo[keep], hi[keep], item.itemsize)
+            values = np.frombuffer(raw, item).astype(np.int64)
         else:
             values = np.empty(0, np.int64)
-        return self._window_positions(values, hi - lo, keep, shard, window_of, g0, len(idx))
-
-    def _local_record_starts(
-        self,
-        idx: np.ndarray,
-        shard: np.ndarray,
-        window_of: np.ndarray,
-        a: np.ndarray,
-        b: np.ndarray,
-        g0: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """On local disk: each shard's record starts memory-mapped (the OS page cache holds
-        them; nothing is copied into the process), searched with ``np.searchsorted``."""
-        n = len(shard)
-        if n <= _FEW_PIECES:
-            lo, hi, values = self._few_starts(shard, a, b)
-        else:
-            lo, hi, values = self._many_starts(shard, a, b)
-        return self._window_positions(values, hi - lo, hi > lo, shard, window_of, g0, len(idx))
+        return lo, hi, values
 
     def _starts_of(self, shard: int) -> np.ndarray:
         starts = self._start_maps.get(shard)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -72,3 +73,21 @@ def test_bad_input_exits_2_with_the_cause_and_the_fix(grown, tmp_path):
     assert out.returncode == 2 and "like 12h or 7d" in out.stderr
     out = run_cli("log", str(tmp_path / "nothing"))
     assert out.returncode == 2 and "no dataset" in out.stderr
+
+
+def test_expire_says_how_much_the_grace_period_keeps(grown, tmp_path):
+    """#37 (5): the files expire leaves for the grace period are counted with their bytes, and
+    they are exactly what the fix it gives (--grace 0s) then deletes (main gave no figure)."""
+    url = grown.location.url
+    root = tmp_path / "ds"
+    assert run_cli("rollback", url, grown.snapshots()[0].id).returncode == 0  # 3 shards unused
+    out = run_cli("expire", url, "--keep-last", "1")
+    assert out.returncode == 0, out.stderr
+    found = re.search(r"stay \(([\d,]+) files?, ([\d,]+) bytes;", out.stdout)
+    assert found, out.stdout
+    files, size = (int(g.replace(",", "")) for g in found.groups())
+    before = {p: p.stat().st_size for p in root.rglob("*") if p.is_file()}
+    assert run_cli("expire", url, "--keep-last", "1", "--grace", "0s").returncode == 0
+    gone = [p for p in before if not p.exists()]
+    assert files == len(gone) >= 3 and size == sum(before[p] for p in gone) > 0
+    assert StreamStorage(url, FMT).manifest.total_tokens == 10

@@ -4,10 +4,18 @@ endpoint: the counts are the proxy's own, with 0 workers, thread workers and wor
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
-from guideloom import StatefulDataLoader, StreamDataset, StreamNumpyFormat, StreamStorage
+from guideloom import (
+    StatefulDataLoader,
+    StreamDataset,
+    StreamNumpyFormat,
+    StreamStorage,
+    StreamWithMetaStorageFormat,
+)
 from guideloom.io import io_stats
 
 pytestmark = pytest.mark.s3
@@ -134,3 +142,46 @@ def test_estimate_plays_the_document_loaders_requests(stored_documents, counting
         gets, size = gets + entry["requests"]["GET"], size + entry["bytes_read"]
     assert (planned.requests, planned.bytes) == (gets, size)
     assert planned.windows == 2 * (400 - 400 % world)
+
+
+class Notes(StreamWithMetaStorageFormat):
+    """JSON annotations (module level: worker processes unpickle the view's format)."""
+
+    def encode_meta(self, annotation):
+        return json.dumps(annotation).encode()
+
+    def decode_meta(self, data):
+        return json.loads(bytes(data))
+
+
+@pytest.mark.parametrize("shuffle, world, workers", [(True, 1, 0), ("block", 2, 2)])
+def test_estimate_plays_the_annotated_loaders_requests(
+    s3_bucket, s3_options, counting_s3, shuffle, world, workers
+):
+    """#37 (5): streams with metadata are estimated (main refused them): token windows as for a
+    stream, plus the span rows and annotation bytes each batch reads; only the span directory is
+    read to plan."""
+    from guideloom import StreamWithMetaStorage, estimate
+
+    url = f"s3://{s3_bucket}/annotated"
+    writing = StreamWithMetaStorage(url, Notes(FMT), storage_options=s3_options)
+    rng = np.random.default_rng(2)
+    with writing.writer(shard_size=20_000) as w:
+        for k, n in enumerate(rng.integers(50, 600, 120).tolist()):
+            tokens = rng.integers(0, 60000, n).astype(np.uint16)
+            w.append({"tokens": tokens}, spans=[(0, n // 2, {"doc": k}), (n // 2 + 1, n, ["tail", k])])
+    storage = StreamWithMetaStorage(url, Notes(FMT), storage_options=counting_s3.storage_options)
+    options = dict(sequence_length=128, batch_size=8, shuffle=shuffle, seed=3, world_size=world, read_ahead=2)
+    counting_s3.reset()
+    planned = estimate(storage, epochs=2, num_workers=workers, **options)
+    data_bytes = sum(storage.manifest.shard_table.files["data"].size)
+    assert counting_s3.bytes_out < data_bytes / 4  # the span directory only
+    gets = size = 0
+    for rank in range(world):
+        loader = StatefulDataLoader.from_storage(storage, rank=rank, num_workers=workers, **options)
+        for _ in range(2):
+            for _ in loader:
+                pass
+        entry = loader.io_stats()[f"s3 {counting_s3.url}"]
+        gets, size = gets + entry["requests"]["GET"], size + entry["bytes_read"]
+    assert (planned.requests, planned.bytes) == (gets, size)

@@ -113,10 +113,35 @@ def test_skip_steps_refuses_what_it_cannot_do(storage: Any) -> None:
     with pytest.raises(ValueError, match=r"runs steps 3\.\.11"):
         loader.skip_steps(range(1, 5))  # before the resume point
     with pytest.raises(ValueError, match=r"runs steps 3\.\.11"):
-        loader.skip_steps(range(10, 14))  # across the epoch's end
+        loader.skip_steps(range(12, 14))  # starting in a later epoch
     with pytest.raises(ValueError, match="non-empty range"):
         loader.skip_steps(range(5, 5))
     batches = iter(loader)
     next(batches)
     with pytest.raises(ValueError, match="before iterating"):
         loader.skip_steps(range(6, 8))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_skip_across_the_epoch_boundary_resumes_anywhere(storage: Any, whole: Any, workers: int) -> None:
+    """Steps 10..13 (the last two of epoch 0, the first two of epoch 1): one entry per epoch, kept
+    in the state, applied when the order gets to epoch 1, also after a resume in between (at
+    another world size) and by trace."""
+    loader = _resumed_at(storage, 3, num_workers=workers)
+    loader.skip_steps(range(10, 14))
+    epoch0 = [_samples(b) for b in loader]
+    assert epoch0 == whole[3:10]
+    state = loader.state_dict()
+    inner = state["guideloom_loader"]
+    assert inner["skipped"] == [[0, 10 * BATCH, WINDOWS], [1, 0, 2 * BATCH]] and inner["version"] == 4
+    # the same run goes on; another run resumes from the state at the boundary on 2 ranks
+    assert [_samples(b) for b in loader] == whole[14:]
+    ranks = [_loader(storage, batch_size=BATCH // 2, rank=r, world_size=2) for r in range(2)]
+    for r in ranks:
+        r.load_state_dict(state)
+    parts = [[_samples(b) for b in r] for r in ranks]  # saved after the loop: epoch 1 next
+    assert [a + b for a, b in zip(*parts)] == whole[14:]
+    from guideloom import trace
+
+    rows = list(trace(loader.state_dict(), storage, range(3, 24)))
+    assert sorted({r["step"] for r in rows}) == [*range(3, 10), *range(14, 24)]

@@ -3,38 +3,13 @@ through ``save_state``/``load_state``: batches equal an uninterrupted run's."""
 
 from __future__ import annotations
 
-import hashlib
-import warnings
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
+from trainer_setup import EPOCHS, SEQ, STEPS, digest, loss_of, make_loader, quiet
 
 accelerate = pytest.importorskip("accelerate")
-
-from guideloom import StatefulDataLoader, StreamNumpyFormat, StreamStorage  # noqa: E402
-
-SEQ, BATCH, WINDOWS, EPOCHS, STEPS = 8, 4, 48, 2, 12
-
-
-@pytest.fixture(scope="module")
-def storage(tmp_path_factory: Any) -> Any:
-    url = str(tmp_path_factory.mktemp("accelerate") / "data")
-    storage = StreamStorage(url, StreamNumpyFormat({"tokens": np.uint16}))
-    with storage.writer() as writer:
-        writer.append({"tokens": np.arange(WINDOWS * SEQ + 3, dtype=np.uint16)})
-    return StreamStorage(url, StreamNumpyFormat({"tokens": np.uint16}))
-
-
-def _digest(batch: Any) -> str:
-    return hashlib.sha1(batch["tokens"].numpy().tobytes()).hexdigest()[:12]
-
-
-def _loader(storage: Any, num_workers: int = 0) -> Any:
-    return StatefulDataLoader.from_storage(
-        storage, sequence_length=SEQ, batch_size=BATCH, shuffle=True, seed=3, num_workers=num_workers
-    )
 
 
 def _run(
@@ -44,15 +19,14 @@ def _run(
     from accelerate import Accelerator
     from accelerate.utils import DataLoaderConfiguration
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with quiet():
         accelerator = Accelerator(
             cpu=True, dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True)
         )
         torch.manual_seed(0)
         model = torch.nn.Linear(SEQ, 1)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        model, optimizer, loader = accelerator.prepare(model, optimizer, _loader(storage, num_workers))
+        model, optimizer, loader = accelerator.prepare(model, optimizer, make_loader(storage, num_workers))
         step = 0
         if load:
             accelerator.load_state(str(state_dir))
@@ -61,13 +35,11 @@ def _run(
         for epoch in range(step // STEPS, EPOCHS):
             loader.set_epoch(epoch)
             for batch in loader:
-                loss = model(batch["tokens"].float() / 1000).pow(2).mean()
+                loss = loss_of(model, batch["tokens"])
                 accelerator.backward(loss)
                 optimizer.step()
                 optimizer.zero_grad()
-                seen.append(
-                    (hashlib.sha1(batch["tokens"].numpy().tobytes()).hexdigest()[:12], round(float(loss), 6))
-                )
+                seen.append((digest(batch), round(float(loss), 6)))
                 step += 1
                 if step == stop:
                     accelerator.save_state(str(state_dir))
@@ -85,8 +57,8 @@ def test_accelerate_resumes_exactly(storage: Any, tmp_path: Any, stops: tuple[in
                                     workers: tuple[int, int]) -> None:  # fmt: skip
     whole, steps = _run(storage, 0, tmp_path / "unused", False, None)
     assert steps == EPOCHS * STEPS
-    own = _loader(storage)  # GuideLoom's own loop: the batches accelerate must deliver
-    assert [d for d, _ in whole] == [_digest(b) for _ in range(EPOCHS) for b in own]
+    own = make_loader(storage)  # GuideLoom's own loop: the batches accelerate must deliver
+    assert [d for d, _ in whole] == [digest(b) for _ in range(EPOCHS) for b in own]
     seen: list[Any] = []
     for i, stop in enumerate([*stops, None]):
         part, _ = _run(storage, workers[min(i, 1)], tmp_path / "state", i > 0, stop)

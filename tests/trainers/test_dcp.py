@@ -4,39 +4,20 @@ world_size): the global sequence of batches equals an uninterrupted run's."""
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from trainer_setup import BATCH, EPOCHS, STEPS, make_loader, quiet
 
-from guideloom import StatefulDataLoader, StreamNumpyFormat, StreamStorage
-
-SEQ, GLOBAL_BATCH, WINDOWS, EPOCHS = 8, 4, 48, 2  # 12 global steps an epoch
-
-
-@pytest.fixture(scope="module")
-def storage(tmp_path_factory: Any) -> Any:
-    url = str(tmp_path_factory.mktemp("dcp") / "data")
-    storage = StreamStorage(url, StreamNumpyFormat({"tokens": np.uint16}))
-    with storage.writer() as writer:
-        writer.append({"tokens": np.arange(WINDOWS * SEQ + 3, dtype=np.uint16)})
-    return StreamStorage(url, StreamNumpyFormat({"tokens": np.uint16}))
+GLOBAL_BATCH = BATCH  # STEPS global steps an epoch at every world size
 
 
 def _ranks(storage: Any, world_size: int) -> list[Any]:
+    size = GLOBAL_BATCH // world_size
     return [
-        StatefulDataLoader.from_storage(
-            storage,
-            sequence_length=SEQ,
-            batch_size=GLOBAL_BATCH // world_size,
-            shuffle=True,
-            seed=5,
-            rank=r,
-            world_size=world_size,
-        )  # fmt: skip
+        make_loader(storage, batch_size=size, seed=5, rank=r, world_size=world_size)
         for r in range(world_size)
     ]
 
@@ -71,11 +52,10 @@ def test_dcp_resumes_exactly(
     storage: Any, tmp_path: Any, sizes: tuple[int, int], stop: int, style: str
 ) -> None:
     whole, _ = _train(_ranks(storage, 1), 0, None)
-    assert len(whole) == EPOCHS * 12
+    assert len(whole) == EPOCHS * STEPS
     before = _ranks(storage, sizes[0])
     seen, done = _train(before, 0, stop)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # DCP warns that no process group is initialized
+    with quiet():  # DCP warns that no process group is initialized
         if style == "per-rank" and sizes[0] == sizes[1]:
             for r, loader in enumerate(before):
                 dcp.save({"loader": loader}, checkpoint_id=str(tmp_path / f"rank{r}"))

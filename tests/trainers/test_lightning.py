@@ -3,34 +3,16 @@ uninterrupted run's (none replayed, none skipped), mid-epoch and at an epoch's e
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import warnings
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
+from trainer_setup import EPOCHS, SEQ, STEPS, digest, loss_of, make_loader, quiet
+
+from guideloom.errors import ResumeStateError
 
 pl = pytest.importorskip("pytorch_lightning")
-
-from guideloom import StatefulDataLoader, StreamNumpyFormat, StreamStorage  # noqa: E402
-from guideloom.errors import ResumeStateError  # noqa: E402
-
-SEQ, BATCH, WINDOWS, EPOCHS = 8, 4, 48, 2  # 12 steps an epoch
-
-
-@pytest.fixture(scope="module")
-def storage(tmp_path_factory: Any) -> Any:
-    url = str(tmp_path_factory.mktemp("lightning") / "data")
-    storage = StreamStorage(url, StreamNumpyFormat({"tokens": np.uint16}))
-    with storage.writer() as writer:
-        writer.append({"tokens": np.arange(WINDOWS * SEQ + 3, dtype=np.uint16)})
-    return StreamStorage(url, StreamNumpyFormat({"tokens": np.uint16}))
-
-
-def _digest(batch: Any) -> str:
-    return hashlib.sha1(batch["tokens"].numpy().tobytes()).hexdigest()[:12]
 
 
 class Tiny(pl.LightningModule):
@@ -41,18 +23,12 @@ class Tiny(pl.LightningModule):
         self.seen: list[tuple[str, float]] = []
 
     def training_step(self, batch: Any, batch_idx: int) -> Any:
-        loss = self.layer(batch["tokens"].float() / 1000).pow(2).mean()
-        self.seen.append((_digest(batch), round(float(loss), 6)))
+        loss = loss_of(self.layer, batch["tokens"])
+        self.seen.append((digest(batch), round(float(loss), 6)))
         return loss
 
     def configure_optimizers(self) -> Any:
         return torch.optim.SGD(self.parameters(), lr=0.1)
-
-
-def _loader(storage: Any, num_workers: int = 0) -> Any:
-    return StatefulDataLoader.from_storage(
-        storage, sequence_length=SEQ, batch_size=BATCH, shuffle=True, seed=3, num_workers=num_workers
-    )
 
 
 def _trainer(tmp_path: Any, **kwargs: Any) -> Any:
@@ -63,16 +39,15 @@ def _trainer(tmp_path: Any, **kwargs: Any) -> Any:
 
 
 def _fit(trainer: Any, model: Any, loader: Any, ckpt: Any = None) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with quiet():
         trainer.fit(model, train_dataloaders=loader, ckpt_path=ckpt)
 
 
 @pytest.fixture(scope="module")
 def whole(storage: Any, tmp_path_factory: Any) -> list[tuple[str, float]]:
     model = Tiny()
-    _fit(_trainer(tmp_path_factory.mktemp("whole"), max_epochs=EPOCHS), model, _loader(storage))
-    assert len(model.seen) == EPOCHS * 12
+    _fit(_trainer(tmp_path_factory.mktemp("whole"), max_epochs=EPOCHS), model, make_loader(storage))
+    assert len(model.seen) == EPOCHS * STEPS
     return model.seen
 
 
@@ -95,7 +70,7 @@ def test_lightning_resumes_exactly(storage: Any, whole: Any, tmp_path: Any, stop
         trainer = _trainer(
             tmp_path, max_epochs=EPOCHS, callbacks=saving, enable_checkpointing=bool(saving), **limit
         )
-        _fit(trainer, model, _loader(storage, workers[min(i, 1)]), ckpt)
+        _fit(trainer, model, make_loader(storage, workers[min(i, 1)]), ckpt)
         seen += model.seen
         if stop is not None:
             ckpt = str(tmp_path / f"stop{stop}.ckpt")
@@ -139,13 +114,12 @@ def _rebuilt(storage: Any) -> Any:
     """torchdata's own StatefulDataLoader over GuideLoom's dataset and BatchOrder."""
     from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
 
-    own = _loader(storage)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*set_vital.*")
+    own = make_loader(storage)
+    with quiet():
         return TorchdataLoader(own.dataset, batch_sampler=own.batch_sampler, collate_fn=own.collate_fn)
 
 
-@pytest.mark.parametrize("make", [_loader, _rebuilt], ids=["guideloom-loader", "torchdata-batch-order"])
+@pytest.mark.parametrize("make", [make_loader, _rebuilt], ids=["guideloom-loader", "torchdata-batch-order"])
 def test_estimated_stepping_batches_on_resume_is_a_named_error(
     storage: Any, tmp_path: Any, make: Any
 ) -> None:
@@ -159,14 +133,14 @@ def test_estimated_stepping_batches_on_resume_is_a_named_error(
 
 def test_total_steps_from_len_loader_resumes_exactly(storage: Any, tmp_path: Any) -> None:
     """The fix as the error writes it: the same schedule, and the resumed batches are exact."""
-    loader = _loader(storage)
+    loader = make_loader(storage)
     model = OwnTotal(loader)
     _fit(_trainer(tmp_path / "whole", max_epochs=EPOCHS), model, loader)
     whole = model.seen
-    loader = _loader(storage)
+    loader = make_loader(storage)
     first = OwnTotal(loader)
     _stop_at_5(tmp_path, first, loader)
-    loader = _loader(storage)
+    loader = make_loader(storage)
     second = OwnTotal(loader)
     _fit(_trainer(tmp_path, max_epochs=EPOCHS), second, loader, str(tmp_path / "step=5.ckpt"))
     assert first.seen + second.seen == whole

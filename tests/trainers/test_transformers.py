@@ -3,28 +3,14 @@ does, checked against an uninterrupted run (a tiny model built here, nothing dow
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import warnings
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
+from trainer_setup import BATCH, EPOCHS, SEQ, STEPS, digest, loss_of, make_loader, quiet
 
 transformers = pytest.importorskip("transformers")
-
-from guideloom import StatefulDataLoader, StreamNumpyFormat, StreamStorage  # noqa: E402
-
-SEQ, BATCH, WINDOWS, EPOCHS, STEPS = 8, 4, 48, 2, 12
-
-
-@pytest.fixture(scope="module")
-def storage(tmp_path_factory: Any) -> Any:
-    url = str(tmp_path_factory.mktemp("transformers") / "data")
-    with StreamStorage(url, StreamNumpyFormat({"tokens": np.uint16})).writer() as writer:
-        writer.append({"tokens": np.arange(WINDOWS * SEQ + 3, dtype=np.uint16)})
-    return StreamStorage(url, StreamNumpyFormat({"tokens": np.uint16}))
 
 
 class Tiny(torch.nn.Module):
@@ -35,8 +21,8 @@ class Tiny(torch.nn.Module):
         self.seen: list[str] = []
 
     def forward(self, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-        self.seen.append(hashlib.sha1(tokens.numpy().tobytes()).hexdigest()[:12])
-        return {"loss": self.layer(tokens.float() / 1000).pow(2).mean()}
+        self.seen.append(digest(tokens))
+        return {"loss": loss_of(self.layer, tokens)}
 
 
 class Stop(transformers.TrainerCallback):  # type: ignore[misc]
@@ -50,9 +36,7 @@ class Stop(transformers.TrainerCallback):  # type: ignore[misc]
 
 
 def _run(storage: Any, out: Any, stop: int | None = None, resume: str | None = None) -> list[str]:
-    loader = StatefulDataLoader.from_storage(
-        storage, sequence_length=SEQ, batch_size=BATCH, shuffle=True, seed=3
-    )
+    loader = make_loader(storage)
 
     class WithGuideLoom(transformers.Trainer):  # type: ignore[misc]
         def get_train_dataloader(self) -> Any:
@@ -66,8 +50,7 @@ def _run(storage: Any, out: Any, stop: int | None = None, resume: str | None = N
     model = Tiny()
     callbacks = [Stop(stop)] if stop is not None else []
     logging.getLogger("transformers").setLevel(logging.ERROR)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with quiet():
         WithGuideLoom(model=model, args=args, callbacks=callbacks).train(resume_from_checkpoint=resume)
     return model.seen
 

@@ -136,6 +136,8 @@ def test_no_address_starts_its_own_ray_beside_a_running_cluster(cluster, tmp_pat
             str(tmp_path / "o"),
             "--num-workers",
             "2",
+            "--runner",
+            "ray",  # a job this small would run inline: the point here is which Ray it starts
             "--quiet",
         ],
         env=env,

@@ -90,3 +90,37 @@ def test_after_an_append_the_metadata_inspect_and_token_weights_count_the_whole_
         docs = DocumentStorage(str(out), DocumentJsonFormat())
         mix = Mixture([(docs, 1), (docs, 1)], weight_by="tokens")
         assert mix.mean_tokens == (tokens / 12, tokens / 12)
+
+
+@pytest.mark.ray
+def test_the_append_summary_keeps_the_jobs_counts_apart_from_the_datasets(
+    ray_local, ingest_config, write_jsonl, doc_rows, tmp_path
+):
+    """#37 (5): after an append the summary says this job's shards and bytes beside its documents
+    and tokens, and the dataset's totals on their own line (main printed the dataset's shards and
+    bytes as 'committed' right under this job's counts)."""
+    from guideloom.workers.results import summary
+
+    out = tmp_path / "ds"
+    opts = {"part_size": 200, "shard_size": 300}
+    first = run_ingest(ingest_config([write_jsonl("a.jsonl", doc_rows(6))], out, **opts))
+    grown = run_ingest(
+        ingest_config([write_jsonl("b.jsonl", doc_rows(5, start=100))], out, append=True, **opts)
+    )
+    old = {sh.files["data"].checksum for sh in first.shards}
+    added = [sh for sh in grown.shards if sh.files["data"].checksum not in old]
+    lines = summary(grown).splitlines()
+    job = grown.metadata["ingest"]["job"]
+    assert lines[0] == (
+        f"this job: {job['documents']:,} documents, {job['tokens']:,} tokens in "
+        f"{grown.metadata['ingest']['parts']} parts: {len(added)} shards, {sum(sh.size for sh in added):,} bytes"
+    )
+    assert lines[1] == (
+        f"the dataset now: 11 documents, {grown.total_tokens:,} tokens, {len(grown.shards)} shards, "
+        f"{grown.total_bytes:,} bytes"
+    )
+    assert len(added) < len(grown.shards)
+    assert (
+        summary(first).splitlines()[1]
+        == f"committed: {len(first.shards)} shards, {first.total_bytes:,} bytes"
+    )

@@ -91,6 +91,18 @@ def test_a_control_character_in_a_string_is_named_once_with_its_column(write_jso
     assert bad.detail == "malformed JSON: Invalid control character at column 12"
 
 
+def test_a_truncated_line_names_its_real_column(write_jsonl):
+    """#37 (5): the column of a line cut short is where the line ends (main said column 1: the
+    decoder counted from the newline the line still held)."""
+    line = '{"id": 7, "text": "' + "x" * 56 + '"'  # 76 characters, the closing brace missing
+    assert len(line) == 76
+    path = write_jsonl("cut.jsonl", [line, '{"text": "a" "b"}'])
+    (f,) = expand_inputs([str(path)], "auto", {})
+    cut, inner = _read(f, Segment(0, 0, f.size))
+    assert cut.detail == "malformed JSON: Expecting ',' delimiter at column 77 (the end of the line)"
+    assert inner.detail == "malformed JSON: Expecting ',' delimiter at column 14"
+
+
 def test_line_numbers_of_a_segment_that_starts_mid_file(write_jsonl, doc_rows):
     path = write_jsonl("m.jsonl", [json.dumps(r) for r in doc_rows(10)] + ['{"text": 1}'])
     (f,) = expand_inputs([str(path)], "auto", {})

@@ -26,7 +26,7 @@ def test_ingest_runs_from_a_folder_that_holds_a_guideloom_folder(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")}
     env["RAY_AUTH_MODE"] = "disabled"
     run = subprocess.run(
-        [str(BIN / "guideloom"), "ingest", "in.jsonl", "--output", "out", "--quiet", "--num-workers", "1"],
+        [str(BIN / "guideloom"), "ingest", "in.jsonl", "--output", "out", "--quiet", "--num-workers", "1", "--runner", "ray"],
         cwd=folder,
         env=env,
         capture_output=True,

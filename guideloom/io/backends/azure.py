@@ -12,7 +12,7 @@ import os
 from typing import Any, ClassVar
 
 from guideloom.io.backends.base import Backend, RangedGet
-from guideloom.io.s3 import check_body_length, content_range_total
+from guideloom.io.s3 import sized_body
 from guideloom.io.urls import redact_url
 
 __all__ = ["AZURE_BACKOFF", "AzureBackend", "azure_ranged_get", "quicken_azure_retries"]
@@ -45,6 +45,19 @@ class AzureBackend(Backend):
 
     # Hot tier read operations
     list_prices: ClassVar[dict[str, float] | None] = {"get_per_1000": 0.00044, "egress_per_gb": 0.087}
+    access_hints: ClassVar[dict[str, str]] = {
+        "AuthorizationPermissionMismatch": (
+            "The credentials may not do this: give the identity a role that allows it on this container"
+        ),
+        "AuthorizationFailure": (
+            "The account key or SAS token was refused: check account_key / sas_token (or the "
+            "connection string's AccountKey) and that it belongs to this account"
+        ),
+        "AuthenticationFailed": (
+            "The account key or SAS token was refused: check account_key / sas_token (or the "
+            "connection string) and that it has not expired"
+        ),
+    }
 
     def prepare(self, fs: Any) -> None:
         quicken_azure_retries(fs)
@@ -83,10 +96,7 @@ async def azure_ranged_get(fs: Any, path: str, start: int, end: int) -> tuple[by
         except ResourceNotFoundError as err:
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path) from err
         data = await stream.readall()
-    header = getattr(stream.properties, "content_range", None)
-    total = content_range_total(header)
-    check_body_length(data, header, path, total)
-    return bytes(data), total
+    return sized_body(data, getattr(stream.properties, "content_range", None), path)
 
 
 def quicken_azure_retries(fs: Any) -> None:

@@ -50,6 +50,12 @@ class Backend:
     missing_costs_list: ClassVar[bool] = False
     #: A HEAD answered 403 may mean "missing, and you may not list" (S3's rule).
     forbidden_head_may_be_missing: ClassVar[bool] = False
+    #: The store's own error codes for refused credentials or permissions, each with what to
+    #: check (`guideloom.io.failures.translated` words the access errors with them).
+    access_hints: ClassVar[dict[str, str]] = {}
+    #: The client's errors raised before any request because the credentials cannot be used:
+    #: exception class name -> (what is wrong, the fix).
+    credential_problems: ClassVar[dict[str, tuple[str, str]]] = {}
 
     # -- the filesystem ------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from guideloom.io.backends.base import Backend, RangedGet
 from guideloom.io.failures import ShortBodyError
-from guideloom.io.s3 import check_body_length, content_range_total
+from guideloom.io.s3 import range_header, sized_body
 from guideloom.io.urls import redact_url
 
 __all__ = ["GCSBackend", "gcs_ranged_get", "gcs_read_whole"]
@@ -55,14 +55,11 @@ class GCSBackend(Backend):
 async def gcs_ranged_get(fs: Any, path: str, start: int, end: int) -> tuple[bytes, int | None]:
     """Bytes ``[start, end)`` of a GCS object and its size, from one GET (gcsfs's ``_call``
     retries what gcsfs retries and translates errors as for ``_cat_file``)."""
-    headers, data = await fs._call("GET", fs.url(path), headers={"Range": f"bytes={start}-{end - 1}"})
-    header = _header(headers, "Content-Range")
-    total = content_range_total(header)
-    if total is None and header is None:  # a 200 with the whole object (a range past nothing)
-        stored = _header(headers, "x-goog-stored-content-length")
-        total = int(stored) if stored and stored.isdigit() else None
-    check_body_length(data, header, path, total)
-    return bytes(data), total
+    headers, data = await fs._call("GET", fs.url(path), headers={"Range": range_header(start, end)})
+    stored = _header(headers, "x-goog-stored-content-length")  # a 200 with the whole object
+    return sized_body(
+        data, _header(headers, "Content-Range"), path, int(stored) if stored and stored.isdigit() else None
+    )
 
 
 async def gcs_read_whole(fs: Any, path: str) -> bytes:

@@ -38,6 +38,37 @@ class S3Backend(Backend):
     list_prices: ClassVar[dict[str, float] | None] = {"get_per_1000": 0.0004, "egress_per_gb": 0.09}
     missing_costs_list: ClassVar[bool] = True
     forbidden_head_may_be_missing: ClassVar[bool] = True
+    access_hints: ClassVar[dict[str, str]] = {
+        "SignatureDoesNotMatch": (
+            "The credentials were refused: the secret does not match the access key. Check the "
+            "secret (storage_options secret or AWS_SECRET_ACCESS_KEY) that goes with this key"
+        ),
+        "InvalidAccessKeyId": (
+            "The endpoint knows no such access key: check the key (storage_options key or "
+            "AWS_ACCESS_KEY_ID) and that the endpoint is the store that issued it"
+        ),
+        "AccessDenied": (
+            "The credentials were accepted but may not do this: check the user's policy and the "
+            "bucket policy for this action on this key"
+        ),
+        "ExpiredToken": "The session token has expired: get fresh credentials (AWS_SESSION_TOKEN)",
+        "InvalidToken": "The session token is not valid: get fresh credentials (AWS_SESSION_TOKEN)",
+    }
+    # botocore's errors raised before any request.
+    credential_problems: ClassVar[dict[str, tuple[str, str]]] = {
+        "PartialCredentialsError": (
+            "the credentials are incomplete",
+            "Give both the key and the secret (storage_options={'key': ..., 'secret': ...}, or "
+            "the environment variables AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), or neither, "
+            "to use the default chain (AWS_PROFILE, ~/.aws/credentials, an instance role)",
+        ),
+        "NoCredentialsError": (
+            "no credentials were found",
+            "Give storage_options={'key': ..., 'secret': ...}, set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), or pass storage_options={'anon': True} for "
+            "a public bucket",
+        ),
+    }
 
     def fs_options(self, options: dict[str, Any]) -> dict[str, Any]:
         return s3.s3_options(options)

@@ -5,7 +5,8 @@
 `ForeignStorage` (a `StreamStorage` of one ``tokens`` field). Opening reads each file's size and
 ETag and its first bytes (the header), in two rounds of requests for all files together; the
 tokens and the document index are read later, by range, as windows need them. See
-``docs/existing-token-files.md``.
+``docs/datasets-you-have.md`` (and `guideloom.storage.foreign.convert` /
+`guideloom.storage.foreign.export` to write them as a GuideLoom dataset and back).
 """
 
 from __future__ import annotations

@@ -40,7 +40,6 @@ from guideloom.manifest.models import FileColumn, FormatSpecModel, ShardTable
 from guideloom.storage.base import StreamStorage
 from guideloom.storage.foreign.layouts import TokenFile
 from guideloom.storage.indexfiles import IndexFiles
-from guideloom.storage.recordstarts import _FEW_PIECES
 from guideloom.storage.windows import StreamDataset
 
 __all__ = ["ForeignReader", "ForeignStorage", "ForeignStreamDataset", "identity_of"]
@@ -220,10 +219,12 @@ class ForeignReader:
             raw = translated
         self.raw.read_into(raw, buffers)
 
-    def descriptor(self, shard: int, file: str) -> int:
-        """The local descriptor of the real file behind shard ``shard``'s ``file``."""
+    def map_file(self, shard: int, file: str) -> memoryview | None:
+        """A read-only memory map of the whole real file behind shard ``shard``'s ``file`` (the
+        ``.idx`` for ``"starts"``: the column lies at its `IndexColumn` offset), size-checked;
+        None off local disk."""
         raw, _, _ = self._map[(shard, file)]
-        return self.raw.descriptor(raw, "data")  # type: ignore[union-attr]
+        return self.raw.map_file(raw, "data")
 
     def __repr__(self) -> str:
         return f"ForeignReader({self.raw!r})"
@@ -371,6 +372,11 @@ class ForeignStorage(StreamStorage):
     def snapshots(self) -> list[Any]:
         return []
 
+    @property
+    def has_starts(self) -> bool:
+        """Whether the files have a document index (Megatron, datatrove, Dolma sidecars)."""
+        return "starts" in self.manifest.shard_table.files
+
     def file_identities(self) -> list[tuple[str, str]]:
         """Each real file (tokens, index, mask) with its size and ETag or modification time."""
         out = []
@@ -433,57 +439,12 @@ class ForeignStreamDataset(StreamDataset):
             "to guideloom.open(..., eos_id=) or to from_storage"
         )
 
-    def record_starts_batch(self, indexes: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Where documents start in each window (see `StreamDataset.record_starts_batch`), from
-        the files' document index: searched page by page, never read whole."""
-        if not self.has_record_starts:
-            self._no_starts()
-        idx = np.asarray(self._indexes(indexes), dtype=np.int64)  # type: ignore[arg-type]
-        length = self.sequence_length
-        g0 = idx * length
-        g1 = g0 + length
-        starts = self.shard_starts
-        s0 = np.searchsorted(starts, g0, side="right") - 1
-        s1 = np.searchsorted(starts, g1 - 1, side="right") - 1
-        per = s1 - s0 + 1
-        heads = np.cumsum(per) - per
-        window_of = np.repeat(np.arange(len(idx)), per)
-        shard = np.repeat(s0, per) + np.arange(int(per.sum())) - np.repeat(heads, per)
-        a = np.maximum(g0[window_of] - starts[shard], 0)
-        b = np.minimum(g1[window_of] - starts[shard], self.shard_tokens[shard])
-        scale = self._scale[shard]
-        if self.reader.local and self._mapped:
-            # On local disk: each file's column memory-mapped and searched (the OS page cache
-            # holds what is touched), as native record starts are.
-            few = len(shard) <= _FEW_PIECES
-            lo, hi, values = (self._few_starts if few else self._many_starts)(shard, a * scale, b * scale)
-            values = values // np.repeat(scale, hi - lo)
-            return self._window_positions(values, hi - lo, hi > lo, shard, window_of, g0, len(idx))
-        records = np.asarray(self.manifest.shard_table.records, dtype=np.int64)[shard]
-        tokens = np.maximum(self.shard_tokens[shard], 1)
-        n = len(shard)
-        both = np.concatenate([a, b])
-        found = self._start_index.search(
-            "starts",
-            np.concatenate([shard, shard]),
-            np.concatenate([a * scale, b * scale]),
-            words=[0] * (2 * n),
-            sides=["left"] * (2 * n),
-            itemsize=8,
-            counts=np.concatenate([records, records]),
-            guesses=np.concatenate([records, records]) * both // np.concatenate([tokens, tokens]),
-        )
-        lo, hi = found[:n], found[n:]
-        keep = hi > lo
-        if keep.any():
-            raw = self._start_index.runs("starts", shard[keep], lo[keep], hi[keep], 8)
-            values = np.frombuffer(raw, "<u8").astype(np.int64) // np.repeat(scale[keep], (hi - lo)[keep])
-        else:
-            values = np.empty(0, np.int64)
-        return self._window_positions(values, hi - lo, keep, shard, window_of, g0, len(idx))
+    def _start_units(self, shard: np.ndarray) -> np.ndarray | None:
+        # Megatron's column holds byte pointers (a token is its item size); the others, tokens.
+        return self._scale[shard]  # type: ignore[no-any-return]
 
     @property
-    def _mapped(self) -> bool:
+    def _maps_starts(self) -> bool:
         """Whether record starts are searched in memory maps: local files whose index column
         holds the starts themselves (Megatron's pointers; datatrove's ends are searched in pages)."""
         storage: ForeignStorage = self.storage  # type: ignore[assignment]
@@ -492,15 +453,14 @@ class ForeignStreamDataset(StreamDataset):
         )
 
     def _map_starts(self, shard: int) -> np.ndarray:
-        import mmap
-
         storage: ForeignStorage = self.storage  # type: ignore[assignment]
         column = storage.files[shard].starts
         assert column is not None
         if column.count == 0:
             return np.empty(0, "<i8")
-        fd = self.reader.descriptor(shard, "starts")  # type: ignore[attr-defined]
-        mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        mapped = self.reader.map_file(shard, "starts")  # the whole index file, size-checked
+        if mapped is None:
+            raise RuntimeError(f"{self.url}: record starts are mapped only from local disk (reader.local)")
         return np.frombuffer(mapped, "<i8", count=column.count, offset=column.offset)
 
     @property

@@ -1,0 +1,553 @@
+"""Decontamination: drop the documents that share an n-gram of words with an evaluation set.
+
+Words are what is left of a text lowercased, with punctuation and symbols deleted (everything
+but letters, digits and whitespace: ``"Don't!"`` is ``dont``), split at whitespace, so a leak
+written over a line break or in another case still matches. A document is dropped when any
+``n`` consecutive words of it (default 13) are ``n`` consecutive words of an eval item.
+
+Matching is exact: n-grams are hashed to 64 bits only to find candidates fast (a sorted array of
+the eval set's n-gram hashes, `numpy.searchsorted`), and every candidate is compared word for
+word with the eval item's n-gram before a document is dropped. A hash collision therefore costs
+one comparison and never drops a document (a Bloom filter, as Dolma's, drops on a false
+positive); equal n-grams always hash equal, so no leak is missed.
+
+The hashes are polynomial, computed with NumPy over a batch of documents at once (uint64
+arithmetic wraps, which is the modulus): a word's hash from its bytes, an n-gram's from its
+words' hashes. The eval set is read once by the driver (`prepare`), and travels to the tasks
+inside the job's config (`attach`); a part run outside the driver builds it itself (`checker`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import string
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from guideloom.errors import IngestError
+from guideloom.io import redact_url
+from guideloom.types import BadRecord, InputRecord, ReadOptions
+
+__all__ = [
+    "DEFAULT_NGRAM",
+    "EvalIndex",
+    "Match",
+    "attach",
+    "build_index",
+    "checker",
+    "ngram_hashes",
+    "normalized",
+    "prepare",
+    "recorded",
+    "screen",
+]
+
+DEFAULT_NGRAM = 13
+CONTAMINATED = "contaminated"  # the reason a dropped document is counted and listed under
+
+_MASK = (1 << 64) - 1
+_BYTE_BASE = 0x100000001B3  # FNV's 64-bit prime: odd, so the powers never vanish mod 2**64
+_WORD_BASE = 0x9E3779B97F4A7C15  # the golden-ratio constant, odd
+TABLE_MAX_BITS = 26  # the pre-check table: at most 64 MiB of booleans
+_MAX_WORD = 64  # powers kept for words up to this many bytes; longer words grow the table
+
+# ASCII: what a text keeps are letters, digits and whitespace (the non-ASCII path, a regular
+# expression, agrees on every ASCII character: `_ascii_tables` is built from it).
+_NOT_WORD = re.compile(r"[^\w\s]|_")
+
+
+def _ascii_tables() -> tuple[bytes, bytes, np.ndarray]:
+    """What the ASCII path deletes, its table (every whitespace character becomes a space, as
+    ``str.split`` sees whitespace), and which bytes are spaces."""
+    deleted = bytes(c for c in range(128) if _NOT_WORD.fullmatch(chr(c)))
+    table = bytes(32 if chr(c).isspace() else c for c in range(256))
+    space = np.zeros(256, dtype=bool)
+    space[32] = True
+    return deleted, table, space
+
+
+_DELETED, _TABLE, _SPACE = _ascii_tables()
+assert set(string.punctuation.encode()) <= set(_DELETED)
+
+
+def normalized(text: str) -> bytes:
+    """The text as matching sees it: lowercased, punctuation and symbols deleted, UTF-8; words
+    are separated by spaces (every whitespace character becomes one)."""
+    if text.isascii():
+        return text.lower().encode("ascii").translate(_TABLE, _DELETED)
+    return " ".join(_NOT_WORD.sub("", text.lower()).split()).encode("utf-8", "surrogatepass")
+
+
+def words(data: bytes) -> list[bytes]:
+    """The words of a `normalized` text."""
+    return data.split()
+
+
+PREFIX_MAX_BYTES = 2**23  # batches up to this size hash words by prefix sums (tables of 2 x 8 bytes a byte)
+
+_powers: np.ndarray = np.ones(1, dtype=np.uint64)
+_inverse: np.ndarray = np.ones(1, dtype=np.uint64)
+
+
+def _geometric(base: int, size: int) -> np.ndarray:
+    """``base ** i`` mod 2**64 for ``i < size``, by doubling: ``out[m:2m] = out[:m] * base**m``."""
+    out = np.ones(max(size, 2), dtype=np.uint64)
+    out[1] = base
+    filled = 2
+    while filled < size:
+        step = min(filled, size - filled)
+        out[filled : filled + step] = out[:step] * out[filled - 1] * np.uint64(base)
+        filled += step
+    return out[:size]
+
+
+def _byte_powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``BASE ** i`` and ``BASE ** -i`` mod 2**64 for ``i < n`` (BASE is odd, so it has an
+    inverse mod 2**64): tables grown on demand and kept per process."""
+    global _powers, _inverse
+    if len(_powers) < n:
+        size = max(n, 2 * len(_powers), _MAX_WORD)
+        _powers = _geometric(_BYTE_BASE, size)
+        _inverse = _geometric(pow(_BYTE_BASE, -1, 1 << 64), size)
+    return _powers[:n], _inverse[:n]
+
+
+def _word_spans(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bytes, start of each word, end of each word) of a normalized text (or a batch of them
+    joined by spaces): a `normalized` text separates words by spaces only (a UTF-8 byte of a
+    longer character is never 32)."""
+    b = np.frombuffer(data, dtype=np.uint8)
+    if b.size == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return b, empty, empty
+    space = b == 32
+    inside = ~space
+    before = np.empty_like(space)
+    before[0], before[1:] = True, space[:-1]
+    after = np.empty_like(space)
+    after[-1], after[:-1] = True, space[1:]
+    starts = np.flatnonzero(inside & before)
+    ends = np.flatnonzero(inside & after) + 1
+    return b, starts, ends
+
+
+def _word_hashes(b: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """One 64-bit hash per word: the sum of (byte + 1) * BASE ** (its position in the word),
+    mod 2**64, then mixed with the word's length. Computed from prefix sums over the whole
+    batch (a few passes over its bytes), or word by word (`np.add.reduceat`) for a batch too
+    large for the power tables; both give the same hashes."""
+    if starts.size == 0:
+        return np.zeros(0, dtype=np.uint64)
+    lengths = (ends - starts).astype(np.uint64)
+    if b.size <= PREFIX_MAX_BYTES:
+        powers, inverse = _byte_powers(b.size)
+        prefix = np.zeros(b.size + 1, dtype=np.uint64)
+        np.cumsum((b + np.uint64(1)) * powers, out=prefix[1:])
+        sums = (prefix[ends] - prefix[starts]) * inverse[starts]
+    else:
+        first = np.zeros(b.size, dtype=np.int64)
+        first[starts] = starts
+        np.maximum.accumulate(first, out=first)
+        inside = b != 32
+        position = np.where(inside, np.arange(b.size, dtype=np.int64) - first, 0)
+        powers, _ = _byte_powers(int(lengths.max()) + 1)
+        terms = (b + np.uint64(1)) * powers[position]
+        terms[~inside] = 0
+        sums = np.add.reduceat(terms, starts)
+    return (sums ^ lengths) * np.uint64(_WORD_BASE)
+
+
+def _combine(word_hashes: np.ndarray, n: int) -> np.ndarray:
+    """The hash of each run of ``n`` consecutive words (``len - n + 1`` of them)."""
+    count = word_hashes.size - n + 1
+    if count <= 0:
+        return np.zeros(0, dtype=np.uint64)
+    out = word_hashes[:count].copy()
+    base = np.uint64(_WORD_BASE)
+    for j in range(1, n):
+        out *= base
+        out += word_hashes[j : j + count]
+    return out
+
+
+def ngram_hashes(data: bytes, n: int) -> np.ndarray:
+    """The hash of every n-gram of one normalized text, in order."""
+    b, starts, ends = _word_spans(data)
+    return _combine(_word_hashes(b, starts, ends), n)
+
+
+@dataclass
+class _Batch:
+    """Normalized texts joined by spaces, their words, and their n-grams: ``grams[g]`` is the
+    n-gram that starts at word ``g``; ``ok[g]`` where it lies inside one text (``word_doc``)."""
+
+    joined: bytes
+    starts: np.ndarray
+    ends: np.ndarray
+    word_doc: np.ndarray
+    first_word: np.ndarray  # each text's first word
+    grams: np.ndarray
+    ok: np.ndarray
+
+
+def _batch(data: list[bytes], n: int) -> _Batch:
+    joined = b" ".join(data)
+    b, starts, ends = _word_spans(joined)
+    doc_starts = np.cumsum([0] + [len(d) + 1 for d in data[:-1]])
+    word_doc = np.searchsorted(doc_starts, starts, side="right") - 1
+    grams = _combine(_word_hashes(b, starts, ends), n)
+    ok = word_doc[: grams.size] == word_doc[n - 1 :] if grams.size else np.zeros(0, dtype=bool)
+    first_word = np.searchsorted(starts, doc_starts)
+    return _Batch(joined, starts, ends, word_doc, first_word, grams, ok)
+
+
+@dataclass(frozen=True)
+class EvalItem:
+    """Where an eval item is: its file (as shown), line or row, and the field read."""
+
+    file: str
+    line: int | None
+    row: int | None
+    field: str
+
+    def describe(self) -> str:
+        where = f"row {self.row}" if self.row is not None else f"line {self.line}"
+        return f"{self.file} {where} ({self.field})"
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"file": self.file, "field": self.field}
+        if self.row is not None:
+            out["row"] = self.row
+        else:
+            out["line"] = self.line
+        return out
+
+
+@dataclass(frozen=True)
+class Match:
+    """Why a document is dropped: the eval item it shares an n-gram with, and the n-gram."""
+
+    item: EvalItem
+    ngram: str
+
+    def message(self, n: int) -> str:
+        return f"shares the {n}-gram {self.ngram!r} with eval item {self.item.describe()}"
+
+
+class EvalIndex:
+    """The n-grams of an eval set: sorted hashes, and for each the item and word position that
+    has it, plus each item's words to confirm a candidate. Picklable (Ray sends it to tasks)."""
+
+    def __init__(self, n: int, items: list[EvalItem], texts: list[bytes], sources: list[str]) -> None:
+        self.n = n
+        self.items = items
+        self.texts = texts  # `normalized`: words separated by spaces
+        self.sources = sources
+        hashes, owners, positions, counts = [], [], [], []
+        k = 0
+        while k < len(texts):  # in batches of about SCREEN_CHARS bytes
+            size, j = 0, k
+            while j < len(texts) and (j == k or size + len(texts[j]) <= SCREEN_CHARS):
+                size += len(texts[j]) + 1
+                j += 1
+            batch = _batch(texts[k:j], n)
+            keep = np.flatnonzero(batch.ok)
+            hashes.append(batch.grams[keep])
+            doc = batch.word_doc[keep]
+            owners.append((doc + k).astype(np.int32))
+            positions.append((keep - batch.first_word[doc]).astype(np.int32))
+            counts.append(np.bincount(batch.word_doc, minlength=j - k))
+            k = j
+        all_hashes = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
+        order = np.argsort(all_hashes)  # ties in any order: `check` names the first item that matches
+        self.hashes = all_hashes[order]
+        self.owner = (np.concatenate(owners) if owners else np.zeros(0, np.int32))[order]
+        self.position = (np.concatenate(positions) if positions else np.zeros(0, np.int32))[order]
+        self._filter: tuple[np.ndarray, np.uint64] | None = None
+        words = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
+        self.usable = int((words >= n).sum())
+        digest = hashlib.sha256(f"ngram={n}\n".encode())
+        for text in texts:
+            digest.update(text + b"\n")
+        self.sha256 = digest.hexdigest()
+
+    @property
+    def ngrams(self) -> int:
+        return int(self.hashes.size)
+
+    def describe(self) -> dict[str, Any]:
+        """What the manifest records of the eval set (and the plan digest hashes)."""
+        return {
+            "eval": list(self.sources),
+            "ngram": self.n,
+            "items": len(self.items),
+            "items_too_short": len(self.items) - self.usable,
+            "ngrams": self.ngrams,
+            "sha256": self.sha256,
+        }
+
+    def _table(self) -> tuple[np.ndarray, np.uint64]:
+        """A table of booleans indexed by a hash's top bits: True where some eval n-gram's hash
+        has them (about 1 in 16 slots set). Built on first use in each process, never pickled."""
+        if self._filter is None:
+            bits = max(16, min(TABLE_MAX_BITS, int(np.ceil(np.log2(max(1, self.hashes.size) * 16)))))
+            shift = np.uint64(64 - bits)
+            table = np.zeros(1 << bits, dtype=bool)
+            table[self.hashes >> shift] = True
+            self._filter = (table, shift)
+        return self._filter
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_filter"] = None
+        return state
+
+    def _ngram_words(self, k: int, position: int) -> list[bytes]:
+        return self.texts[k].split()[position : position + self.n]
+
+    def check(self, texts: Sequence[str]) -> list[Match | None]:
+        """For each text, the first n-gram (in text order) that an eval item has, or None."""
+        out: list[Match | None] = [None] * len(texts)
+        if not texts or self.hashes.size == 0:
+            return out
+        batch = _batch([normalized(t) for t in texts], self.n)
+        grams, ok, word_doc = batch.grams, batch.ok, batch.word_doc
+        starts, ends, joined = batch.starts, batch.ends, batch.joined
+        if grams.size == 0:
+            return out
+        # A table of the hashes' top bits first (one random read per n-gram), so that only the
+        # few n-grams it lets through are looked up in the sorted hashes (about 20 reads each).
+        table, shift = self._table()
+        maybe = np.flatnonzero(ok & table[grams >> shift])
+        at = np.searchsorted(self.hashes, grams[maybe])
+        found_at = self.hashes[np.minimum(at, self.hashes.size - 1)] == grams[maybe]
+        first = dict(zip(maybe[found_at].tolist(), at[found_at].tolist()))
+        for g in first:
+            doc = int(word_doc[g])
+            if out[doc] is not None:
+                continue
+            found = [joined[s:e] for s, e in zip(starts[g : g + self.n], ends[g : g + self.n])]
+            i, matched = first[g], None
+            while i < self.hashes.size and self.hashes[i] == grams[g]:
+                k, p = int(self.owner[i]), int(self.position[i])
+                if (matched is None or k < matched) and self._ngram_words(k, p) == found:
+                    matched = k  # the first eval item that has it is named
+                i += 1  # (a hash collision is compared, never dropped)
+            if matched is not None:
+                out[doc] = Match(self.items[matched], b" ".join(found).decode("utf-8", "replace"))
+        return out
+
+
+# -- reading the eval set --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EvalSource:
+    """One entry of ``decontaminate``: files (a path, glob, folder or URL) and the field read."""
+
+    path: str
+    field: str
+
+
+def sources_of(config: Any) -> list[EvalSource]:
+    """The eval sources a job names: strings use ``decontaminate_field``; a mapping
+    ``{"path": ..., "field": ...}`` names its own field."""
+    out = []
+    for entry in config.decontaminate:
+        if isinstance(entry, str):
+            out.append(EvalSource(entry, config.decontaminate_field))
+        else:
+            out.append(EvalSource(str(entry["path"]), str(entry.get("field", config.decontaminate_field))))
+    return out
+
+
+def _item_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "\n".join(value)  # a list of strings (answer choices): one text, words in order
+    return None
+
+
+def _records(f: Any, field: str, options: dict[str, Any]) -> Iterator[tuple[InputRecord, str]]:
+    """(record, its text) of every record of one eval file, in file order."""
+    from guideloom.types import Document
+    from guideloom.workers.readers import input_reader
+    from guideloom.workers.sources import Segment
+
+    shown = redact_url(f.url)
+    if f.kind not in ("jsonl", "parquet"):
+        raise IngestError(
+            f"eval file {shown} is {f.kind}: --decontaminate reads JSON Lines or Parquet files "
+            "(one eval item per record): convert it, or name only .jsonl / .parquet files"
+        )
+    read_options = ReadOptions(field, False, (), options)
+    for item in input_reader(f.kind).read(f, Segment(0, 0, f.size, True), read_options):
+        if isinstance(item, Document):  # a blank line
+            continue
+        if isinstance(item, BadRecord):
+            where = f"line {item.line}" if item.line is not None else f"byte {item.offset}"
+            raise IngestError(f"eval file {shown} {where}: {item.detail}; fix or remove that line")
+        where = f"row {item.row}" if item.row is not None else f"line {item.line}"
+        if field not in item.data:
+            fields = ", ".join(sorted(map(str, item.data))[:12]) or "none"
+            raise IngestError(
+                f"eval file {shown} {where} has no field {field!r} (its fields: {fields}); name "
+                "the field that holds the eval text: --decontaminate-field FIELD (or "
+                "decontaminate=[{'path': ..., 'field': FIELD}] in Python or a job file)"
+            )
+        text = _item_text(item.data[field])
+        if text is None:
+            raise IngestError(
+                f"eval file {shown} {where}: field {field!r} holds {type(item.data[field]).__name__}, "
+                "not text (a string or a list of strings); name a text field with --decontaminate-field"
+            )
+        yield item, text
+
+
+def build_index(config: Any) -> EvalIndex:
+    """Read the job's eval set and index its n-grams.
+
+    Raises:
+        IngestError: An eval path that does not exist or matches nothing, a file that is not
+            JSON Lines or Parquet, a record without the field (or not text there), an eval set
+            with no item, or none with as many words as the n-gram.
+    """
+    from guideloom.workers.sources import expand_inputs
+
+    n = config.decontaminate_ngram
+    options = dict(config.input_storage_options)
+    items: list[EvalItem] = []
+    texts: list[bytes] = []
+    shown_sources = []
+    for source in sources_of(config):
+        shown_sources.append(f"{redact_url(source.path)}#{source.field}")
+        try:
+            files = expand_inputs([source.path], "auto", options)
+        except IngestError as err:
+            raise IngestError(f"--decontaminate: {err}") from None
+        for f in files:
+            shown = redact_url(f.url)
+            for record, text in _records(f, source.field, options):
+                items.append(EvalItem(shown, record.line, record.row, source.field))
+                texts.append(normalized(text))
+    paths = ", ".join(redact_url(s.path) for s in sources_of(config))
+    if not items:
+        raise IngestError(
+            f"the eval set ({paths}) holds no item: every file is empty. Point --decontaminate at "
+            "the files that hold the eval items (JSON Lines or Parquet, one item per record)"
+        )
+    index = EvalIndex(n, items, texts, shown_sources)
+    if index.usable == 0:
+        longest = max(len(t.split()) for t in texts)
+        raise IngestError(
+            f"no item of the eval set ({paths}; {len(items)} items) has {n} words, so no "
+            f"{n}-gram can match: the longest has {longest}. Lower --decontaminate-ngram (e.g. "
+            f"--decontaminate-ngram {max(1, min(longest, 8))}), or check --decontaminate-field"
+        )
+    return index
+
+
+_ATTACHED = "_eval_index"
+
+
+def prepare(config: Any) -> tuple[Any, dict[str, Any]]:
+    """In the driver, before any task: read the eval set (named errors), and return the config
+    that carries it to the tasks and what the plan digest adds (the eval set's hash).
+    A job without ``decontaminate`` is returned as it is."""
+    if not config.decontaminate:
+        return config, {}
+    index = build_index(config)
+    return attach(config, index), {"decontaminate": index.describe()}
+
+
+def attach(config: Any, index: EvalIndex) -> Any:
+    """A copy of the config that carries ``index`` (a private attribute: not an option, not
+    in the job's identity, pickled with the config when Ray sends it)."""
+    copy = config.model_copy()
+    setattr(copy, _ATTACHED, index)
+    return copy
+
+
+_built: dict[str, EvalIndex] = {}  # per process, for parts run without the driver
+
+
+def checker(config: Any) -> EvalIndex | None:
+    """The eval index of a job (None without ``decontaminate``): the one the driver attached,
+    else built here once per process."""
+    if not config.decontaminate:
+        return None
+    attached = getattr(config, _ATTACHED, None)
+    if attached is not None:
+        return attached  # type: ignore[no-any-return]
+    key = json.dumps(
+        [config.decontaminate, config.decontaminate_field, config.decontaminate_ngram],
+        sort_keys=True,
+        default=str,
+    )
+    if key not in _built:
+        _built[key] = build_index(config)
+    return _built[key]
+
+
+SCREEN_DOCS = 512  # documents checked at once (NumPy's per-call cost spread over a batch)
+SCREEN_CHARS = 2**20
+
+
+class Screen:
+    """Checks a part's documents in batches, in order: each clean one goes on to ``keep``, each
+    contaminated one is counted per input file and listed in the part's rejects."""
+
+    def __init__(
+        self, index: EvalIndex, keep: Callable[[Any], None], rejected: Any, counts: Counter[str]
+    ) -> None:
+        self.index = index
+        self.keep = keep
+        self.rejected = rejected
+        self.counts = counts
+        self.items: list[Any] = []
+        self.where: list[tuple[Any, Any, int, Any]] = []
+        self.chars = 0
+
+    def add(self, item: Any, where: tuple[Any, Any, int, Any]) -> None:
+        """``item`` has the ``text`` checked and the ``url`` counted; ``where`` is (input file,
+        segment, index of the record in it, the record as read)."""
+        self.items.append(item)
+        self.where.append(where)
+        self.chars += len(item.text)
+        if len(self.items) >= SCREEN_DOCS or self.chars >= SCREEN_CHARS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.items:
+            return
+        items, where = self.items, self.where
+        self.items, self.where, self.chars = [], [], 0
+        matches = self.index.check([item.text for item in items])
+        n = self.index.n
+        for item, at, match in zip(items, where, matches):
+            if match is None:
+                self.keep(item)
+                continue
+            self.counts[item.url] += 1
+            f, seg, k, raw = at
+            extra = {"eval": match.item.as_json(), "ngram": match.ngram}
+            self.rejected.add(f, seg, k, CONTAMINATED, match.message(n), raw, extra)
+
+
+def screen(config: Any, keep: Callable[[Any], None], rejected: Any, counts: Counter[str]) -> Screen | None:
+    """The job's `Screen` (None without ``decontaminate``: documents go straight to ``keep``)."""
+    index = checker(config)
+    return None if index is None else Screen(index, keep, rejected, counts)
+
+
+def recorded(config: Any) -> dict[str, Any] | None:
+    """What the manifest records of the job's eval set (None without ``decontaminate``)."""
+    index = checker(config)
+    return None if index is None else index.describe()
