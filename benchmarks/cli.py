@@ -62,6 +62,7 @@ ROWS = (
     "pack",
     "rebuilt",
     "report",
+    "metrics",
 )
 S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle", "cache", "foreign", "rebuilt")
 
@@ -112,6 +113,7 @@ def run(
         ingest_cluster,
         ingest_kinds,
         ingestion,
+        loader_metrics,
         local,
         memory,
         mixing,
@@ -171,6 +173,7 @@ def run(
             "pack": lambda: packing.pack_rows(cfg),
             "rebuilt": lambda: rebuilt.rebuilt_rows(cfg, s3_endpoint),
             "report": lambda: reporting.report_rows(cfg),
+            "metrics": lambda: loader_metrics.metrics_rows(cfg),
         }
         for name in ROWS:
             if name not in rows:

@@ -116,6 +116,7 @@ _GROUP_BY_MODULE = {
     # trainers forking 2 gloo processes each (Lightning DDP, accelerate): one pair at a time
     "test_lightning_ddp.py": "trainers",
     "test_accelerate_ranks.py": "trainers",
+    "test_metrics_callbacks.py": "trainers",  # real Lightning and transformers Trainers (#35)
 }
 _GROUP_BY_FIXTURE = {
     "ray_local": "ray",  # one local Ray, not one per worker

@@ -11,7 +11,8 @@ import"):
   entry points above the layers (``cli``, ``demo``), which use the public API as a user does;
 - no circles between modules;
 - torch and torchdata are imported only under ``guideloom/loading`` (and by ``guideloom.testing``,
-  a helper for training code), ray only under ``workers/``.
+  a helper for training code), ray only under ``workers/``, the trainers' frameworks (Lightning,
+  transformers, accelerate) only under ``guideloom/integrations``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ LAYERS = {
     "guideloom.testing": 6,
     "guideloom.reporting": 6,
     "guideloom.terminal": 6,
+    "guideloom.integrations": 6,  # trainers' callbacks: use the loader, import their framework
     "guideloom.cli": 7,
     "guideloom.demo": 7,
     "guideloom": 8,  # the package face: re-exports, imports anything below
@@ -48,6 +50,9 @@ LAYERS = {
 MAY_IMPORT_ROOT = {"guideloom.workers", "guideloom.cli", "guideloom.demo", "guideloom.testing"}
 HEAVY = {"torch": ("guideloom.loading", "guideloom.testing"), "torchdata": ("guideloom.loading",)}
 HEAVY["ray"] = ("guideloom.workers",)
+# the trainers' frameworks (they import torch): only their callbacks import them
+for _framework in ("lightning", "pytorch_lightning", "transformers", "accelerate"):
+    HEAVY[_framework] = ("guideloom.integrations",)
 
 
 @functools.cache
@@ -131,7 +136,9 @@ def test_no_module_imports_a_layer_above_it_or_a_sibling():
             if theirs == mine:
                 continue
             if LAYERS[theirs] >= LAYERS[mine] and mine != "guideloom":
-                bad.append(f"{name}:{line} imports {target} ({theirs}, layer {LAYERS[theirs]} >= {LAYERS[mine]})")
+                bad.append(
+                    f"{name}:{line} imports {target} ({theirs}, layer {LAYERS[theirs]} >= {LAYERS[mine]})"
+                )
     assert not bad, "\n".join(bad)
 
 

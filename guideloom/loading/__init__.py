@@ -13,10 +13,10 @@ The modules, by layer (each imports only modules listed before it):
   workers), ``blend`` (``guideloom.open``: Megatron-style weighted lists as a mixture),
   ``read_settings`` (`ReadSettings`: how a loader reads);
 - torch: ``collate``, ``placement`` (pinning, the copy to a device), ``sampler`` (batches and
-  read-ahead groups), ``batch_order`` (`BatchOrder`), ``fetch`` (what a worker runs),
-  ``packing`` (whole records per window), ``view_recipe`` (what ``from_storage`` makes a view
-  of), ``snapshots`` (following and pinning snapshots), ``loader_args`` (which path the
-  arguments pick), ``loader`` (the loader itself).
+  read-ahead groups), ``batch_order`` (`BatchOrder`), ``metrics`` (what ``loader.metrics()``
+  counts), ``fetch`` (what a worker runs), ``packing`` (whole records per window),
+  ``view_recipe`` (what ``from_storage`` makes a view of), ``snapshots`` (following and pinning
+  snapshots), ``loader_args`` (which path the arguments pick), ``loader`` (the loader itself).
 """
 
 from __future__ import annotations

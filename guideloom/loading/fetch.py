@@ -27,6 +27,7 @@ from torch.utils.data import Dataset
 from guideloom.io.stats import io_stats
 from guideloom.loading.boundaries import with_cu_seqlens
 from guideloom.loading.collate import collate_aligned, collate_documents, collate_windows
+from guideloom.loading.metrics import mask_tokens
 from guideloom.loading.placement import pin
 from guideloom.types import STREAM, DatasetView, GroupReader, Layout
 
@@ -44,11 +45,14 @@ class Whole(NamedTuple):
 
 
 class Reported(NamedTuple):
-    """A worker process's collated group, with its requests so far (`guideloom.io.stats`)."""
+    """A worker process's collated group, with its requests so far (`guideloom.io.stats`) and
+    each batch's ``loss_mask`` tokens (-1: no such field; `guideloom.loading.metrics`), counted
+    in the worker so that the training loop's thread does not."""
 
     group: Any
     io: Any
     pid: int
+    masks: Any = None
 
 
 class GroupCollate:
@@ -66,18 +70,37 @@ class GroupCollate:
                 group = Whole(collate_windows(parts.data, whole_batch=False), parts.sizes)
             else:
                 group = Whole(self.collate(parts.data), parts.sizes)
+            masks = _whole_masks(group)
         else:
             group = [self.collate(p) for p in parts]
-        return Reported(group, io_stats(), os.getpid())
+            masks = [mask_tokens(b) for b in group]
+        return Reported(group, io_stats(), os.getpid(), masks)
 
 
-def unrolled(groups: Iterator[Any], report: Callable[[int, Any], None] | None = None) -> Iterator[Any]:
+def _whole_masks(group: Whole) -> list[int]:
+    """``loss_mask`` tokens of each batch of a `Whole` group (-1 each without the field)."""
+    mask = group.data.get("loss_mask") if isinstance(group.data, dict) else None
+    if mask is None:
+        return [-1] * len(group.sizes)
+    rows = np.count_nonzero(np.asarray(mask).reshape(len(mask), -1), axis=1)
+    starts = np.cumsum([0, *group.sizes[:-1]])
+    return [int(n) for n in np.add.reduceat(rows, starts)]
+
+
+def unrolled(
+    groups: Iterator[Any],
+    report: Callable[[int, Any], None] | None = None,
+    masks: Callable[[list[int]], None] | None = None,
+) -> Iterator[Any]:
     """The batches of collated groups, in order (a `Whole` group split into row slices); a
-    worker's request counts go to ``report(pid, counts)``."""
+    worker's request counts go to ``report(pid, counts)``, each group's ``loss_mask`` tokens per
+    batch to ``masks(counts)`` before its batches are yielded."""
     for group in groups:
         if isinstance(group, Reported):
             if report is not None:
                 report(group.pid, group.io)
+            if masks is not None and group.masks is not None:
+                masks(group.masks)
             group = group.group
         if isinstance(group, Whole):
             bounds = np.cumsum([0, *group.sizes]).tolist()

@@ -103,6 +103,7 @@ from guideloom.loading.loader_args import (
     refuse_order_settings,
     torchdata_init,
 )
+from guideloom.loading.metrics import METRICS_KEY, LoaderMeter, checked, counted
 from guideloom.loading.mixture_sources import (
     RankCounts,
     SourcedCollate,
@@ -427,6 +428,7 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         # per source: samples delivered in the epochs before this one (source_counts)
         self._samples_before = [0] * len(source_names(view))
         self._rank_counts = RankCounts(view, rank)  # source_counts(scope="rank")
+        self._meter = LoaderMeter(rank, world_size)  # metrics(): this rank's counters
         self._reopen: Callable[[str | None], DatasetView] | None = None  # from_storage sets it
         # a Mixture's: its view with each source at the given snapshot (from_storage sets it)
         self._reopen_sources: Callable[[Sequence[str | None]], DatasetView] | None = None
@@ -737,7 +739,9 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         if previous is not None and self._threads is not None:
             previous.close()  # a new pass stops the threads of an abandoned one
         progress = Progress()
-        current = Pass(lambda: self._open_pass(progress, refused), progress, order.pass_steps())
+        current = Pass(
+            lambda: self._open_pass(progress, refused), progress, order.pass_steps(), self._meter.received
+        )
         self._live, self._pass = progress, weakref.ref(current)
         return current
 
@@ -756,17 +760,21 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
             self._live = progress
         closers: list[Any] = []
         batches: Iterator[Any]
+        meter = self._meter  # metrics(): each batch's loss_mask tokens, counted by its worker
+        meter.start_pass()
         if self._schedule.num_steps == 0:
             batches = iter(())  # nothing of this epoch is left (a state at its last batch)
         elif self._threads is not None:
-            batches = self._thread_batches()
+            threaded = self._thread_batches()
+            closers.append(threaded)
+            batches = meter.taking(threaded)  # (batch, loss_mask tokens) pairs
         elif self.num_workers == 0:
-            batches = self._inline_batches()
+            batches = meter.counted(self._inline_batches())
         else:
             assert self._workers is not None
             torch_batches = self._workers.__iter__()
             closers.append(torch_batches)  # it yields one list of collated batches per group
-            batches = unrolled(torch_batches, self._worker_io.__setitem__)
+            batches = unrolled(torch_batches, self._worker_io.__setitem__, meter.expect)
         if not closers:
             closers.append(batches)
         if self._device is not None:
@@ -799,7 +807,7 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
                 parts = source.read_group(group)
             finally:
                 copies.release(source)
-            return [finish(p) for p in parts]
+            return [counted(finish(p)) for p in parts]  # the loss_mask count, in this thread
 
         return ThreadBatches(self._groups(), work, threads=threads, depth=threads * prefetch, timeout=timeout)
 
@@ -822,6 +830,28 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         here = subtract_stats(io_stats(), self._io_base)
         return merge_stats([here, *self._worker_io.values()])
 
+    def metrics(self) -> dict[str, Any]:
+        """What the run's loader did, since the previous call and since training began.
+
+        ``{"since_last": counts, "total": counts}`` where ``counts`` has ``batches`` (this
+        rank's batches received), ``samples``, ``tokens`` and ``sources``
+        (``{name: {"samples", "tokens"}}``, all ranks together: `source_counts`),
+        ``loss_mask_tokens`` (tokens with a non-zero ``loss_mask`` in the batches received; None
+        without that field), ``gets``, ``bytes_read``, ``retries``, ``throttled`` and
+        ``cache_hits`` (this rank's requests to object stores: `io_stats`) and ``wait_s``
+        (seconds the loop spent in ``next()`` waiting for a batch). The totals are kept in
+        `state_dict` and continue after `load_state_dict` on the same rank and world size. See
+        `guideloom.loading.metrics`; `guideloom.loading.metrics.flatten` makes logger keys.
+
+        Raises:
+            AttributeError: The loader is torchdata's (over a plain torch dataset).
+        """
+        if not self._guideloom:
+            raise AttributeError(
+                "metrics is GuideLoom's: build the loader with StatefulDataLoader.from_storage"
+            )
+        return self._meter.report(self._meter.totals(self.io_stats()), self.source_counts())
+
     def state_dict(self) -> dict[str, Any]:
         """Where the caller is: epoch and global position after the last *received* batch.
 
@@ -839,9 +869,11 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
             return super().state_dict()
         live = self._live
         received, ended = (live.received, live.ended) if live is not None else (0, False)
-        return self._order.state_at(
+        state = self._order.state_at(
             received, ended, samples_before=tuple(self._samples_before), handed_out=self._handed_out()
         )
+        state[METRICS_KEY] = self._meter.state(self.io_stats())  # metrics() totals continue
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from a saved state at O(1) cost: the next ``iter(loader)`` resumes there.
@@ -865,6 +897,7 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         if not self._guideloom:
             return super().load_state_dict(state_dict)
         saved = LoaderState.from_dict(state_dict)
+        counters = checked(state_dict.get(METRICS_KEY))  # metrics(): this rank's totals
         self._pin_saved(
             saved.identity.snapshot, saved.identity.url
         )  # a dataset that grew: back to the saved snapshot
@@ -892,6 +925,8 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         self._samples_before = before
         self._start_handed = handed
         self.next_iter_state = None  # torchdata must never fast-forward: its own state stays empty
+        self._meter.load(counters)
+        self._meter.mark_start(self.source_counts())
 
     def skip_steps(self, steps: range) -> None:
         """Leave out global steps ``steps.start .. steps.stop - 1``: the next pass yields step

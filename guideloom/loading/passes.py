@@ -9,6 +9,7 @@ epoch's end resumes (torchdata's rule, see `guideloom.loading.state`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from time import perf_counter
 from typing import Any
 
 __all__ = ["Pass", "Progress"]
@@ -33,21 +34,28 @@ class Pass:
     """
 
     def __init__(
-        self, start: Callable[[], tuple[Iterator[Any], list[Any]]], progress: Progress, length: int
+        self,
+        start: Callable[[], tuple[Iterator[Any], list[Any]]],
+        progress: Progress,
+        length: int,
+        waited: Callable[[float, bool], None] | None = None,
     ) -> None:
         """``start()`` -> ``(batches, closers)``, called at the first ``next``: a framework may
         call ``set_epoch`` between ``iter(loader)`` and the first batch (Lightning does), and the
-        pass reads the epoch it set."""
+        pass reads the epoch it set. ``waited(seconds, got_batch)`` hears how long each ``next``
+        took (`guideloom.loading.metrics.LoaderMeter.received`)."""
         self._start: Callable[[], tuple[Iterator[Any], list[Any]]] | None = start
         self._batches: Iterator[Any] = iter(())
         self._progress = progress
         self._closers: list[Any] = []  # objects whose close/_shutdown_workers ends the pass's workers
         self._length = length
+        self._waited = waited
 
     def __iter__(self) -> Pass:
         return self
 
     def __next__(self) -> Any:
+        began = perf_counter() if self._waited is not None else 0.0
         if self._start is not None:
             start, self._start = self._start, None
             self._batches, self._closers = start()
@@ -55,8 +63,12 @@ class Pass:
             batch = next(self._batches)
         except StopIteration:
             self._progress.ended = True
+            if self._waited is not None:
+                self._waited(perf_counter() - began, False)
             raise
         self._progress.received += 1
+        if self._waited is not None:
+            self._waited(perf_counter() - began, True)
         return batch
 
     def __len__(self) -> int:

@@ -52,7 +52,8 @@ def test_a_composed_loader_is_from_storage_s(stream: Any) -> None:
     )
     again.load_state_dict(state)
     assert _keys(again) == rest
-    assert composed.state_dict() == again.state_dict()
+    # the same position (the "metrics" part holds each loader's own counters: wait times differ)
+    assert composed.state_dict()["guideloom_loader"] == again.state_dict()["guideloom_loader"]
     assert composed.state_dict()["guideloom_loader"]["epoch"] == 1
 
 

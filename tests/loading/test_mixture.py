@@ -227,7 +227,8 @@ def test_the_state_is_small_and_names_what_differs(tmp_path: Any, three: dict[st
     loader = StatefulDataLoader.from_storage(mix, sequence_length=L, batch_size=2, shuffle=True)
     next(iter(loader))
     state = loader.state_dict()
-    assert len(json.dumps(state)) < 1024
+    assert len(json.dumps(state["guideloom_loader"])) < 1024  # the order's part
+    assert len(json.dumps(state["metrics"])) < 256  # loader.metrics() totals (this rank's)
 
     base = {"web": 0.5, "code": 0.3, "books": 0.2}
     saved = StatefulDataLoader.from_storage(_mix(three, base), sequence_length=L).state_dict()

@@ -1,0 +1,343 @@
+"""What a run's loader did, as counters: `StatefulDataLoader.metrics` (training-side metrics).
+
+``loader.metrics()`` answers, since its previous call and since training began: how many batches
+the loop received, the samples and tokens each source delivered, the tokens with ``loss_mask``
+set, the requests (GETs), bytes, retries and throttling answers of the object store, the block
+cache's hits, and the seconds the training loop spent waiting for a batch. Nothing here is a new
+source of truth; each figure is the one another part of GuideLoom already keeps:
+
+- samples and tokens per source: `StatefulDataLoader.source_counts` (closed form from the global
+  position: all ranks together, the same on every rank; it survives resume by construction);
+- GETs, bytes, retries, throttling answers, cache hits: `StatefulDataLoader.io_stats` (this
+  process's requests plus what worker processes report with each group of batches they send);
+- batches, ``loss_mask`` tokens and waiting time: counted for every batch the loop *receives*
+  (`LoaderMeter`). ``loss_mask`` tokens are counted on the CPU batch by the worker that made
+  it (a worker process sends the counts with its group of batches, a thread worker hands each
+  count over with its batch; with ``num_workers=0`` the loop's thread, which also reads the
+  batch), before any copy to a device, and credited when the loop receives that batch (the
+  device stage runs one batch ahead), so the counts are those of the batches the loop holds,
+  whatever the kind or number of workers.
+
+Batches, ``loss_mask`` tokens, waiting time and the I/O counters are this rank's. They are
+kept in the loader's state (key ``"metrics"`` beside the order's, with the rank and world size
+that saved them), so totals continue across a resume on the same rank and world size; a rank
+that loads another rank's state (after a change of world size every rank loads rank 0's)
+starts them from zero, since another rank's requests are not its own.
+
+Cost in the training loop's thread: per received batch two clock reads and a few additions (and,
+with ``num_workers=0`` only, one ``count_nonzero`` of the ``loss_mask`` field); `metrics` itself adds up `io_stats` and `source_counts` (O(sources + stores)),
+so call it at logging intervals, not every step (the callbacks in `guideloom.integrations` do).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from guideloom.errors import ResumeStateError
+
+__all__ = [
+    "COUNTERS",
+    "METRICS_KEY",
+    "LoaderMeter",
+    "Uncounted",
+    "checked",
+    "counted",
+    "flatten",
+    "io_counters",
+    "mask_tokens",
+]
+
+METRICS_KEY = "metrics"  # the state's key for the meter's totals (beside the order's)
+
+# This rank's counters, in the order `metrics()` lists them (``wait_s`` is a float).
+COUNTERS = (
+    "batches",
+    "loss_mask_tokens",
+    "gets",
+    "bytes_read",
+    "retries",
+    "throttled",
+    "cache_hits",
+    "wait_s",
+)
+_IO = ("gets", "bytes_read", "retries", "throttled", "cache_hits")
+_NO_MASK = -1
+
+
+def mask_tokens(batch: Any) -> int:
+    """Tokens with a non-zero ``loss_mask`` in one CPU batch, or -1 when it has no ``loss_mask``.
+
+    A dict batch (streams, streams with metadata, a ``collate_fn`` returning a dict) is read at
+    its ``"loss_mask"`` key; a list of records (documents), or ``{"documents": [...]}``, at each
+    record's ``"loss_mask"`` where records are mappings that have one.
+    """
+    if type(batch) is dict:  # the usual batch: one tensor per field (the fast path)
+        mask = batch.get("loss_mask")
+        if type(mask) is torch.Tensor:
+            try:
+                return int(np.count_nonzero(mask.numpy()))
+            except TypeError:  # not on the CPU (a collate_fn that moved it)
+                return int(torch.count_nonzero(mask))
+    if isinstance(batch, Mapping):
+        mask = batch.get("loss_mask")
+        if mask is not None:
+            return _count(mask)
+        documents = batch.get("documents")
+        return mask_tokens(documents) if isinstance(documents, list) else _NO_MASK
+    if isinstance(batch, list) and batch and isinstance(batch[0], Mapping) and "loss_mask" in batch[0]:
+        return sum(_count(r["loss_mask"]) for r in batch if isinstance(r, Mapping) and "loss_mask" in r)
+    return _NO_MASK
+
+
+def counted(batch: Any) -> tuple[Any, int]:
+    """``(batch, its loss_mask tokens)``: what a thread worker hands over (`LoaderMeter.taking`)."""
+    return batch, mask_tokens(batch)
+
+
+def _count(mask: Any) -> int:
+    if isinstance(mask, torch.Tensor):
+        return (
+            int(np.count_nonzero(mask.numpy()))
+            if mask.device.type == "cpu"
+            else int(torch.count_nonzero(mask))
+        )
+    return int(np.count_nonzero(np.asarray(mask)))
+
+
+def io_counters(stats: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    """The I/O counters of `metrics` from an `guideloom.io.stats.IOStats` (summed over stores)."""
+    out = dict.fromkeys(_IO, 0)
+    for entry in stats.values():
+        out["gets"] += int(entry.get("requests", {}).get("GET", 0))
+        out["bytes_read"] += int(entry.get("bytes_read", 0))
+        out["retries"] += int(entry.get("retries", 0))
+        out["throttled"] += int(entry.get("throttled", 0))
+        out["cache_hits"] += int(entry.get("cache_hits", 0))
+    return out
+
+
+class LoaderMeter:
+    """This rank's counters of one loader: batches received, ``loss_mask`` tokens, waiting time,
+    and the totals a restored state brought (`load`); `report` makes what `metrics` returns."""
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.rank, self.world_size = rank, world_size
+        self.batches = 0
+        self.mask = 0
+        self.has_mask = False
+        self.wait_s = 0.0
+        self._pending: deque[int] = deque()  # loss_mask tokens of batches counted, not yet received
+        self._base: dict[str, float] = dict.fromkeys(COUNTERS, 0)  # from a restored state
+        self._base_has_mask = False
+        self._last: dict[str, Any] | None = None  # the totals at the previous `report`
+        self._start_sources: dict[str, dict[str, int | None]] = {}  # source counts when counting began
+
+    # -- per batch (the training loop's thread) ----------------------------------------------
+    def start_pass(self) -> None:
+        """A new pass: counts of batches an abandoned one prefetched never arrive."""
+        self._pending.clear()
+
+    def counted(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """``batches`` (CPU batches, in the order the loop receives them), each one's
+        ``loss_mask`` tokens counted here and queued for `received` (``num_workers=0``: the
+        loop's thread reads the batch too)."""
+        pending = self._pending
+        for batch in batches:
+            pending.append(mask_tokens(batch))
+            yield batch
+
+    def taking(self, pairs: Iterator[tuple[Any, int]]) -> Iterator[Any]:
+        """The batches of ``(batch, loss_mask tokens)`` pairs (`counted` by a thread worker),
+        each count queued for `received`."""
+        pending = self._pending
+        for batch, n in pairs:
+            pending.append(n)
+            yield batch
+
+    def expect(self, counts: list[int]) -> None:
+        """Queue the counts of a group's batches (made by a worker process) for `received`."""
+        self._pending.extend(counts)
+
+    def received(self, seconds: float, batch: bool = True) -> None:
+        """The loop waited ``seconds`` in ``next()``; it got a batch (``batch``) or the pass's end."""
+        self.wait_s += seconds
+        if not batch:
+            return
+        self.batches += 1
+        if self._pending:
+            n = self._pending.popleft()
+            if n >= 0:
+                self.mask += n
+                self.has_mask = True
+
+    # -- totals ------------------------------------------------------------------------------
+    def totals(self, io: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        """This rank's counters since training began: the restored state's plus this loader's
+        (``io``: `StatefulDataLoader.io_stats`)."""
+        base = self._base
+        now: dict[str, Any] = {
+            "batches": int(base["batches"]) + self.batches,
+            "loss_mask_tokens": int(base["loss_mask_tokens"]) + self.mask
+            if (self.has_mask or self._base_has_mask)
+            else None,
+        }
+        for key, n in io_counters(io).items():
+            now[key] = int(base[key]) + n
+        now["wait_s"] = float(base["wait_s"]) + self.wait_s
+        return now
+
+    def report(
+        self, totals: dict[str, Any], sources: Mapping[str, Mapping[str, int | None]]
+    ) -> dict[str, Any]:
+        """``{"since_last": ..., "total": ...}`` (see `StatefulDataLoader.metrics`); the next
+        report's ``since_last`` starts here."""
+        total = _with_sources(totals, sources)
+        last = self._last if self._last is not None else self._start()
+        since = _difference(total, last)
+        self._last = total
+        return {"since_last": since, "total": total}
+
+    def _start(self) -> dict[str, Any]:
+        """The totals when this loader began counting (a fresh one: zero; a restored one: the
+        state's own counters and the source counts at the restored position)."""
+        return _with_sources({k: self._base[k] for k in COUNTERS}, self._start_sources)
+
+    def mark_start(self, sources: Mapping[str, Mapping[str, int | None]]) -> None:
+        """Where counting starts for the first report's ``since_last`` (the restored position's
+        source counts)."""
+        self._start_sources = {k: dict(v) for k, v in sources.items()}
+        self._last = None
+
+    # -- state -------------------------------------------------------------------------------
+    def state(self, io: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        """The totals to save with the loader's state: plain ints, one float and one bool, the same
+        keys every time (`torch.distributed.checkpoint` loads into the keys a fresh loader has)."""
+        totals = self.totals(io)
+        out: dict[str, Any] = {"rank": self.rank, "world_size": self.world_size}
+        for key in COUNTERS:
+            out[key] = totals[key] if totals[key] is not None else 0
+        out["wait_s"] = round(out["wait_s"], 6)  # microseconds are plenty
+        out["loss_mask"] = totals["loss_mask_tokens"] is not None  # whether batches had the field
+        return out
+
+    def load(self, saved: dict[str, Any] | None) -> None:
+        """Continue from ``saved`` (`checked` `state`, or None for a state without one): the
+        totals continue when this rank at this world size saved it, else they start from zero.
+        What this loader counted before (a pass abandoned before the restore) is left out,
+        except its requests (`StatefulDataLoader.io_stats` counts from the loader's
+        construction)."""
+        self._base = dict.fromkeys(COUNTERS, 0)
+        self._base_has_mask = False
+        self.batches, self.mask, self.has_mask, self.wait_s = 0, 0, False, 0.0
+        self._pending.clear()
+        if saved is None:
+            return
+        if saved.get("rank") != self.rank or saved.get("world_size") != self.world_size:
+            return  # another rank's requests and waits are not this rank's
+        for key in COUNTERS:
+            self._base[key] = saved.get(key, 0)
+        self._base_has_mask = bool(saved.get("loss_mask", False))
+
+
+class Uncounted(LoaderMeter):
+    """A meter that counts nothing in the training loop's thread (no clock reads, no
+    ``loss_mask`` counts, no queue): the baseline of the benchmark that measures what counting
+    costs there (``make bench``, row ``metrics``). Workers still count (off that thread)."""
+
+    received = None  # type: ignore[assignment]  # a pass without it reads no clock
+
+    def counted(self, batches: Iterator[Any]) -> Iterator[Any]:
+        return batches
+
+    def taking(self, pairs: Iterator[tuple[Any, int]]) -> Iterator[Any]:
+        return (batch for batch, _ in pairs)
+
+    def expect(self, counts: list[int]) -> None:
+        return None
+
+
+def checked(saved: Any) -> dict[str, Any] | None:
+    """A state's ``"metrics"`` section (None: a state saved without one), checked before the
+    loader changes anything.
+
+    Raises:
+        ResumeStateError: It is not a dict of numbers; the message says how to resume anyway.
+    """
+    if saved is None:
+        return None
+    if not isinstance(saved, dict) or not all(
+        isinstance(saved.get(k, 0), (int, float)) and not isinstance(saved.get(k, 0), bool)
+        for k in (*COUNTERS, "rank", "world_size")
+    ):
+        raise ResumeStateError(
+            f"corrupt loader state: {METRICS_KEY!r} should be a dict of counters "
+            f"({', '.join(COUNTERS)}), got {saved!r}; delete that key to resume with the "
+            "metrics() counters from zero"
+        )
+    return saved
+
+
+def _with_sources(totals: dict[str, Any], sources: Mapping[str, Mapping[str, int | None]]) -> dict[str, Any]:
+    samples = sum(int(v["samples"] or 0) for v in sources.values())
+    tokens = [v["tokens"] for v in sources.values()]
+    return {
+        "samples": samples,
+        "tokens": None if any(t is None for t in tokens) else sum(int(t or 0) for t in tokens),
+        "sources": {k: dict(v) for k, v in sources.items()},
+        **totals,
+    }
+
+
+def _difference(now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in now.items():
+        old = before.get(key)
+        if key == "sources":
+            out[key] = {
+                name: {
+                    k: (None if v is None else v - int((old or {}).get(name, {}).get(k) or 0))
+                    for k, v in counts.items()
+                }
+                for name, counts in value.items()
+            }
+        elif value is None:
+            out[key] = None
+        else:
+            out[key] = value - (old or 0)
+    return out
+
+
+def flatten(metrics: Mapping[str, Any], prefix: str = "guideloom") -> dict[str, float]:
+    """`StatefulDataLoader.metrics` as flat ``{name: number}`` for a logger.
+
+    Names are ``{prefix}/{scope}/{counter}`` with scope ``since_last`` or ``total``; each source of
+    a mixture adds ``{prefix}/{scope}/{source}/samples`` and ``.../tokens`` (a loader over one
+    dataset has only the totals). Counters that do not apply (``tokens`` of documents,
+    ``loss_mask_tokens`` without that field) are left out.
+
+    Args:
+        metrics: What `StatefulDataLoader.metrics` returned.
+        prefix: The first part of every name (e.g. ``"train/data"``); "" for none.
+
+    Returns:
+        ``{name: value}`` with int or float values.
+    """
+    lead = f"{prefix}/" if prefix else ""
+    out: dict[str, float] = {}
+    for scope in ("since_last", "total"):
+        values = metrics[scope]
+        for key, value in values.items():
+            if key == "sources":
+                if len(value) > 1:
+                    for name, counts in value.items():
+                        for k, v in counts.items():
+                            if v is not None:
+                                out[f"{lead}{scope}/{name}/{k}"] = v
+            elif value is not None:
+                out[f"{lead}{scope}/{key}"] = value
+    return out
