@@ -20,6 +20,7 @@ exception a caller would already catch, so ``except FileNotFoundError`` keeps wo
     ├── UnknownProtocolError (ValueError)             a URL scheme that fsspec does not know
     ├── ResumeStateError (ValueError)                 a loader state that does not belong to this loader
     ├── MixtureError (ValueError)                     sources of a mixture that cannot be mixed (names the source)
+    ├── ShuffleSettingsError (ValueError)             shuffle blocks or windows that do not fit the samples
     ├── PluginError (LookupError)                     a plug-in name (tokenizer, input reader, format) not registered
     └── IngestError (RuntimeError)                    bad input in a Ray ingestion job
 
@@ -45,6 +46,7 @@ __all__ = [
     "SchemaMismatchError",
     "ShardCorruptError",
     "ShardNotFoundError",
+    "ShuffleSettingsError",
     "SpanError",
     "StorageAccessError",
     "StorageTimeoutError",
@@ -138,6 +140,11 @@ class ResumeStateError(GuideLoomError, ValueError):
 
 class MixtureError(GuideLoomError, ValueError):
     """A mixture whose sources or weights cannot be mixed: the message names the source."""
+
+
+class ShuffleSettingsError(GuideLoomError, ValueError):
+    """Shuffle settings that cannot be laid over a dataset: a block smaller than one sample, a
+    window of fewer than one block, or old and new block settings mixed; the message gives the fix."""
 
 
 class PluginError(GuideLoomError, LookupError):

@@ -30,9 +30,10 @@ import numpy as np
 import torch.distributed as dist
 
 from guideloom.errors import ResumeStateError
-from guideloom.loading.order import EpochOrder, ShuffleSettings, positive_int
+from guideloom.loading.order import EpochOrder, positive_int
 from guideloom.loading.sampler import OrderedBatchSampler
 from guideloom.loading.schedule import EpochSchedule
+from guideloom.loading.shuffling import resolve_shuffle
 from guideloom.loading.state import LoaderState, OrderIdentity
 from guideloom.types import as_mixture
 
@@ -104,7 +105,7 @@ class BatchOrder(OrderedBatchSampler):
     Args:
         view: A GuideLoom dataset view (``storage.dataset(...)``, a mixture's ``dataset(...)``).
         batch_size: Samples per batch (per rank).
-        shuffle: False, True, ``"blocks"``, ``"full"`` or a `ShuffleSettings`.
+        shuffle: False, True, ``"block"``, ``"full"``, a `guideloom.Shuffle` or a `ShuffleSettings`.
         seed: The order's seed.
         drop_last: Leave out the epoch's last, smaller batch.
         rank: This process's rank (default: torch.distributed's, else 0).
@@ -123,11 +124,8 @@ class BatchOrder(OrderedBatchSampler):
         world_size: int | None = None,
     ) -> None:
         rank, world_size = _distributed_default(rank, world_size)
-        settings = (
-            shuffle
-            if isinstance(shuffle, ShuffleSettings)
-            else ShuffleSettings.from_options(shuffle, None, None, None)
-        )
+        settings, own_seed = resolve_shuffle(shuffle, view)
+        seed = seed if own_seed is None else own_seed
         mixture = as_mixture(view)
         num_samples = mixture.plan.epoch_length if mixture else len(view)
         identity = OrderIdentity.of_view(
