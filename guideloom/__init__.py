@@ -24,6 +24,7 @@ from guideloom.formats import (
 from guideloom.loading.interleave import Interleave
 from guideloom.loading.mixture import Mixture
 from guideloom.loading.mixture_plan import MixturePlan
+from guideloom.loading.shuffling import Shuffle
 from guideloom.manifest import Manifest, ShardInfo
 from guideloom.storage import (
     DocumentDataset,
@@ -52,6 +53,7 @@ __all__ = [
     "Mixture",
     "MixturePlan",
     "ShardInfo",
+    "Shuffle",
     "StatefulDataLoader",
     "StreamDataset",
     "StreamNumpyFormat",
@@ -63,6 +65,7 @@ __all__ = [
     "StreamWithMetaStorageFormat",
     "__version__",
     "estimate",
+    "shuffle_report",
     "trace",
     "trace_arrays",
 ]
@@ -88,6 +91,10 @@ def __getattr__(name: str) -> Any:
         from guideloom.loading import trace
 
         return getattr(trace, name)
+    if name == "shuffle_report":
+        from guideloom.loading.shuffle_report import shuffle_report
+
+        return shuffle_report
     if name == "estimate":
         from guideloom.loading.estimate import estimate
 

@@ -739,6 +739,15 @@ def _register_ingest() -> None:
 _register_ingest()
 
 
+def _register_shuffle_report() -> None:
+    from guideloom.loading.shuffle_report import register  # NumPy only: no torch
+
+    register(app)
+
+
+_register_shuffle_report()
+
+
 def _summary_line() -> None:
     """The root help names every registered command (added by any module, ingest included)."""
     names = [c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands]

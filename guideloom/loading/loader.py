@@ -235,7 +235,7 @@ class StatefulDataLoader(_TorchdataLoader):
             shuffle_run_size: That old order: consecutive samples kept together inside a
                 buffer; it must divide `shuffle_block_size`; default `gcd(8, shuffle_block_size)`.
             shuffle_block_bytes: `shuffle="block"`: bytes of consecutive samples per block
-                (default 8 MiB; see `guideloom.loading.shuffling`).
+                (default 1 MiB; see `guideloom.loading.shuffling`).
             shuffle_window_bytes: `shuffle="block"`: bytes of blocks whose samples are permuted
                 together, read as one group per rank (default 512 MiB).
             shuffle_window_blocks: `shuffle="block"`: blocks per window, instead of
@@ -386,6 +386,7 @@ class StatefulDataLoader(_TorchdataLoader):
         grouping = Grouping.from_options(read_ahead, read_ahead_bytes, view, batch_size)
         if settings.sized and mixture is None and read_ahead is None and read_ahead_bytes is None:
             grouping = grouping._replace(windows=True)  # a window's blocks fetched whole
+            source.gap_budget = None  # a rank's share of a window: through the gaps of a block
         if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 0:
             raise ValueError(f"num_workers must be a non-negative integer, got {num_workers!r}")
         threads = thread_settings(parallel_method, int(num_workers), kwargs)
@@ -522,7 +523,7 @@ class StatefulDataLoader(_TorchdataLoader):
 
         ``sequence_length`` (tokens per window) is required for streams and refused for
         documents. ``shuffle``: ``False`` (sequential), ``True`` / ``"full"`` (a full random
-        permutation per epoch), ``"block"`` (blocks of ``shuffle_block_bytes`` (default 8 MiB)
+        permutation per epoch), ``"block"`` (blocks of ``shuffle_block_bytes`` (default 1 MiB)
         of consecutive samples permuted, and the samples of each window of
         ``shuffle_window_bytes`` (default 512 MiB) permuted together; a rank reads a window's
         share as one group, one request per block: see `guideloom.loading.shuffling` and
@@ -746,7 +747,9 @@ class StatefulDataLoader(_TorchdataLoader):
     def _switch(self, view: DatasetView) -> None:
         """Read ``view`` (the same dataset at another snapshot) from the next pass on."""
         source: BatchSource = self.dataset  # type: ignore[assignment]
-        object.__setattr__(self, "dataset", BatchSource(view, source.batched))
+        fresh = BatchSource(view, source.batched)
+        fresh.gap_budget = source.gap_budget
+        object.__setattr__(self, "dataset", fresh)
         self.view = view
         self._order.view = view  # the order reads the new view's plan (a mixture's) from now on
         self._copies = None  # thread workers' private copies were of the old view

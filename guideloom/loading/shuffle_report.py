@@ -8,7 +8,7 @@ position's sample index) and compares it with a true random permutation of the s
   shuffle simulator uses, binned so that the figure does not grow with ``N``). A sequential
   order has 0 bits; a random permutation about ``log2(regions) + 0.28``.
 - **distinct regions, blocks and shards per batch**: how many of the ``regions`` equal parts of
-  the dataset, of its blocks of ``block_bytes`` (the shuffle's own; 8 MiB for the other modes)
+  the dataset, of its blocks of ``block_bytes`` (the shuffle's own; 1 MiB for the other modes)
   and of its shards one global batch (``batch_size x world_size`` consecutive positions) draws
   from, against the exact expectation for a random permutation (sampling without replacement).
   A batch from few places trains on correlated data. The regions are the measure to compare
@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from guideloom.io.backends import BACKENDS
+from guideloom.io.ranges import DEFAULT_MAX_GAP
 from guideloom.loading.order import EpochOrder, ShuffleSettings
 from guideloom.loading.shuffling import DEFAULT_SHUFFLE_BLOCK_BYTES, resolve_shuffle
 
@@ -269,10 +270,9 @@ def shuffle_report(
     full = order_settings.mode == "full" or (
         order_settings.mode == "block" and run == 1 and block * window_blocks >= n
     )
-    gets, group_bytes = _predicted_reads(
+    gets, fetched, group_bytes = _predicted_reads(
         order, idx, order_settings, n, batch_size, world_size, sample_bytes, shard_starts, read_ahead_bytes
     )
-    handed = (n // world_size) * world_size
     prices = _s3_prices()
     notes = []
     if order_settings.mode == "block" and order_settings.sized is not None and block * window_blocks >= n:
@@ -282,8 +282,9 @@ def shuffle_report(
         )
     if world_size > 1 and order_settings.sized is not None:
         notes.append(
-            "with several ranks each rank reads its share of every window: about one request per "
-            "sample it takes unless the share is dense; fewer, larger windows per rank help"
+            f"each of the {world_size} ranks reads its share of every window through the gaps "
+            "(the other ranks' samples) of each block: about one request per block per rank, "
+            f"and {world_size}x the dataset's bytes in all"
         )
     report = ShuffleReport(
         url=str(view.url),
@@ -306,10 +307,10 @@ def shuffle_report(
         spearman_random=_spearman((reference - positions).astype(np.float64), n),
         displacement=float(np.abs(d).max()) / n,
         gets=gets,
-        bytes=handed * sample_bytes,
+        bytes=fetched,
         group_bytes=group_bytes,
         price=gets / 1000 * prices["get_per_1000"],
-        egress=handed * sample_bytes / 1e9 * prices["egress_per_gb"],
+        egress=fetched / 1e9 * prices["egress_per_gb"],
         notes=notes,
     )
     report.seconds = time.perf_counter() - started
@@ -419,8 +420,8 @@ def _predicted_reads(
     sample_bytes: int,
     shard_starts: np.ndarray | None,
     read_ahead_bytes: int | None,
-) -> tuple[int, int]:
-    """(GETs, largest group bytes) of the loader's reads of one epoch over all ranks."""
+) -> tuple[int, int, int]:
+    """(GETs, bytes, largest group bytes) of the loader's reads of one epoch over all ranks."""
     step = batch_size * world_size
     full_steps = n // step
     handed = full_steps * step
@@ -450,16 +451,22 @@ def _predicted_reads(
     else:
         ordering = np.lexsort((idx[:handed], spread))
         key, sample = spread[ordering], idx[:handed][ordering]
+    # Window groups are read through every gap of at most DEFAULT_MAX_GAP bytes (the loader
+    # lifts the gap budget for them: a rank's share of a window is dense in its blocks).
+    bridge = DEFAULT_MAX_GAP // sample_bytes if settings.sized is not None else 0
     new = np.ones(handed, dtype=bool)
-    new[1:] = (key[1:] != key[:-1]) | (sample[1:] != sample[:-1] + 1)
+    new[1:] = (key[1:] != key[:-1]) | (sample[1:] - sample[:-1] - 1 > bridge)
     gets = int(new.sum())
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], handed) - 1
+    fetched = int((sample[ends] - sample[starts] + 1).sum()) * sample_bytes
     if shard_starts is not None and shard_starts.size > 1:
         # a run of windows read from one shard to the next costs a request per shard it touches
         shard_of_first = np.searchsorted(shard_starts, sample, side="right") - 1
         crossed = np.zeros(handed, dtype=bool)
         crossed[1:] = ~new[1:] & (shard_of_first[1:] != shard_of_first[:-1])
         gets += int(crossed.sum())
-    return gets, int(sizes.max()) * batch_size * sample_bytes
+    return gets, fetched, int(sizes.max()) * batch_size * sample_bytes
 
 
 def _s3_prices() -> dict[str, float]:
@@ -467,3 +474,54 @@ def _s3_prices() -> dict[str, float]:
         if backend.key == "s3" and backend.list_prices:
             return dict(backend.list_prices)
     return {"get_per_1000": 0.0004, "egress_per_gb": 0.09}
+
+
+def register(app: Any) -> None:
+    """Add ``guideloom shuffle-report`` to the command line app (`guideloom.cli`).
+
+    Args:
+        app: The typer app.
+    """
+    import typer
+
+    from guideloom.cli import OPTION_HELP, parse_options
+    from guideloom.errors import GuideLoomError
+
+    @app.command("shuffle-report", short_help="How random an epoch's order is, and its GETs, from the order alone.")
+    def shuffle_report_command(
+        url: str = typer.Argument(..., help="The dataset (a stream or documents), local or in a bucket."),
+        sequence_length: int = typer.Option(None, "--sequence-length", help="Tokens per window (streams)."),
+        shuffle: str = typer.Option("block", "--shuffle", help="none, block or full."),
+        batch_size: int = typer.Option(8, "--batch-size", help="Samples per batch, per rank."),
+        world_size: int = typer.Option(1, "--world-size", help="Ranks reading the dataset."),
+        block_bytes: int = typer.Option(None, "--block-bytes", help="Bytes per block (default 1 MiB)."),
+        window_bytes: int = typer.Option(None, "--window-bytes", help="Bytes per window (default 512 MiB)."),
+        window_blocks: int = typer.Option(None, "--window-blocks", help="Blocks per window, instead."),
+        seed: int = typer.Option(0, "--seed"),
+        epoch: int = typer.Option(0, "--epoch"),
+        as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+        option: list[str] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help=OPTION_HELP),
+    ) -> None:
+        """Print one epoch's order measured against a true random permutation of the same size
+        (jump entropy, distinct regions, blocks and shards per batch, Spearman's rho, largest
+        displacement) and its predicted GETs, bytes, read-group memory and price; nothing but
+        the manifest is read (see "Shuffling" in docs/training.md)."""
+        import json
+
+        sizes = {
+            "shuffle_block_bytes": block_bytes,
+            "shuffle_window_bytes": window_bytes,
+            "shuffle_window_blocks": window_blocks,
+        }
+        try:
+            if shuffle not in ("none", "block", "full"):
+                raise ValueError(f"--shuffle {shuffle!r}: one of none, block, full")
+            report = shuffle_report(
+                url, shuffle, batch_size, world_size, sequence_length=sequence_length, seed=seed,
+                epoch=epoch, storage_options=parse_options(option),
+                **{k: v for k, v in sizes.items() if v is not None},
+            )  # fmt: skip
+        except (GuideLoomError, ValueError, OSError) as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(2) from None
+        typer.echo(json.dumps(report.as_dict(), indent=1) if as_json else str(report))
