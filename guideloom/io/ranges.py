@@ -13,7 +13,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-__all__ = ["DEFAULT_GAP_BUDGET", "DEFAULT_MAX_GAP", "RangePlan", "current_gap_budget", "gap_budget", "merge_ranges"]
+__all__ = [
+    "DEFAULT_GAP_BUDGET",
+    "DEFAULT_MAX_GAP",
+    "RangePlan",
+    "current_gap_budget",
+    "gap_budget",
+    "merge_ranges",
+]
 
 # Merging ranges that are close, not only touching: a gap of up to DEFAULT_MAX_GAP bytes is read
 # through when that saves a request, as long as all gaps read through stay within

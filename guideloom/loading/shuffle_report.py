@@ -487,7 +487,9 @@ def register(app: Any) -> None:
     from guideloom.cli import OPTION_HELP, parse_options
     from guideloom.errors import GuideLoomError
 
-    @app.command("shuffle-report", short_help="How random an epoch's order is, and its GETs, from the order alone.")
+    @app.command(
+        "shuffle-report", short_help="How random an epoch's order is, and its GETs, from the order alone."
+    )
     def shuffle_report_command(
         url: str = typer.Argument(..., help="The dataset (a stream or documents), local or in a bucket."),
         sequence_length: int = typer.Option(None, "--sequence-length", help="Tokens per window (streams)."),
@@ -500,7 +502,7 @@ def register(app: Any) -> None:
         seed: int = typer.Option(0, "--seed"),
         epoch: int = typer.Option(0, "--epoch"),
         as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
-        option: list[str] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help=OPTION_HELP),
+        option: list[str] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help=OPTION_HELP),  # noqa: B008
     ) -> None:
         """Print one epoch's order measured against a true random permutation of the same size
         (jump entropy, distinct regions, blocks and shards per batch, Spearman's rho, largest

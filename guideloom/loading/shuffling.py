@@ -102,7 +102,9 @@ class Shuffle:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, positive_int(name, value))
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer))):
+        if self.seed is not None and (
+            isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer))
+        ):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
 
     def settings(self, sample_bytes: int, where: str = "the dataset") -> ShuffleSettings:
