@@ -56,6 +56,7 @@ ROWS = (
     "throttle",
     "cache",
     "trace",
+    "order",
 )
 S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle", "cache")
 
@@ -107,6 +108,7 @@ def run(
         memory,
         mixing,
         opening,
+        ordering,
         remote,
         resume,
         scale,
@@ -153,6 +155,7 @@ def run(
             "throttle": lambda: throttling.throttle_rows(cfg, s3_endpoint),
             "cache": lambda: caching.cache_rows(cfg, s3_endpoint),
             "trace": lambda: tracing.trace_rows(cfg),
+            "order": lambda: ordering.order_rows(cfg),
         }
         for name in ROWS:
             if name not in rows:
