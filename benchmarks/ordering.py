@@ -73,7 +73,7 @@ def _model(seed: int) -> Any:
             layer = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True, norm_first=True)
             self.body = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
             self.head = nn.Linear(64, VOCAB)
-            self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(LENGTH))
+            self.mask = nn.Transformer.generate_square_subsequent_mask(LENGTH)
 
         def forward(self, x: Any) -> Any:
             n = x.shape[1]
@@ -127,7 +127,12 @@ def order_rows(cfg: Config) -> list[Row]:
     sample_bytes = LENGTH * 2
     orders: dict[str, dict[str, Any]] = {
         "none": {"shuffle": False},
-        "old block": {"shuffle": "block", "shuffle_block_size": 64, "shuffle_buffer_blocks": 4, "shuffle_run_size": 8},
+        "old block": {
+            "shuffle": "block",
+            "shuffle_block_size": 64,
+            "shuffle_buffer_blocks": 4,
+            "shuffle_run_size": 8,
+        },
         "new block": {"shuffle": Shuffle(block_bytes=BLOCK_WINDOWS * sample_bytes, window_blocks=512)},
         "full": {"shuffle": True},
     }
