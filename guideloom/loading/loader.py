@@ -1156,7 +1156,7 @@ def _refuse_guideloom_only(dataset: Any, takes_order: list[str], shuffle: Any, g
             "StatefulDataLoader.from_storage(storage, ...)"
         )
     names = [name for name, value in given.items() if _given(value)]
-    if isinstance(shuffle, str):
+    if shuffle is not None and not isinstance(shuffle, bool):  # "block", a guideloom.Shuffle
         names.insert(0, f"shuffle={shuffle!r}")
     if not names:
         return

@@ -10,9 +10,9 @@
         "sequence_length": 2048,        # None for documents
         "seed": 0,
         "shuffle": "block",             # "none" | "full" | "block"
-        "shuffle_block_size": 64,       # None unless shuffle == "block"
-        "shuffle_buffer_blocks": 4,     # None unless shuffle == "block"
-        "shuffle_run_size": 8,          # None unless shuffle == "block"
+        "shuffle_block_size": 512,      # samples; None unless shuffle == "block"
+        "shuffle_buffer_blocks": 512,   # blocks per window; None unless shuffle == "block"
+        "shuffle_run_size": 1,          # 1 for the byte-sized block shuffle (#34); None unless "block"
         "epoch": 3,
         "position": 1024,               # samples handed out in this epoch over all ranks
         "finished": False,              # the pass ended (the loop saw its end): see below
