@@ -208,12 +208,13 @@ class BatchOrder(OrderedBatchSampler):
         pieces.append((current, -1))
         return pieces
 
-    def _batches(self, schedule: EpochSchedule | None = None) -> Iterator[list[int]]:
+    def _positioned(self, schedule: EpochSchedule | None = None) -> Iterator[tuple[int, list[int]]]:
+        # the pass's batches (and their first positions) without the steps skip_steps left out
         if schedule is not None:
-            yield from OrderedBatchSampler._batches(self, schedule)
+            yield from OrderedBatchSampler._positioned(self, schedule)
             return
         for piece, steps in self._segments:
-            batches = OrderedBatchSampler._batches(self, piece)
+            batches = OrderedBatchSampler._positioned(self, piece)
             yield from (batches if steps < 0 else islice(batches, steps))
 
     def _walk(self, received: int) -> tuple[EpochSchedule, int]:

@@ -341,7 +341,14 @@ class EpochOrder:
     def window_of(self, positions: np.ndarray) -> np.ndarray:
         """The window (``"block"``: the buffer) of each position: the stretch of positions
         whose samples come from the same ``buffer_blocks`` blocks; 0 for the other modes (one
-        window: the epoch). The leftover samples of a partial run count as one more window."""
+        window: the epoch). The leftover samples of a partial run count as one more window.
+
+        Args:
+            positions: Positions of the epoch.
+
+        Returns:
+            The window number of each position (int64), non-decreasing with the position.
+        """
         p = np.atleast_1d(np.asarray(positions, dtype=np.int64))
         if self.shuffle != "block" or not self._units:
             return np.zeros_like(p)

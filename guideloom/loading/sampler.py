@@ -178,7 +178,11 @@ class OrderedBatchSampler(Sampler[list[int]]):
     def groups(self, grouping: Grouping) -> Iterator[list[list[int]]]:
         """The current pass's batches in groups fetched with one read each: by bytes
         (`grouped`), or with ``grouping.windows`` by the order's windows (the batches whose
-        first position lies in one window of the byte-sized block shuffle)."""
+        first position lies in one window of the byte-sized block shuffle).
+
+        Args:
+            grouping: How to group (`Grouping.from_options`, with ``windows`` set by the loader).
+        """
         if not grouping.windows:
             yield from grouped(self._batches(), grouping.size, grouping.ramp)
             return
