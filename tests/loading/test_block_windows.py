@@ -208,9 +208,10 @@ def test_default_block_shuffle_is_within_5_percent_of_random(batch_size: int, wo
     report = guideloom.shuffle_report(epoch, "block", batch_size, world_size)
     assert not report.full_shuffle and report.settings["window_blocks"] == 512
     assert report.entropy_ratio >= 0.95 and report.regions_ratio >= 0.95, report
-    # GETs: about one per 1 MiB block per rank (a few merge where neighbours share a window)
+    # GETs: at most one per 1 MiB block per rank (neighbours that share a window merge: here a
+    # third of them, with three windows)
     blocks = 400_000 * 4096 / 2**20
-    assert 0.9 * blocks * world_size <= report.gets <= 1.01 * blocks * world_size, report
+    assert 0.5 * blocks * world_size <= report.gets <= 1.01 * blocks * world_size, report
     # the old block order is the one the issue measured far from random
     old = guideloom.shuffle_report(
         epoch, "block", batch_size, world_size,
