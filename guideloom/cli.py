@@ -742,7 +742,7 @@ _register_ingest()
 def _register_shuffle_report() -> None:
     from guideloom.loading.shuffle_report import register  # NumPy only: no torch
 
-    register(app)
+    register(app, OPTION_HELP, parse_options)
 
 
 _register_shuffle_report()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -476,15 +477,17 @@ def _s3_prices() -> dict[str, float]:
     return {"get_per_1000": 0.0004, "egress_per_gb": 0.09}
 
 
-def register(app: Any) -> None:
-    """Add ``guideloom shuffle-report`` to the command line app (`guideloom.cli`).
+def register(app: Any, option_help: str, parse_options: Callable[[list[str] | None], dict[str, Any]]) -> None:
+    """Add ``guideloom shuffle-report`` to the command line app (`guideloom.cli`, which hands
+    over its ``--option KEY=VALUE`` parsing: this module sits below it).
 
     Args:
         app: The typer app.
+        option_help: The help text of ``--option``.
+        parse_options: Turns ``--option`` pairs into storage options.
     """
     import typer
 
-    from guideloom.cli import OPTION_HELP, parse_options
     from guideloom.errors import GuideLoomError
 
     @app.command(
@@ -502,7 +505,7 @@ def register(app: Any) -> None:
         seed: int = typer.Option(0, "--seed"),
         epoch: int = typer.Option(0, "--epoch"),
         as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
-        option: list[str] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help=OPTION_HELP),  # noqa: B008
+        option: list[str] = typer.Option(None, "--option", "-o", metavar="KEY=VALUE", help=option_help),  # noqa: B008
     ) -> None:
         """Print one epoch's order measured against a true random permutation of the same size
         (jump entropy, distinct regions, blocks and shards per batch, Spearman's rho, largest

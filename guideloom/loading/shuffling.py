@@ -232,5 +232,5 @@ def resolve_shuffle(
         mode = _shuffle_mode(shuffle)
         if mode != "block":
             return ShuffleSettings(mode), None
-        spec = Shuffle("block", **given)
+        spec = Shuffle("block", **{k: positive_int(f"shuffle_{k}", v) for k, v in given.items()})
     return spec.settings(view.sample_bytes, str(view.url)), spec.seed
