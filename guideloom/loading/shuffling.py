@@ -51,7 +51,7 @@ __all__ = [
 
 # 512 blocks per window: a global batch of up to a few hundred samples then draws from about as
 # many places as a random permutation's would (within 5% on the 64-region measure of
-# `guideloom.shuffle_report`; 64 blocks of 8 MiB reach only 0.75x at batch 64), while a 1 MiB
+# `guideloom.shuffle_report`; 64 blocks of 8 MiB reach 0.77x at batch 64), while a 1 MiB
 # range GET is still mostly transfer, not round trip, and an epoch of 1 TB costs ~10^6 GETs
 # (about $0.40 at S3's list price).
 DEFAULT_SHUFFLE_BLOCK_BYTES = 2**20
