@@ -143,7 +143,7 @@ def test_exact_and_elastic_resume_over_workers_threads_and_ranks(
         workers, kind = KINDS[num_workers]
         return make(num_workers=workers, parallel_method=kind, **kwargs)
 
-    assert_exact_resume(make_loader, worker_counts=(0, 1, 2), world_sizes=(1, 2), elastic=((2, 1), (1, 3)))
+    assert_exact_resume(make_loader, worker_counts=(0, 1, 2), world_sizes=(1,), elastic=((2, 1), (1, 2)))
 
 
 def test_exact_resume_of_a_mixture_with_the_block_shuffle(tmp_path: Any) -> None:
@@ -162,7 +162,8 @@ def test_exact_resume_of_a_mixture_with_the_block_shuffle(tmp_path: Any) -> None
             shuffle=Shuffle(block_bytes=3 * 16, window_blocks=2), **kwargs,
         )  # fmt: skip
 
-    assert_exact_resume(make_loader, worker_counts=(0, 2), world_sizes=(1, 2), elastic=((2, 1),))
+    # worker processes and threads are covered above; here the mixture's order and its ranks
+    assert_exact_resume(make_loader, worker_counts=(0,), world_sizes=(1, 2), elastic=((2, 1), (1, 3)))
 
 
 @pytest.mark.s3
