@@ -63,6 +63,7 @@ ROWS = (
     "rebuilt",
     "report",
     "metrics",
+    "order",
 )
 S3_ROWS = ("s3", "s3-threads", "memory", "scale", "throttle", "cache", "foreign", "rebuilt")
 
@@ -118,6 +119,7 @@ def run(
         memory,
         mixing,
         opening,
+        ordering,
         packing,
         rebuilt,
         remote,
@@ -174,6 +176,7 @@ def run(
             "rebuilt": lambda: rebuilt.rebuilt_rows(cfg, s3_endpoint),
             "report": lambda: reporting.report_rows(cfg),
             "metrics": lambda: loader_metrics.metrics_rows(cfg),
+            "order": lambda: ordering.order_rows(cfg),
         }
         for name in ROWS:
             if name not in rows:

@@ -71,6 +71,17 @@ def _ours(url: str, options: dict[str, Any], mode: str, cfg: Config, **kwargs: A
     )
 
 
+def _windowed(url: str, options: dict[str, Any], cfg: Config) -> Any:
+    """Our loader with the byte-sized block shuffle at its defaults (1 MiB blocks, 512 MiB windows)."""
+    from guideloom import StatefulDataLoader, StreamStorage
+
+    storage = StreamStorage(url, stream_format(), storage_options=options)
+    return StatefulDataLoader.from_storage(
+        storage, sequence_length=cfg.sequence_length, batch_size=cfg.batch_size, shuffle="block",
+        seed=cfg.seed, num_workers=WORKERS,
+    )  # fmt: skip
+
+
 class OneGetPerWindow(RawS3Windows):
     """Baseline: every window piece of a batch is its own ranged GET (one ``cat_ranges`` call per
     batch, nothing merged)."""
@@ -176,6 +187,8 @@ def s3_rows(cfg: Config, endpoint: Any = None) -> list[Row]:
             with CountingProxy(ep.url) as proxy:
                 proxied = {**ep.storage_options(proxy.url), "skip_instance_cache": True}
                 ours_counts = _counted_pass(_ours(url, proxied, mode, cfg), proxy)
+                # the byte-sized two-level block shuffle (#34) on the same corpus: GETs per epoch
+                windowed = _counted_pass(_windowed(url, proxied, cfg), proxy) if mode == "block" else None
                 theirs_counts = _counted_pass(
                     _theirs(
                         StreamStorage(url, stream_format(), storage_options=options),
@@ -201,6 +214,12 @@ def s3_rows(cfg: Config, endpoint: Any = None) -> list[Row]:
                 "tokens": storage.manifest.total_tokens,
                 "server": ep.backend,
             }
+            if windowed is not None:
+                extra["byte_block_gets_per_epoch"] = windowed["gets"]
+                extra["byte_block_bytes_per_get"] = (
+                    windowed["amplification"] * cfg.s3_tokens * 2 / max(1, windowed["gets"])
+                )
+                extra["byte_block_amplification"] = windowed["amplification"]
             if note:
                 extra["server_note"] = note
             checks = {

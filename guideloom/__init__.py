@@ -25,6 +25,7 @@ from guideloom.loading.interleave import Interleave
 from guideloom.loading.mixture import Mixture
 from guideloom.loading.mixture_plan import MixturePlan
 from guideloom.loading.read_settings import ReadSettings
+from guideloom.loading.shuffling import Shuffle
 from guideloom.manifest import Manifest, ShardInfo
 from guideloom.storage import (
     DocumentDataset,
@@ -54,6 +55,7 @@ __all__ = [
     "MixturePlan",
     "ReadSettings",
     "ShardInfo",
+    "Shuffle",
     "StatefulDataLoader",
     "StreamDataset",
     "StreamNumpyFormat",
@@ -66,6 +68,7 @@ __all__ = [
     "__version__",
     "estimate",
     "report",
+    "shuffle_report",
     "trace",
     "trace_arrays",
 ]
@@ -91,6 +94,10 @@ def __getattr__(name: str) -> Any:
         from guideloom.loading import trace
 
         return getattr(trace, name)
+    if name == "shuffle_report":
+        from guideloom.loading.shuffle_report import shuffle_report
+
+        return shuffle_report
     if name == "estimate":
         from guideloom.loading.estimate import estimate
 

@@ -849,6 +849,15 @@ _register_ingest()
 _register_report(app, parse_options, OPTION_HELP)
 
 
+def _register_shuffle_report() -> None:
+    from guideloom.loading.shuffle_report import register  # NumPy only: no torch
+
+    register(app, OPTION_HELP, parse_options)
+
+
+_register_shuffle_report()
+
+
 def _summary_line() -> None:
     """The root help names every registered command (added by any module, ingest included)."""
     names = [c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands]

@@ -21,6 +21,7 @@ exception a caller would already catch, so ``except FileNotFoundError`` keeps wo
     ├── ResumeStateError (ValueError)                 a loader state that does not belong to this loader
     ├── MixtureError (ValueError)                     sources of a mixture that cannot be mixed (names the source)
     ├── OrderLostError (RuntimeError)                 a framework rebuilt the loader without GuideLoom's order or ranks
+    ├── ShuffleSettingsError (ValueError)             shuffle blocks or windows that do not fit the samples
     ├── PluginError (LookupError)                     a plug-in name (tokenizer, input reader, format) not registered
     ├── HashIndexError (ValueError)                   a dataset's duplicate-hash index missing or damaged
     └── IngestError (RuntimeError)                    bad input in a Ray ingestion job
@@ -49,6 +50,7 @@ __all__ = [
     "SchemaMismatchError",
     "ShardCorruptError",
     "ShardNotFoundError",
+    "ShuffleSettingsError",
     "SpanError",
     "StorageAccessError",
     "StorageTimeoutError",
@@ -149,6 +151,11 @@ class OrderLostError(GuideLoomError, RuntimeError):
     over ranks twice, or read with the ranks of another process group (Lightning's sampler
     injection, accelerate's sharding, a loader built before ``init_process_group``); the message
     names the framework and the fix."""
+
+
+class ShuffleSettingsError(GuideLoomError, ValueError):
+    """Shuffle settings that cannot be laid over a dataset: a block smaller than one sample, a
+    window of fewer than one block, or old and new block settings mixed; the message gives the fix."""
 
 
 class PluginError(GuideLoomError, LookupError):

@@ -9,15 +9,48 @@ cheaper than a second request, but not at any price.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
-__all__ = ["DEFAULT_GAP_BUDGET", "DEFAULT_MAX_GAP", "RangePlan", "merge_ranges"]
+__all__ = [
+    "DEFAULT_GAP_BUDGET",
+    "DEFAULT_MAX_GAP",
+    "RangePlan",
+    "current_gap_budget",
+    "gap_budget",
+    "merge_ranges",
+]
 
 # Merging ranges that are close, not only touching: a gap of up to DEFAULT_MAX_GAP bytes is read
 # through when that saves a request, as long as all gaps read through stay within
 # DEFAULT_GAP_BUDGET of the bytes asked for (read amplification <= 1 + budget).
 DEFAULT_MAX_GAP = 256 * 2**10  # a few milliseconds of transfer: less than a request costs
 DEFAULT_GAP_BUDGET = 0.05
+
+# The budget of reads that do not pass their own: a caller that reads a dense share of whole blocks
+# (a rank's share of a block-shuffle window) lifts it for its reads (`gap_budget`).
+_GAP_BUDGET: ContextVar[float | None] = ContextVar("guideloom_gap_budget", default=DEFAULT_GAP_BUDGET)
+
+
+def current_gap_budget() -> float | None:
+    """The gap budget of reads in this context (`DEFAULT_GAP_BUDGET` unless `gap_budget` set one)."""
+    return _GAP_BUDGET.get()
+
+
+@contextmanager
+def gap_budget(value: float | None) -> Iterator[None]:
+    """Reads inside the block read through gaps within ``value`` of the bytes asked for (None:
+    every gap of at most the reader's ``max_gap``).
+
+    Args:
+        value: The budget, a fraction of the bytes asked for, or None for no budget.
+    """
+    token = _GAP_BUDGET.set(value)
+    try:
+        yield
+    finally:
+        _GAP_BUDGET.reset(token)
 
 
 class RangePlan:

@@ -17,10 +17,12 @@ import fsspec.asyn
 
 from guideloom.io import stats, throttle
 from guideloom.io.failures import DeadlineExceeded, is_throttled, is_transient
-from guideloom.io.ranges import DEFAULT_GAP_BUDGET, DEFAULT_MAX_GAP, merge_ranges
+from guideloom.io.ranges import DEFAULT_MAX_GAP, current_gap_budget, merge_ranges
 from guideloom.io.requests import _RETRIES, Requests, _backoff, _throttled_last
 
 __all__ = ["Reads"]
+
+_CURRENT: Any = object()  # read_ranges' default gap budget: the context's (`gap_budget`)
 
 
 class Reads(Requests):
@@ -42,7 +44,7 @@ class Reads(Requests):
         starts: Sequence[int],
         ends: Sequence[int],
         max_gap: int | None = None,
-        gap_budget: float = DEFAULT_GAP_BUDGET,
+        gap_budget: Any = _CURRENT,
         *,
         totals: dict[str, int] | None = None,
     ) -> list[bytes]:
@@ -51,7 +53,8 @@ class Reads(Requests):
         Ranges of one file that touch or overlap are merged into one request; so are ranges at
         most ``max_gap`` bytes apart (default: `DEFAULT_MAX_GAP` on remote filesystems, 0 on
         local disk), smallest gaps first, while the gap bytes read through stay within
-        ``gap_budget`` of the bytes asked for. Remote filesystems fetch the requests
+        ``gap_budget`` of the bytes asked for (default: `guideloom.io.ranges.current_gap_budget`,
+        `DEFAULT_GAP_BUDGET` unless a caller set another). Remote filesystems fetch the requests
         concurrently. A result shorter than asked means the file is shorter than expected;
         callers check lengths. ``totals``, when given, is filled with ``rel`` -> the size of the
         whole file where it comes for free with the bytes: local files (``fstat``), S3, GCS and
@@ -62,7 +65,8 @@ class Reads(Requests):
             return []
         if max_gap is None:
             max_gap = 0 if self.is_local else DEFAULT_MAX_GAP
-        merged = merge_ranges(rels, starts, ends, max_gap, gap_budget)
+        budget = current_gap_budget() if gap_budget is _CURRENT else gap_budget
+        merged = merge_ranges(rels, starts, ends, max_gap, budget)
         paths = [self.path(r) for r, _, _ in merged.requests]
         req_starts = [s for _, s, _ in merged.requests]
         req_ends = [e for _, _, e in merged.requests]

@@ -31,15 +31,10 @@ import numpy as np
 import torch.distributed as dist
 
 from guideloom.errors import OrderLostError, ResumeStateError
-from guideloom.loading.order import (
-    DEFAULT_BLOCK_SIZE,
-    DEFAULT_BUFFER_BLOCKS,
-    EpochOrder,
-    ShuffleSettings,
-    positive_int,
-)
+from guideloom.loading.order import EpochOrder, positive_int
 from guideloom.loading.sampler import OrderedBatchSampler
 from guideloom.loading.schedule import EpochSchedule
+from guideloom.loading.shuffling import resolve_shuffle
 from guideloom.loading.state import LoaderState, OrderIdentity
 from guideloom.types import DOCUMENTS, DatasetView, as_mixture
 
@@ -175,7 +170,7 @@ class BatchOrder(OrderedBatchSampler):
     Args:
         view: A GuideLoom dataset view (``storage.dataset(...)``, a mixture's ``dataset(...)``).
         batch_size: Samples per batch (per rank).
-        shuffle: False, True, ``"full"``, ``"block"`` or a `ShuffleSettings`.
+        shuffle: False, True, ``"block"``, ``"full"``, a `guideloom.Shuffle` or a `ShuffleSettings`.
         seed: The order's seed.
         drop_last: Leave out the epoch's last, smaller batch.
         rank: This process's rank (default: torch.distributed's, else 0).
@@ -205,11 +200,8 @@ class BatchOrder(OrderedBatchSampler):
         batch_size = positive_int("batch_size", batch_size)
         from_dist = rank is None and world_size is None
         rank, world_size = _distributed_default(rank, world_size)
-        settings = (
-            shuffle
-            if isinstance(shuffle, ShuffleSettings)
-            else ShuffleSettings.from_options(shuffle, DEFAULT_BLOCK_SIZE, DEFAULT_BUFFER_BLOCKS, None)
-        )
+        settings, own_seed = resolve_shuffle(shuffle, view)
+        seed = seed if own_seed is None else own_seed
         mixture = as_mixture(view)
         num_samples = mixture.plan.epoch_length if mixture else len(view)
         check_epoch(view, num_samples, batch_size, world_size, bool(drop_last))
@@ -296,12 +288,13 @@ class BatchOrder(OrderedBatchSampler):
         pieces.append((current, -1))
         return pieces
 
-    def _batches(self, schedule: EpochSchedule | None = None) -> Iterator[list[int]]:
+    def _positioned(self, schedule: EpochSchedule | None = None) -> Iterator[tuple[int, list[int]]]:
+        # the pass's batches (and their first positions) without the steps skip_steps left out
         if schedule is not None:
-            yield from OrderedBatchSampler._batches(self, schedule)
+            yield from OrderedBatchSampler._positioned(self, schedule)
             return
         for piece, steps in self._segments:
-            batches = OrderedBatchSampler._batches(self, piece)
+            batches = OrderedBatchSampler._positioned(self, piece)
             yield from (batches if steps < 0 else islice(batches, steps))
 
     def _walk(self, received: int) -> tuple[EpochSchedule, int]:

@@ -153,7 +153,8 @@ def estimate(
     table = storage.manifest.shard_table
     planners: list[list[_Planner]] = [[] for _ in loaders]  # per rank: one per worker
     for epoch in range(epochs):
-        rounds = _Rounds(table)
+        # the loader's gap budget (lifted for the block shuffle's window reads, see fetch.py)
+        rounds = _Rounds(table, loaders[0].dataset.gap_budget)
         windows = 0
         for rank, loader in enumerate(loaders):
             loader._prepare(epoch, 0)
@@ -179,8 +180,9 @@ def estimate(
 class _Rounds:
     """Ranged GETs and bytes of rounds of reads, each merged as a remote reader merges one call."""
 
-    def __init__(self, table: Any) -> None:
+    def __init__(self, table: Any, gap_budget: float | None = DEFAULT_GAP_BUDGET) -> None:
         self.table = table
+        self.gap_budget = gap_budget
         self.requests = 0
         self.bytes = 0
 
@@ -192,7 +194,7 @@ class _Rounds:
             [r[2] for r in planned],
             [r[3] for r in planned],
             DEFAULT_MAX_GAP,
-            DEFAULT_GAP_BUDGET,
+            self.gap_budget,
         )
         self.requests += len(plan.requests)
         self.bytes += sum(end - start for _, start, end in plan.requests)

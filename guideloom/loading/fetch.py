@@ -24,6 +24,7 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 from torch.utils.data import Dataset
 
+from guideloom.io.ranges import current_gap_budget, gap_budget
 from guideloom.io.stats import io_stats
 from guideloom.loading.boundaries import with_cu_seqlens
 from guideloom.loading.collate import collate_aligned, collate_documents, collate_windows
@@ -130,6 +131,10 @@ class BatchSource(Dataset):  # type: ignore[type-arg]
         self.columns = batched and view.layout == STREAM
         # a view that marks each batch of a group itself (boundaries): asked once, not per read
         self._by_batch = self.columns and isinstance(view, GroupReader)
+        # The gap budget of group reads: None reads a group's ranges through every small gap
+        # (a rank's dense share of a block-shuffle window costs a request per block, not per
+        # sample); the default keeps the reader's own budget. Set by the loader.
+        self.gap_budget: float | None = current_gap_budget()
 
     def __len__(self) -> int:
         return len(self.view)
@@ -144,6 +149,10 @@ class BatchSource(Dataset):  # type: ignore[type-arg]
 
     def read_group(self, batches: list[list[int]]) -> list[Any]:
         """Several batches fetched with one read; one uncollated result per batch, in order."""
+        with gap_budget(self.gap_budget):
+            return self._read_group(batches)
+
+    def _read_group(self, batches: list[list[int]]) -> list[Any]:
         if len(batches) == 1:
             return [self._read(list(batches[0]))]
         if self._by_batch:
@@ -160,7 +169,8 @@ class BatchSource(Dataset):  # type: ignore[type-arg]
         if sizes is None:
             return self._read(list(indexes))
         if self.columns:
-            return Whole(self._read(list(indexes)), list(sizes))
+            with gap_budget(self.gap_budget):
+                return Whole(self._read(list(indexes)), list(sizes))
         bounds = np.cumsum([0, *sizes]).tolist()
         flat = list(indexes)
         return self.read_group([flat[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])])

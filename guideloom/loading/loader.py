@@ -110,12 +110,7 @@ from guideloom.loading.mixture_sources import (
     delivered,
     source_names,
 )
-from guideloom.loading.order import (
-    DEFAULT_BLOCK_SIZE,
-    DEFAULT_BUFFER_BLOCKS,
-    ShuffleSettings,
-    positive_int,
-)
+from guideloom.loading.order import positive_int
 from guideloom.loading.passes import Pass, Progress
 from guideloom.loading.placement import Placed, accelerator_available
 from guideloom.loading.read_settings import ReadSettings
@@ -124,9 +119,9 @@ from guideloom.loading.sampler import (
     READ_AHEAD_ENV,
     GroupedBatches,
     Grouping,
-    grouped,
 )
 from guideloom.loading.schedule import EpochSchedule
+from guideloom.loading.shuffling import resolve_shuffle
 from guideloom.loading.snapshots import SnapshotMoves
 from guideloom.loading.state import LoaderState, OrderIdentity
 from guideloom.loading.threads import SourceCopies, ThreadBatches, thread_settings
@@ -177,6 +172,9 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         shuffle_block_size: int = DEFAULT,
         shuffle_buffer_blocks: int = DEFAULT,
         shuffle_run_size: int | None = None,
+        shuffle_block_bytes: int | None = None,
+        shuffle_window_bytes: int | None = None,
+        shuffle_window_blocks: int | None = None,
         read_ahead: int | None = None,
         read_ahead_bytes: int | None = None,
         read: ReadSettings | None = None,
@@ -197,8 +195,8 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
                 dataset (map-style or iterable): torchdata's loader, with torchdata's arguments.
             batch_size: Samples (windows or documents) per batch on each rank.
             shuffle: `False` / None (sequential), `True` or `"full"` (a random permutation per
-                epoch) or `"block"` (random blocks of `shuffle_block_size` consecutive samples;
-                see `from_storage`).
+                epoch), `"block"` (blocks of consecutive samples permuted, then samples permuted
+                inside windows of blocks; see `from_storage`) or a `guideloom.Shuffle`.
             sampler: torchdata's: with it (or `batch_sampler`, `generator`) the order is the
                 sampler's, and the loader is torchdata's.
             batch_sampler: A `BatchOrder` of this very `dataset`: GuideLoom's loader in that
@@ -219,10 +217,18 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
                 epoch's order.
             rank: This process's rank; default: torch.distributed's, or 0.
             world_size: The number of ranks; default: torch.distributed's, or 1.
-            shuffle_block_size: `shuffle="block"`: samples per block (default 64).
-            shuffle_buffer_blocks: `shuffle="block"`: blocks per shuffle buffer (default 4).
-            shuffle_run_size: `shuffle="block"`: consecutive samples kept together inside a
+            shuffle_block_size: `shuffle="block"`, the block order in samples of GuideLoom
+                before the byte-sized shuffle (kept so that its states resume): samples per
+                block (64 then).
+            shuffle_buffer_blocks: That old order: blocks per shuffle buffer (4 then).
+            shuffle_run_size: That old order: consecutive samples kept together inside a
                 buffer; it must divide `shuffle_block_size`; default `gcd(8, shuffle_block_size)`.
+            shuffle_block_bytes: `shuffle="block"`: bytes of consecutive samples per block
+                (default 1 MiB; see `guideloom.loading.shuffling`).
+            shuffle_window_bytes: `shuffle="block"`: bytes of blocks whose samples are permuted
+                together, read as one group per rank (default 512 MiB).
+            shuffle_window_blocks: `shuffle="block"`: blocks per window, instead of
+                `shuffle_window_bytes`.
             read_ahead: Batches a worker fetches together with the current one, in one round of
                 concurrent range requests (a fixed group of `read_ahead + 1` batches); default:
                 sized by `read_ahead_bytes`. It changes when bytes are fetched, never which
@@ -261,6 +267,9 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
             "shuffle_block_size": shuffle_block_size,
             "shuffle_buffer_blocks": shuffle_buffer_blocks,
             "shuffle_run_size": shuffle_run_size,
+            "shuffle_block_bytes": shuffle_block_bytes,
+            "shuffle_window_bytes": shuffle_window_bytes,
+            "shuffle_window_blocks": shuffle_window_blocks,
             "read_ahead": read_ahead,
             "read_ahead_bytes": read_ahead_bytes,
             "read": read,
@@ -316,9 +325,14 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
             world_size=world_size,
             num_workers=num_workers,
             collate_fn=collate_fn,
-            shuffle_block_size=or_default(shuffle_block_size, DEFAULT_BLOCK_SIZE),
-            shuffle_buffer_blocks=or_default(shuffle_buffer_blocks, DEFAULT_BUFFER_BLOCKS),
-            shuffle_run_size=shuffle_run_size,
+            shuffle_sizes={
+                "shuffle_block_size": or_default(shuffle_block_size, None),
+                "shuffle_buffer_blocks": or_default(shuffle_buffer_blocks, None),
+                "shuffle_run_size": shuffle_run_size,
+                "shuffle_block_bytes": shuffle_block_bytes,
+                "shuffle_window_bytes": shuffle_window_bytes,
+                "shuffle_window_blocks": shuffle_window_blocks,
+            },
             read=reading,
             parallel_method=or_default(parallel_method, "process"),
             device=device,
@@ -339,9 +353,7 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         world_size: int | None,
         num_workers: Any,
         collate_fn: Callable[[list[Any]], Any] | None,
-        shuffle_block_size: Any,
-        shuffle_buffer_blocks: Any,
-        shuffle_run_size: Any,
+        shuffle_sizes: dict[str, Any],
         read: ReadSettings,
         parallel_method: Any,
         device: str | torch.device | None,
@@ -352,14 +364,13 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         """GuideLoom's loader over ``view``: every setting checked here, once (see `__init__`)."""
         mixture = as_mixture(view)  # see loading/mixture.py
         if order is None:
+            settings, own_seed = resolve_shuffle(shuffle, view, **shuffle_sizes)  # loading/shuffling.py
+            seed = seed if own_seed is None else own_seed
             if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
                 raise ValueError(f"seed must be an integer, got {seed!r}")
             batch_size = positive_int("batch_size", batch_size)
             from_dist = rank is None and world_size is None
             rank, world_size = _distributed_default(rank, world_size)
-            settings = ShuffleSettings.from_options(
-                shuffle, shuffle_block_size, shuffle_buffer_blocks, shuffle_run_size
-            )
             num_samples = mixture.plan.epoch_length if mixture else len(view)
             check_epoch(view, num_samples, batch_size, world_size, bool(drop_last))
             identity = OrderIdentity.of_view(
@@ -377,6 +388,9 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         kwargs = dict(torch_options)
         kwargs.setdefault("snapshot_every_n_steps", None)  # our state needs no torchdata snapshots
         grouping = Grouping.from_options(read.read_ahead, read.read_ahead_bytes, view, batch_size)
+        if settings.sized and mixture is None and read.read_ahead is None and read.read_ahead_bytes is None:
+            grouping = grouping._replace(windows=True)  # a window's blocks fetched whole
+            source.gap_budget = None  # a rank's share of a window: through the gaps of a block
         if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 0:
             raise ValueError(f"num_workers must be a non-negative integer, got {num_workers!r}")
         threads = thread_settings(parallel_method, int(num_workers), kwargs)
@@ -527,12 +541,14 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
 
         ``sequence_length`` (tokens per window) is required for streams and refused for
         documents. ``shuffle``: ``False`` (sequential), ``True`` / ``"full"`` (a full random
-        permutation per epoch) or ``"block"`` (random blocks of ``shuffle_block_size``
-        consecutive samples (default 64); inside buffers of ``shuffle_buffer_blocks`` blocks
-        (default 4) runs of ``shuffle_run_size`` consecutive samples (default 8; it must divide
-        the block size, and defaults to ``gcd(8, shuffle_block_size)``) are shuffled: with a
-        ``batch_size`` that is a multiple of the run size, a remote batch costs one range request
-        per run instead of one per sample, for less mixing; see `guideloom.loading.order`). ``rank`` and
+        permutation per epoch), ``"block"`` (blocks of ``shuffle_block_bytes`` (default 1 MiB)
+        of consecutive samples permuted, and the samples of each window of
+        ``shuffle_window_bytes`` (default 512 MiB) permuted together; a rank reads a window's
+        share as one group, one request per block: see `guideloom.loading.shuffling` and
+        `guideloom.shuffle_report`) or a `guideloom.Shuffle` holding these settings. The block
+        order in samples of earlier versions (``shuffle_block_size``, ``shuffle_buffer_blocks``,
+        ``shuffle_run_size``; 64, 4 and 8 then) is built when those are given, so that its
+        states resume; see `guideloom.loading.order`. ``rank`` and
         ``world_size`` default to torch.distributed's when it is initialized. ``read_ahead``
         (batches) lets each worker fetch its next
         batches together with the current one, in one round of concurrent range requests; it
@@ -561,7 +577,7 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
                 committed dataset, or a `Mixture` of them.
             sequence_length: Tokens per window: required for streams, refused for documents.
             batch_size: Samples (windows or documents) per batch on each rank.
-            shuffle: `False`, `True` / `"full"` or `"block"` (see above).
+            shuffle: `False`, `True` / `"full"`, `"block"` or a `guideloom.Shuffle` (see above).
             seed: The seed of the order; with the epoch number it decides every epoch's order.
             drop_last: Leave out the end-of-epoch remainder that does not fill a batch on every
                 rank (else each rank gets one smaller last batch).
@@ -587,9 +603,9 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
                 loader reads the rest, or with `held_out=True` those.
             holdout_seed: The seed of the `holdout` split.
             held_out: With `holdout`: read the held-out samples instead of the kept ones.
-            shuffle_block_size: `shuffle="block"`: samples per block (default 64).
-            shuffle_buffer_blocks: `shuffle="block"`: blocks per shuffle buffer (default 4).
-            shuffle_run_size: `shuffle="block"`: consecutive samples kept together inside a
+            shuffle_block_size: The old block order (see above): samples per block.
+            shuffle_buffer_blocks: The old block order: blocks per shuffle buffer.
+            shuffle_run_size: The old block order: consecutive samples kept together inside a
                 buffer; it must divide `shuffle_block_size`; default `gcd(8, shuffle_block_size)`.
             read_ahead: Batches each worker fetches together with the current one (a fixed
                 group of `read_ahead + 1`); default: grouped by `read_ahead_bytes`.
@@ -606,7 +622,9 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
                 is opened). Default: no cache.
             cache_bytes: For a `storage` given as a URL, with `cache_dir`: the cache's bound in
                 bytes (default the smaller of 16 GiB and half the free space of `cache_dir`).
-            **kwargs: torchdata's own options
+            **kwargs: The byte-sized block shuffle's `shuffle_block_bytes`,
+                `shuffle_window_bytes` and `shuffle_window_blocks` (see the class), and
+                torchdata's own options
                 (`prefetch_factor` in batches per worker, `persistent_workers`,
                 `multiprocessing_context`, `timeout` in seconds, `worker_init_fn`, ...).
 
@@ -783,7 +801,7 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
 
     # -- num_workers=0 and thread workers ----------------------------------------------------
     def _groups(self) -> Iterator[list[list[int]]]:
-        return grouped(self._order._batches(), *self._grouping)
+        return self._order.groups(self._grouping)
 
     def _inline_batches(self) -> Iterator[Any]:
         """``num_workers=0``: the same fetch-and-collate path as a thread, run in the loop's

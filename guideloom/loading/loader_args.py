@@ -77,7 +77,7 @@ def refuse_guideloom_only(
             "StatefulDataLoader.from_storage(storage, ...)"
         )
     names = [name for name, value in options.items() if given(value)]
-    if isinstance(shuffle, str):
+    if shuffle is not None and not isinstance(shuffle, bool):  # "block", a guideloom.Shuffle
         names.insert(0, f"shuffle={shuffle!r}")
     if not names:
         return

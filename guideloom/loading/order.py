@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -186,6 +186,10 @@ class ShuffleSettings:
     block_size: int | None = None
     buffer_blocks: int | None = None
     run_size: int | None = None
+    # ``(block bytes, window bytes)`` when the sizes came from bytes (`guideloom.loading.shuffling`):
+    # the loader then reads a window's share as one group. Not part of the identity: the order
+    # is decided by the sizes in samples.
+    sized: tuple[int, int] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.mode not in _MODES:
@@ -333,6 +337,24 @@ class EpochOrder:
         if self.shuffle == "full":
             return self._perm(p)
         return self._run_order(p)
+
+    def window_of(self, positions: np.ndarray) -> np.ndarray:
+        """The window (``"block"``: the buffer) of each position: the stretch of positions
+        whose samples come from the same ``buffer_blocks`` blocks; 0 for the other modes (one
+        window: the epoch). The leftover samples of a partial run count as one more window.
+
+        Args:
+            positions: Positions of the epoch.
+
+        Returns:
+            The window number of each position (int64), non-decreasing with the position.
+        """
+        p = np.atleast_1d(np.asarray(positions, dtype=np.int64))
+        if self.shuffle != "block" or not self._units:
+            return np.zeros_like(p)
+        units = p // self._run
+        window = self._slot_of(np.minimum(units, self._units - 1)) // self._g
+        return np.where(p < self._tail, window, (self._nb - 1) // self._g + 1)
 
     # -- block mode ------------------------------------------------------------------------
     def _run_order(self, p: np.ndarray) -> np.ndarray:

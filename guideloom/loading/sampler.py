@@ -18,6 +18,11 @@ process, is handed whole groups: the batches of a group are consecutive, so a bl
 split between workers (which would fetch it twice, or in pieces). ``read_ahead=`` (batches) sets
 a fixed group of ``read_ahead + 1`` batches instead (`Grouping.from_options`). Grouping changes
 when bytes are fetched, never which samples a batch holds.
+
+The byte-sized block shuffle (`guideloom.loading.shuffling`) groups by its windows instead
+(``Grouping.windows``): a group is this rank's batches whose first position lies in one window
+of the order, so that the window's blocks are fetched whole, each with one merged request, and a
+resume mid-window fetches only the rest of that window.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ class Grouping(NamedTuple):
 
     size: int
     ramp: bool
+    windows: bool = False  # group by the order's windows (`OrderedBatchSampler.groups`)
 
     @classmethod
     def from_options(
@@ -164,13 +170,43 @@ class OrderedBatchSampler(Sampler[list[int]]):
         if self.grouping is None:
             yield from self._batches()
             return
-        for group in grouped(self._batches(), *self.grouping):
+        for group in self.groups(self.grouping):
             item = Group(i for b in group for i in b)
             item.sizes = [len(b) for b in group]
             yield item
 
+    def groups(self, grouping: Grouping) -> Iterator[list[list[int]]]:
+        """The current pass's batches in groups fetched with one read each: by bytes
+        (`grouped`), or with ``grouping.windows`` by the order's windows (the batches whose
+        first position lies in one window of the byte-sized block shuffle).
+
+        Args:
+            grouping: How to group (`Grouping.from_options`, with ``windows`` set by the loader).
+        """
+        if not grouping.windows:
+            yield from grouped(self._batches(), grouping.size, grouping.ramp)
+            return
+        window_of = self.order.window_of  # type: ignore[union-attr]
+        group: list[list[int]] = []
+        current = -1
+        for first, batch in self._positioned():
+            window = int(window_of(np.array([first], dtype=np.int64))[0])
+            if group and window != current:
+                yield group
+                group = []
+            group.append(batch)
+            current = window
+        if group:
+            yield group
+
     def _batches(self, schedule: EpochSchedule | None = None) -> Iterator[list[int]]:
         """The batches of ``schedule`` (default: the configured one) in the configured order."""
+        for _, batch in self._positioned(schedule):
+            yield batch
+
+    def _positioned(self, schedule: EpochSchedule | None = None) -> Iterator[tuple[int, list[int]]]:
+        """``(first position, batch)`` of each batch of ``schedule`` (default: the configured
+        one) in the configured order."""
         order, schedule = self.order, schedule or self.schedule
         if order is None or schedule is None:
             raise RuntimeError("the batch sampler was iterated before it was configured")
@@ -184,12 +220,13 @@ class OrderedBatchSampler(Sampler[list[int]]):
         while first < full:
             steps = min(steps, full - first)
             bases = schedule.start + (first + np.arange(steps, dtype=np.int64)) * step_size
-            yield from order((bases[:, None] + offsets).ravel()).reshape(steps, size).tolist()
+            rows = order((bases[:, None] + offsets).ravel()).reshape(steps, size).tolist()
+            yield from zip((bases + offsets[0]).tolist(), rows)
             first += steps
             steps = min(steps * 4, max_steps)
         if schedule.last_batch_size:
             lo, hi = schedule.batch_range(full, self.rank)
-            yield order(np.arange(lo, hi, dtype=np.int64)).tolist()
+            yield lo, order(np.arange(lo, hi, dtype=np.int64)).tolist()
 
     def __len__(self) -> int:
         return self.schedule.num_steps if self.schedule is not None else 0
@@ -206,11 +243,15 @@ class GroupedBatches(Sampler[list[int]]):
         self.grouping = grouping
 
     def __iter__(self) -> Iterator[list[int]]:
-        for group in grouped(self.batches._batches(), *self.grouping):
+        for group in self.batches.groups(self.grouping):
             item = Group(i for b in group for i in b)
             item.sizes = [len(b) for b in group]
             yield item
 
     def __len__(self) -> int:
         schedule = self.batches.schedule
-        return -(-schedule.num_steps // self.grouping.size) if schedule is not None else 0
+        if schedule is None:
+            return 0
+        if self.grouping.windows:  # one group per window the pass touches (at most)
+            return schedule.num_steps
+        return -(-schedule.num_steps // self.grouping.size)

@@ -55,7 +55,9 @@ class SnapshotMoves:
     def _switch(self, view: DatasetView) -> None:
         """Read ``view`` (the same dataset at another snapshot) from the next pass on."""
         source: BatchSource = self.dataset
-        object.__setattr__(self, "dataset", BatchSource(view, source.batched))
+        fresh = BatchSource(view, source.batched)
+        fresh.gap_budget = source.gap_budget  # a block shuffle's window reads keep their budget
+        object.__setattr__(self, "dataset", fresh)
         self.view = view
         self._order.view = view  # the order reads the new view's plan (a mixture's) from now on
         self._copies = None  # thread workers' private copies were of the old view

@@ -10,9 +10,9 @@
         "sequence_length": 2048,        # None for documents
         "seed": 0,
         "shuffle": "block",             # "none" | "full" | "block"
-        "shuffle_block_size": 64,       # None unless shuffle == "block"
-        "shuffle_buffer_blocks": 4,     # None unless shuffle == "block"
-        "shuffle_run_size": 8,          # None unless shuffle == "block"
+        "shuffle_block_size": 512,      # samples; None unless shuffle == "block"
+        "shuffle_buffer_blocks": 512,   # blocks per window; None unless shuffle == "block"
+        "shuffle_run_size": 1,          # 1 for the byte-sized block shuffle (#34); None unless "block"
         "epoch": 3,
         "position": 1024,               # samples handed out in this epoch over all ranks
         "finished": False,              # the pass ended (the loop saw its end): see below
@@ -233,11 +233,34 @@ class OrderIdentity:
                         " The state was saved over a dataset with other content; moving the same"
                         " dataset to another URL or bucket keeps the fingerprint."
                     )
+                elif name.startswith("shuffle"):
+                    hint = _shuffle_hint(self.shuffle, current.shuffle)
                 raise ResumeStateError(
                     f"the loader state was saved with {what} {saved!r}, but this loader has "
                     f"{now!r}; it cannot continue that order.{hint} Build the loader with the "
                     "settings of the run that saved the state, or start without loading it."
                 )
+
+
+def _shuffle_hint(saved: ShuffleSettings, now: ShuffleSettings) -> str:
+    """The fix for a state saved with other shuffle settings: the keywords that rebuild its
+    order exactly (sample counts rebuild any block order, the byte-sized one's too)."""
+    if saved.mode != "block":
+        return f" Build the loader with shuffle={saved.mode!r}."
+    block, buffer, run = saved.blocks
+    hint = (
+        f" Build the loader with shuffle='block', shuffle_block_size={block}, "
+        f"shuffle_buffer_blocks={buffer}, shuffle_run_size={run} to continue it exactly"
+    )
+    if run != 1:
+        hint += " (the block order of GuideLoom before the byte-sized block shuffle)"
+    elif now.sized is not None and now.block_size:
+        sample = now.sized[0] // now.block_size
+        hint += (
+            f" (the byte-sized block shuffle with shuffle_block_bytes={block * sample}, "
+            f"shuffle_window_blocks={buffer} gives the same order)"
+        )
+    return hint + "."
 
 
 @dataclass(frozen=True)

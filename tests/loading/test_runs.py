@@ -32,7 +32,8 @@ def _keys(loader: Any) -> list[Any]:
 @pytest.mark.parametrize(
     "settings,run_size",
     [
-        ({}, 8),  # block size 64: runs of 8
+        ({}, 1),  # the byte-sized block shuffle (#34): single samples permuted in a window
+        ({"shuffle_block_size": 64}, 8),  # the old block order: block size 64, runs of 8
         ({"shuffle_block_size": 12}, 4),  # the default is gcd(8, block size)
         ({"shuffle_block_size": 5}, 1),
         ({"shuffle_block_size": 16, "shuffle_run_size": 16}, 16),
