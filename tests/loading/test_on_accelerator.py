@@ -9,7 +9,7 @@ What it checks there:
   memory, in the main process, in threads and in worker processes;
 - ``pin_memory=True`` without ``device=`` hands out pinned host tensors;
 - a state taken from a GPU loader resumes exactly (the same batches, on the GPU);
-- the ``cu_seqlens`` a ``boundaries="records"`` batch carries drive torch's variable-length
+- the ``cu_seqlens`` a ``boundaries="records"`` (or ``pack="whole"``) batch carries drive torch's variable-length
   (FlashAttention) kernel to the same output as causal attention run document by document, and
   as ``masks.sdpa_mask`` and ``masks.flex_block_mask``: the attention a packed batch trains with
   never crosses a document boundary.
@@ -136,12 +136,15 @@ def _varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor,
     return varlen_attn(q, k, v, cu, cu, mx, mx, **causal)
 
 
+@pytest.mark.parametrize(
+    "marks", [{"boundaries": "records"}, {"pack": "whole"}], ids=["boundaries", "packed"]
+)
 def test_varlen_attention_on_the_batch_boundaries_never_crosses_a_document(
-    stream: StreamStorage,
+    stream: StreamStorage, marks: dict[str, Any]
 ) -> None:
     from guideloom.loading import masks
 
-    loader = _loader(stream, boundaries="records", device="cuda", pin_memory=True)
+    loader = _loader(stream, device="cuda", pin_memory=True, **marks)
     batch = next(iter(loader))
     cu = batch["cu_seqlens"]
     assert cu.device.type == "cuda" and cu.dtype == torch.int32
