@@ -83,6 +83,8 @@ def mask_tokens(batch: Any) -> int:
                 return int(np.count_nonzero(mask.numpy()))
             except TypeError:  # not on the CPU (a collate_fn that moved it)
                 return int(torch.count_nonzero(mask))
+        if mask is None and "documents" not in batch:  # a stream without a mask: nothing to count
+            return _NO_MASK
     if isinstance(batch, Mapping):
         mask = batch.get("loss_mask")
         if mask is not None:
