@@ -89,7 +89,7 @@ def test_a_state_with_limits_resumes_exactly_and_other_limits_are_refused(two):
     [
         ({"samples": 0}, "'samples' must be a whole number"),
         ({"repeat": -1}, "'repeat' must be a positive number"),
-        ({"repat": 2}, "'samples' .* and/or 'repeat'"),
+        ({"repat": 2}, "'samples' .* 'repeat' .* and/or 'defaults'"),
         ([2], "the third item of a source holds its limits"),
     ],
 )
