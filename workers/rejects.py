@@ -166,14 +166,11 @@ def failed(config: Any, file: Any, bad: BadRecord, where: str, message: str) -> 
     if config.rejects is not None:
         shown = redact_url(str(config.rejects))
         message += (
-            f". It is listed in {shown}; with --on-bad-record skip, {shown} would list every bad "
+            f". It is listed in {shown}; with the skip policy, {shown} would list every bad "
             "record of the job in one run"
         )
     else:
-        message += (
-            ". To list every bad record in one run, pass --on-bad-record skip --rejects FILE "
-            "(rejects='FILE' in Python)"
-        )
+        message += "; add --rejects FILE (rejects='FILE' in Python) to list every one of them in one run"
     err = RejectedRecordError(message)
     err.entry = e
     return err

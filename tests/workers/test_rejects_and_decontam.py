@@ -106,13 +106,14 @@ def test_fail_stops_at_the_first_and_lists_it(ray_local, store, tmp_path, s3_buc
         )
     first = _expected(str(src))[0]
     assert f"{src} line {first['line']}: invalid UTF-8" in str(err.value)
-    assert f"It is listed in {rejects}; with --on-bad-record skip, {rejects} would list every" in str(
-        err.value
-    )
+    assert f"It is listed in {rejects}; with the skip policy, {rejects} would list every" in str(err.value)
     (entry,) = _listed(fs, rejects)
     assert {k: entry[k] for k in ("file", "line", "offset", "reason")} == first
     assert not fs.exists(f"{root}/ds-fail/manifest.json")
-    with pytest.raises(IngestError, match=r"pass --on-bad-record skip --rejects FILE"):
+    with pytest.raises(
+        IngestError,
+        match=r"pass --on-bad-record skip .*; add --rejects FILE \(rejects='FILE' in Python\) to list every one",
+    ):
         ingest_dataset([str(src)], tmp_path / "ds-none", part_size=700, num_workers=1)
 
 
