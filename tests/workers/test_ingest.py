@@ -162,7 +162,7 @@ def test_worker_killed_mid_task_is_retried_with_identical_output(reference, tmp_
     for name, value in hooks_env(crash_once={"part": 1, "marker": str(marker)}).items():
         monkeypatch.setenv(name, value)
     config = {"inputs": [str(p) for p in inputs], "output": str(tmp_path / "ds"), **options}
-    retried = run_ingest(config)
+    retried = run_ingest({**config, "runner": "ray"})  # Ray retries the killed worker's part
     assert marker.exists()  # the first attempt of part 1 died with os._exit(1)
     assert _shards(retried) == _shards(manifest)
 
