@@ -294,8 +294,13 @@ def run_hash_pass(
         if isinstance(err.cause, GuideLoomError):
             raise err.cause from None
         raise
-    pieces = tuple(HashPiece.model_validate(p) for found in piece_lists for p in found)
-    index = HashIndex(normalize=config.dedup_normalize, documents=sum(p.count for p in pieces), pieces=pieces)
+    return _pass_of(config, dropped, [p for found in piece_lists for p in found])
+
+
+def _pass_of(config: IngestConfig, dropped: list[Any], pieces: list[dict[str, Any]]) -> HashPass:
+    """The `HashPass` of the decide steps' dropped positions and index pieces (as dicts)."""
+    held = tuple(HashPiece.model_validate(p) for p in pieces)
+    index = HashIndex(normalize=config.dedup_normalize, documents=sum(p.count for p in held), pieces=held)
     return HashPass(dropped, index)
 
 
@@ -322,9 +327,7 @@ def run_hash_pass_here(
     dropped, found = decide_buckets(
         everything, len(specs), location, base, *(hashes[b] for b in everything for hashes in by_part)
     )
-    pieces = tuple(HashPiece.model_validate(p) for p in found)
-    index = HashIndex(normalize=config.dedup_normalize, documents=sum(p.count for p in pieces), pieces=pieces)
-    return HashPass([dropped], index)
+    return _pass_of(config, [dropped], found)
 
 
 class Dropper:

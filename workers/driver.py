@@ -106,10 +106,27 @@ def _task(
             tally.report.remote(counts)
 
     _size_thread_pool(threads)
+    return _write_counted(config, spec, digest, report, dedup.Dropper.of_refs(spec.part, dropped))
+
+
+def _write_counted(
+    config: IngestConfig,
+    spec: PartSpec,
+    digest: str,
+    report: Callable[[dict[str, int]], None] | None,
+    dropper: dedup.Dropper | None,
+) -> PartResult:
+    """`write_part`, with the requests it sent (a reused part's are its checks): reported, not
+    recorded. What a Ray task and an inline job run for each part."""
     before = io_stats()
-    result = write_part(config, spec, digest, report, dedup.Dropper.of_refs(spec.part, dropped))
-    # The requests this task sent (a reused part's are its checks): reported, not recorded.
+    result = write_part(config, spec, digest, report, dropper)
     return {**result, "io_stats": subtract_stats(io_stats(), before)}
+
+
+def _preferred_order(plan: Plan, first: set[int] | frozenset[int]) -> list[int]:
+    """The parts in the order they start: those in ``first`` (an earlier run recorded them:
+    their work is only checks), then the rest, each group by number."""
+    return sorted(range(len(plan.parts)), key=lambda k: (k not in first, k))
 
 
 _write_part_task = ray.remote(_task)
@@ -354,7 +371,7 @@ def _run_parts(
     tally = _start_tally() if progress.live else None
     config_ref = ray.put(task_config(config))
     threads = threads_per_part(config)
-    todo = sorted(range(len(plan.parts)), key=lambda k: (k not in first, k))[::-1]
+    todo = _preferred_order(plan, first)[::-1]
     pending: dict[Any, int] = {}
     polled = time.monotonic()
     try:
@@ -426,11 +443,10 @@ def _run_parts_inline(
     order of preference, one after another. The tokenizer keeps its thread pool's default (every
     core), as the one part running has the machine to itself."""
     report = (lambda counts: progress.running([counts])) if progress.live else None
-    for k in sorted(range(len(plan.parts)), key=lambda k: (k not in first, k)):
-        before = io_stats()
+    as_task = task_config(config)
+    for k in _preferred_order(plan, first):
         dropper = None if dropped is None else dedup.Dropper(k, dropped)
-        result = write_part(task_config(config), part_spec(plan, k), digest, report, dropper)
-        results.append({**result, "io_stats": subtract_stats(io_stats(), before)})
+        results.append(_write_counted(as_task, part_spec(plan, k), digest, report, dropper))
         progress.part_done(results[-1])
         if on_part is not None:
             on_part(results)
