@@ -132,6 +132,18 @@ from guideloom.types import DatasetView, as_mixture
 __all__ = ["DEFAULT_READ_AHEAD_BYTES", "READ_AHEAD_ENV", "StatefulDataLoader"]
 
 
+def _weak_call(method: Callable[[], None]) -> Callable[[], None]:
+    """``method`` called through a weak reference to its object (a no-op once it is gone)."""
+    ref = weakref.WeakMethod(method)
+
+    def call() -> None:
+        bound = ref()
+        if bound is not None:
+            bound()
+
+    return call
+
+
 class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
     """torchdata's ``StatefulDataLoader``; over a GuideLoom view, resumable exactly and in O(1).
 
@@ -435,7 +447,9 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         self.world_size = world_size
         self._shuffle = settings
         self._source_names: tuple[str, ...] = tuple(mixture.mixture.names) if mixture else ()
-        order._on_epoch_end = self._epoch_ends
+        # weakly: a loader dropped mid-epoch is freed at once, not by a later garbage collection
+        # (which closes torch's worker queues before the workers hear to stop: 5 s each, then a kill)
+        order._on_epoch_end = _weak_call(self._epoch_ends)
         self._live: Progress | None = None  # what the current pass has delivered
         self._pass: weakref.ref[Pass] | None = None  # the current pass, not kept alive by us
         self._copies: SourceCopies | None = None  # thread workers' private views, made lazily
