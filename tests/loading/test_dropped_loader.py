@@ -69,7 +69,9 @@ def test_a_mixture_loader_dropped_mid_epoch_is_freed_at_once(
     a = write_dataset("stream", str(tmp_path / "a"), {}, size=32)
     b = write_dataset("stream", str(tmp_path / "b"), {}, size=32)
     mixture = Mixture({"a": (a, 0.5), "b": (b, 0.5)})
-    loader = StatefulDataLoader.from_storage(mixture, sequence_length=16, batch_size=4, shuffle=True, num_workers=2)
+    loader = StatefulDataLoader.from_storage(
+        mixture, sequence_length=16, batch_size=4, shuffle=True, num_workers=2
+    )
     batches = iter(loader)
     next(batches)
     workers = _worker_processes(batches)
