@@ -415,7 +415,7 @@ def mix(
         options = parse_options(option)
         classes: dict[str, str] = {}  # storage class -> the first source of it
         schemas: list[tuple[str, str, str, dict[str, Any]]] = []
-        from guideloom.loading.blend import is_weighted_list, open_data, weighted_pairs
+        from guideloom.loading.blend import is_weighted_list, open_data, url_weight_pairs, weighted_pairs
 
         opened: dict[str, Any] = {}
         if is_weighted_list(
@@ -424,16 +424,7 @@ def mix(
             storages = open_data(list(sources), options).storages
             opened = {s.url: s for s in storages}
             sources = [f"{s.url}={w}" for s, (_, w) in zip(storages, weighted_pairs(sources))]
-        for arg in sources:
-            url, sep, raw = arg.rpartition("=")
-            if not sep or not url:
-                raise ValueError(f"{arg!r} is not URL=WEIGHT")
-            try:
-                weight = float(raw)
-            except ValueError:
-                weight = float("nan")
-            if not weight > 0 or weight == float("inf"):
-                raise ValueError(f"{url}: weight {raw!r} is not a positive, finite number")
+        for url, weight in url_weight_pairs(sources):
             weights.append(weight)
             if url in opened:
                 location, manifest = opened[url].location, opened[url].manifest
@@ -542,18 +533,12 @@ def trace(
         options = parse_options(option)
         with open(state_file, encoding="utf-8") as f:
             state = _json.load(f)
-        from guideloom.loading.blend import is_weighted_list, open_data
+        from guideloom.loading.blend import is_weighted_list, open_data, url_weight_pairs
 
         if len(sources) == 1 and "=" not in sources[0] or is_weighted_list(sources):
             data: Any = open_data(sources if len(sources) > 1 else sources[0], options)
         else:
-            weighted = []
-            for arg in sources:
-                url, sep, raw = arg.rpartition("=")
-                if not sep or not url:
-                    raise ValueError(f"{arg!r} is not URL=WEIGHT (a mixture names each source's weight)")
-                weighted.append((open_url(url, options), float(raw)))
-            data = Mixture(weighted)
+            data = Mixture([(open_url(url, options), weight) for url, weight in url_weight_pairs(sources)])
         if decode < 0:
             raise ValueError(f"--decode takes a number of tokens >= 0, got {decode}")
         rows = trace_rows(state, data, _step_range(steps), first_step=first_step)

@@ -707,16 +707,9 @@ def register(
             if len(sources) == 1 and "=" not in sources[0]:
                 source = sources[0]
             else:
-                source = []
-                for arg in sources:
-                    url, sep, raw = arg.rpartition("=")
-                    if not sep or not url:
-                        raise ValueError(f"{arg!r} is not URL=WEIGHT (a mixture names each source's weight)")
-                    try:
-                        weight = float(raw)
-                    except ValueError:
-                        raise ValueError(f"{url}: weight {raw!r} is not a number") from None
-                    source.append((url, weight))
+                from guideloom.loading.blend import url_weight_pairs
+
+                source = url_weight_pairs(sources)
                 if snapshot is not None:
                     raise ValueError("--snapshot applies to one dataset, not to a mixture")
             data = build_report(

@@ -19,7 +19,7 @@ from guideloom.loading.mixture import Mixture
 from guideloom.storage.base import Storage
 from guideloom.storage.byurl import open_url
 
-__all__ = ["is_weighted_list", "open_data", "weighted_pairs"]
+__all__ = ["is_weighted_list", "open_data", "url_weight_pairs", "weighted_pairs"]
 
 _SUFFIXES = (".idx", ".bin", ".ds", ".ds.index", ".npy")
 
@@ -93,6 +93,35 @@ def weighted_pairs(items: Sequence[Any]) -> list[tuple[str, float]]:
                 "alternates weights and datasets ([w1, prefix1, w2, prefix2, ...])"
             )
         pairs.append((os.fspath(path), weight))
+    return pairs
+
+
+def url_weight_pairs(args: Sequence[str]) -> list[tuple[str, float]]:
+    """The ``(url, weight)`` pairs of command-line sources written ``URL=WEIGHT``.
+
+    The weight follows the last ``=`` (a URL may hold ``=`` itself, as in a query string).
+
+    Args:
+        args: The sources as typed, one ``URL=WEIGHT`` each.
+
+    Returns:
+        One pair per source, in the order given.
+
+    Raises:
+        ValueError: An item without ``=`` or without a URL, or a weight that is not a positive,
+            finite number (the message names the item).
+    """
+    pairs = []
+    for arg in args:
+        url, sep, raw = arg.rpartition("=")
+        if not sep or not url:
+            raise ValueError(
+                f"{arg!r} is not URL=WEIGHT (a mixture names each source's weight, e.g. {arg}=0.5)"
+            )
+        weight = _weight(raw.strip())
+        if weight is None or not weight > 0 or weight == float("inf"):
+            raise ValueError(f"{url}: weight {raw!r} is not a positive, finite number")
+        pairs.append((url, weight))
     return pairs
 
 

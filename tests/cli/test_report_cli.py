@@ -57,7 +57,7 @@ def test_documents_report_byte_lengths(sources: dict[str, Any]) -> None:
     ("args", "message"),
     [
         (["{stream}"], "--html FILE"),
-        (["{stream}=x", "{stream}=1", "--json"], "is not a number"),
+        (["{stream}=x", "{stream}=1", "--json"], "weight 'x' is not a positive, finite number"),
         (["{stream}=0", "{stream}=1", "--json"], "not a positive, finite number"),
         (["{stream}=1", "{docs}=1", "--json", "-L", "8"], "mix storage classes"),
         (["{stream}=1", "{stream}=1", "--json", "--snapshot", "1"], "--snapshot applies to one dataset"),
