@@ -59,6 +59,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # Keep Ray from writing an auth token into the home directory (and from warning about it).
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     config.stash[_S3_STASH] = {"planned": s3server.choose_backend(), "endpoint": None, "note": None}
+    if not config.pluginmanager.hasplugin("xdist"):  # `-p no:xdist`: the groups below are only marks
+        config.addinivalue_line("markers", "xdist_group(name): tests that pytest-xdist runs in one worker")
+    elif config.pluginmanager.hasplugin("xdist.remote") or os.environ.get("PYTEST_XDIST_WORKER"):
+        config.pluginmanager.register(_GroupSuffix(), "guideloom-xdist-group-suffix")
     if _is_xdist_controller(config) and config.stash[_S3_STASH]["planned"] != "external":
         _start_shared_s3(config)
 
@@ -135,6 +139,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 group = name
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+class _GroupSuffix:
+    """The group suffix xdist's scheduler reads (``nodeid@group``), set where pytest >= 9 keeps it.
+
+    pytest-xdist 3.8 marks an item's group by assigning ``item._nodeid``; pytest 9 builds
+    ``nodeid`` from ``item._id`` and ignores that attribute, so every group silently fell apart
+    (four local Rays, clusters started side by side, module fixtures made once per worker). This
+    runs after xdist's own hook and sets the suffix only where it is missing.
+    """
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if not config.getvalue("loadgroup"):
+            return
+        from _pytest.nodeid import coerce_node_id
+
+        for item in items:
+            names = sorted(
+                {
+                    str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                    for m in item.iter_markers("xdist_group")
+                }
+            )
+            suffix = "@" + "_".join(names)
+            if names and not item.nodeid.endswith(suffix):
+                item._id = coerce_node_id(item.nodeid + suffix)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -4,8 +4,10 @@ start` commands of docker-compose.yml for the head and the worker, the compose `
 and endpoint from the standard AWS variables only. Compared byte for byte (shard table and
 checksums) with the same command on a local Ray. Then `ray job stop` and a lost worker node.
 
-One module-scoped cluster (a head and a worker, 1 CPU each, 256 MiB object stores) serves every
-test; the test that kills the worker node runs last.
+One cluster (a head and a worker, 1 CPU each, 256 MiB object stores) serves every test; the test
+that kills the worker node runs last. The cluster and the local reference run live for the test
+process (session scope), not the module: under pytest-xdist a worker may run other tests between
+this module's, and a module fixture would then start the cluster again (25-60 s each time).
 """
 
 from __future__ import annotations
@@ -46,12 +48,12 @@ def _shards(manifest) -> list[tuple]:
     ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def compose():
     return yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster(compose, s3_endpoint):
     import os
 
@@ -80,7 +82,7 @@ def _job_argv(compose, cluster, output: str) -> tuple[list[str], list[str]]:
     return submit, argv
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def local_reference(compose, cluster, ray_local, tmp_path_factory):
     """The compose job's command on the session's local Ray (in this process), and its time."""
     _, argv = _job_argv(compose, cluster, str(tmp_path_factory.mktemp("local") / "kjv"))
