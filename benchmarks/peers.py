@@ -513,7 +513,14 @@ def counted_pass(proc: PeerProcess, proxy: Any, cmd: dict[str, Any]) -> dict[str
     p = proc.call(op="pass", endpoint_url=proxy.url, **cmd)
     gets = [e for e in proxy.log if e.method == "GET"]
     delivered = (p["first_tokens"] + p["tokens"]) * 2  # uint16 tokens
+    objects: dict[str, list[int]] = {}  # per object (last path part): [GETs, bytes]
+    for e in gets:
+        name = e.path.split("?", 1)[0].rsplit("/", 1)[-1]
+        objects.setdefault(name, [0, 0])
+        objects[name][0] += 1
+        objects[name][1] += e.bytes
     return {
+        "by_object": objects,
         "gets": len(gets),
         "requests": proxy.request_count,
         "bytes": proxy.bytes_out,

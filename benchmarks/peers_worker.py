@@ -362,6 +362,7 @@ class MosaicPeer:
 
     def __init__(self) -> None:
         self.datasets: dict[str, dict[str, Any]] = {}
+        _mosaic_without_vision()
 
     def ingest(self, cmd: dict[str, Any]) -> dict[str, Any]:
         import numpy as np
@@ -375,7 +376,7 @@ class MosaicPeer:
         local = tempfile.mkdtemp(prefix="peers-mosaic-")
         try:
             with MDSWriter(
-                out=local, columns={"tokens": "ndarray:uint16"}, size_limit=int(cmd["shard_bytes"])
+                out=local, columns={"tokens": f"ndarray:uint16:{length}"}, size_limit=int(cmd["shard_bytes"])
             ) as writer:
                 for lo in range(0, len(tokens) - length + 1, length):
                     writer.write({"tokens": np.array(tokens[lo : lo + length], dtype=np.uint16)})
@@ -416,6 +417,25 @@ class MosaicPeer:
         finally:
             shutil.rmtree(cache, ignore_errors=True)
             clean_stale_shared_memory()
+
+
+def _mosaic_without_vision() -> None:
+    """Import MosaicML Streaming without its vision datasets (``streaming.vision``), unused here.
+
+    ``import streaming`` imports them, and they import torchvision, whose PyPI wheel is built
+    against CUDA torch and fails to load beside the CPU torch these environments pin (``operator
+    torchvision::nms does not exist``). An empty ``streaming.vision`` module stands in for that
+    one subpackage; the writer, ``StreamingDataset`` and its downloads are Mosaic's own code.
+    """
+    import importlib.util
+    import types
+
+    if "streaming" in sys.modules or importlib.util.find_spec("torchvision") is None:
+        return
+    try:
+        import torchvision  # noqa: F401
+    except Exception:  # noqa: BLE001 - any failure to load: leave the vision datasets out
+        sys.modules["streaming.vision"] = types.ModuleType("streaming.vision")
 
 
 def _litdata_allow_http() -> None:
