@@ -290,10 +290,11 @@ def shuffle_report(
         )
     if world_size > 1 and order_settings.sized is not None:
         amplification = fetched / max(1, (n // step) * step * sample_bytes)
+        per_block = gets / max(1, -(-n // block))
         notes.append(
             f"each of the {world_size} ranks reads its share of every window through the gaps "
-            "(the other ranks' samples) of each block: about one request per block per rank "
-            f"({gets / max(1, -(-n // block)):.1f} GETs per block), and {amplification:.1f}x the "
+            f"(the other ranks' samples) of each block: {per_block:.1f} GETs per block "
+            f"({per_block / world_size:.2f} per rank), and {amplification:.1f}x the "
             'samples\' bytes in all (free inside a cloud region; see "Shuffling" in '
             "docs/training.md for the trade-off)"
         )
