@@ -5,6 +5,7 @@ The peers are other libraries, each installed in its own virtual environment out
 
 - ``litdata``: Lightning's LitData (``TokensLoader`` chunks read by ``StreamingDataset``), on the
   driver's Python with the same CPU torch;
+- ``mosaic``: MosaicML Streaming (S3 rows only), on the driver's Python with the same CPU torch;
 - ``guideloom11``: Guide Labs' GuideLoom 1.1 (``guideloom[torch]==1.1.0`` from PyPI), on Python
   3.13 from pyenv. Its import name is ``guideloom`` too, hence its own interpreter.
 
@@ -25,12 +26,20 @@ end to end, tokens of the whole epoch over the time from ``iter()`` to its last 
 - ``peer-litdata-s3``: a shuffled epoch from the local S3 server (``benchmarks/s3env.py``: RGW
   when installed, else moto; ``GUIDELOOM_TEST_S3=moto`` picks moto), 2 workers, ~4 MiB shards
   and chunks. LitData downloads whole chunks into a fresh cache directory each epoch. GuideLoom
-  with ``shuffle=True`` (a full permutation) and with ``shuffle="block"``. Target >= 1.5.
+  with ``shuffle=True`` (a full permutation) and with ``shuffle="block"`` (``--s3-shuffles``
+  picks the orders, e.g. ``block:window_bytes=8388608``). Target >= 1.5. One more epoch of each
+  side goes through the counting proxy: GETs, bytes per GET, the largest response, the bytes the
+  peer left on local disk, and GuideLoom's own prediction (`guideloom.shuffle_report`: GETs and
+  read-group memory).
+- ``peer-mosaic-s3`` (``--systems mosaic``): the same against MosaicML Streaming
+  (``mosaicml-streaming``: ``MDSWriter`` shards of 2048-token samples, ``StreamingDataset``
+  downloading whole shards into a fresh cache directory each epoch), GuideLoom's first order only.
 
 Examples::
 
     python -m benchmarks.peers                        # everything, default sizes
     python -m benchmarks.peers --systems litdata --parts s3 --repeats 5
+    python -m benchmarks.peers --systems litdata,mosaic --parts s3 --s3-tokens 19600000 --s3-shuffles block
     python -m benchmarks.peers --tokens 2000000 --s3-tokens 1000000 --quick
 """
 
@@ -114,6 +123,14 @@ PEERS: dict[str, PeerSpec] = {
         torch_index="https://download.pytorch.org/whl/cpu",
         packages=("guideloom", "torch", "torchdata", "numpy", "numba"),
     ),
+    "mosaic": PeerSpec(
+        "mosaic",
+        "MosaicML Streaming",
+        "",
+        # The driver's CPU torch; mosaicml-streaming 0.13 wants numpy < 2.2.
+        ("torch==2.13.0", "mosaicml-streaming", "numpy<2.2"),
+        packages=("mosaicml-streaming", "torch", "numpy", "boto3"),
+    ),
 }
 
 
@@ -122,7 +139,7 @@ class PeersConfig:
     """What one run measures (the command-line flags)."""
 
     workdir: Path
-    systems: tuple[str, ...] = tuple(PEERS)
+    systems: tuple[str, ...] = ("litdata", "guideloom11")  # "mosaic" on request (S3 rows only)
     parts: tuple[str, ...] = PARTS
     tokens: int = 19_600_000  # the local corpus (as `make bench`'s local rows)
     s3_tokens: int = 8_000_000  # the S3 corpus: 16 MB, four 4 MiB shards
@@ -135,6 +152,9 @@ class PeersConfig:
     quick: bool = False
     build: bool = True
     gl11_reader: str = "mmap"  # GuideLoom 1.1's byte-range reader: mmap, pread or seek (its default)
+    # GuideLoom's orders in the S3 rows: True (full), "block" (the byte-sized block shuffle at its
+    # defaults) or a dict of `guideloom.Shuffle` settings (``--s3-shuffles``)
+    s3_shuffles: tuple[Any, ...] = (True, "block")
     env_dir: Path = field(default_factory=lambda: env_dir())
 
 
@@ -157,6 +177,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--shard-bytes", type=int, default=d.shard_bytes, help="shard / chunk size in bytes")
     p.add_argument("--repeats", type=int, default=d.repeats, help="timed epochs per side and row")
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument(
+        "--s3-shuffles",
+        default="full,block",
+        help="GuideLoom's orders in the S3 rows, comma-separated: full, block, or block settings "
+        "as block:KEY=VALUE:... (guideloom.Shuffle's block_bytes, window_bytes, window_blocks)",
+    )
     p.add_argument(
         "--gl11-reader",
         default=d.gl11_reader,
@@ -185,10 +211,34 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error(f"unknown parts {unknown}; choose from {','.join(PARTS)}")
     if not args.systems or not args.parts:
         p.error("--systems and --parts need at least one name each")
+    try:
+        args.s3_shuffles = tuple(parse_shuffle(x) for x in args.s3_shuffles.split(",") if x)
+    except ValueError as err:
+        p.error(str(err))
     for name in ("tokens", "s3_tokens", "shard_bytes", "repeats"):
         if getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     return args
+
+
+def parse_shuffle(text: str) -> Any:
+    """``full`` -> True, ``block`` -> "block", ``block:window_bytes=8388608:...`` -> Shuffle settings."""
+    mode, *pairs = text.split(":")
+    if mode == "full" and not pairs:
+        return True
+    if mode != "block":
+        raise ValueError(f"--s3-shuffles: {text!r} is not full, block or block:KEY=VALUE:...")
+    if not pairs:
+        return "block"
+    settings: dict[str, Any] = {"mode": "block"}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if key not in ("block_bytes", "window_bytes", "window_blocks") or not value.isdigit():
+            raise ValueError(
+                f"--s3-shuffles: {pair!r} in {text!r}: use block_bytes=N, window_bytes=N or window_blocks=N"
+            )
+        settings[key] = int(value)
+    return settings
 
 
 # --- the corpus --------------------------------------------------------------------------------
@@ -417,6 +467,8 @@ def _race(
 
 
 def _shuffle_name(shuffle: Any) -> str:
+    if isinstance(shuffle, dict):
+        return "block(" + ", ".join(f"{k}={v}" for k, v in shuffle.items() if k != "mode") + ")"
     return {False: "off", True: "on"}.get(shuffle, str(shuffle))
 
 
@@ -430,7 +482,6 @@ GL11_CASES: tuple[tuple[Any, int, str], ...] = (
     (True, 2, "thread"),
 )
 LITDATA_CASES: tuple[tuple[Any, int], ...] = ((False, 0), (True, 0), (False, 2), (True, 2))
-S3_OURS_SHUFFLES: tuple[Any, ...] = (True, "block")
 
 
 def local_rows(
@@ -456,28 +507,79 @@ def local_rows(
     return rows
 
 
+def counted_pass(proc: PeerProcess, proxy: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+    """One epoch through the counting proxy: GETs, bytes and the largest response at the proxy."""
+    proxy.reset()
+    p = proc.call(op="pass", endpoint_url=proxy.url, **cmd)
+    gets = [e for e in proxy.log if e.method == "GET"]
+    delivered = (p["first_tokens"] + p["tokens"]) * 2  # uint16 tokens
+    objects: dict[str, list[int]] = {}  # per object (last path part): [GETs, bytes]
+    for e in gets:
+        name = e.path.split("?", 1)[0].rsplit("/", 1)[-1]
+        objects.setdefault(name, [0, 0])
+        objects[name][0] += 1
+        objects[name][1] += e.bytes
+    return {
+        "by_object": objects,
+        "gets": len(gets),
+        "requests": proxy.request_count,
+        "bytes": proxy.bytes_out,
+        "bytes_per_get": proxy.bytes_out / max(1, len(gets)),
+        "max_get_bytes": max((e.bytes for e in gets), default=0),
+        "amplification": proxy.bytes_out / max(1, delivered),
+        "local_disk_bytes": p.get("local_disk_bytes", 0),
+        "predicted": p.get("predicted"),
+    }
+
+
 def s3_rows(
-    cfg: PeersConfig, ours: PeerProcess, litdata: PeerProcess, log: Callable[[str], None]
+    cfg: PeersConfig,
+    ours: PeerProcess,
+    peers: dict[str, PeerProcess],
+    log: Callable[[str], None],
+    endpoint: Any = None,
 ) -> list[Row]:
+    """GuideLoom's S3 orders against LitData's shuffled epoch (and MosaicML Streaming's, when it
+    runs), end to end; with ``endpoint``, one more epoch of each through the counting proxy."""
     base = {"batch_size": cfg.batch_size, "sequence_length": cfg.sequence_length, "seed": cfg.seed}
     theirs_cmd = {**base, "name": "s3", "shuffle": True, "workers": cfg.workers}
+    theirs_counts: dict[str, dict[str, Any]] = {}
     rows = []
-    for shuffle in S3_OURS_SHUFFLES:
-        ours_cmd = {**base, "name": "s3", "shuffle": shuffle, "workers": cfg.workers}
-        case = f"GuideLoom shuffle={shuffle!r} vs LitData shuffle=True, {cfg.workers} workers, end to end"
-        log(f"peer-litdata-s3 {case} ...")
-        a, b = _race(ours, litdata, ours_cmd, theirs_cmd, cfg)
-        rows.append(
-            rows_from_passes(
-                "peer-litdata-s3",
-                case,
-                PEERS["litdata"].title + " (whole-chunk downloads)",
-                a,
-                b,
-                end_to_end_rate,
-                1.5,
+    for peer in ("litdata", "mosaic"):
+        if peer not in peers:
+            continue
+        for shuffle in cfg.s3_shuffles:
+            ours_cmd = {**base, "name": "s3", "shuffle": shuffle, "workers": cfg.workers}
+            title = PEERS[peer].title
+            case = (
+                f"GuideLoom shuffle={_shuffle_name(shuffle)} vs {title} shuffle=True, "
+                f"{cfg.workers} workers, end to end"
             )
-        )
+            log(f"peer-{peer}-s3 {case} ...")
+            a, b = _race(ours, peers[peer], ours_cmd, theirs_cmd, cfg)
+            row = rows_from_passes(
+                f"peer-{peer}-s3", case, title + " (whole-shard downloads)", a, b, end_to_end_rate,
+                1.5 if peer == "litdata" else None,
+            )  # fmt: skip
+            if endpoint is not None:  # one more epoch of each through the counting proxy
+                from benchmarks.s3env import CountingProxy
+
+                with CountingProxy(endpoint.url) as proxy:
+                    mine = counted_pass(ours, proxy, {**ours_cmd, "report": shuffle is not True})
+                    if peer not in theirs_counts:
+                        theirs_counts[peer] = counted_pass(peers[peer], proxy, theirs_cmd)
+                row.extra["counted"] = mine
+                row.extra["peer_counted"] = theirs_counts[peer]
+                c = theirs_counts[peer]
+                log(
+                    f"  GETs per epoch: GuideLoom {mine['gets']} ({mine['bytes_per_get'] / 2**20:.2f} MiB "
+                    f"per GET, x{mine['amplification']:.2f} bytes), {peer} {c['gets']} "
+                    f"({c['bytes_per_get'] / 2**20:.2f} MiB per GET, "
+                    f"{c['local_disk_bytes'] / 2**20:.1f} MiB on local disk)"
+                )
+            rows.append(row)
+            if peer == "mosaic":
+                break  # Mosaic: against GuideLoom's first order only (LitData's rows cover the rest)
     return rows
 
 
@@ -508,6 +610,8 @@ def run(cfg: PeersConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
         if "local" in cfg.parts:
             corpus = write_corpus(cfg.workdir / "corpus-local", cfg.tokens, cfg.seed)
             for name, proc in procs.items():
+                if name == "mosaic":  # an S3 peer only
+                    continue
                 target = str(cfg.workdir / f"{name}-local")
                 log(f"{name}: ingesting the local corpus ...")
                 ingest[f"{name} local"] = proc.call(
@@ -524,7 +628,7 @@ def run(cfg: PeersConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
                 failures["local"] = str(err)
                 log(f"local rows FAILED: {err}")
         server: dict[str, Any] = {}
-        if "s3" in cfg.parts and "litdata" in peers:
+        if "s3" in cfg.parts and ("litdata" in peers or "mosaic" in peers):
             from benchmarks.s3env import fresh_bucket, running_endpoint
 
             corpus = write_corpus(cfg.workdir / "corpus-s3", cfg.s3_tokens, cfg.seed)
@@ -533,7 +637,7 @@ def run(cfg: PeersConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
             server = {"backend": ep.backend, "description": ep.description, "note": note}
             bucket = stack.enter_context(fresh_bucket(ep.storage_options()))
             s3 = {"endpoint_url": ep.url, "key": ep.key, "secret": ep.secret}
-            for name in ("guideloom", "litdata"):
+            for name in [n for n in ("guideloom", "litdata", "mosaic") if n in procs]:
                 log(f"{name}: ingesting the S3 corpus ...")
                 ingest[f"{name} s3"] = procs[name].call(
                     op="ingest",
@@ -541,10 +645,11 @@ def run(cfg: PeersConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
                     corpus=str(corpus),
                     target=f"s3://{bucket}/{name}",
                     shard_bytes=cfg.shard_bytes,
+                    sequence_length=cfg.sequence_length,
                     s3=s3,
                 )
             try:
-                results.extend(s3_rows(cfg, ours, peers["litdata"], log))
+                results.extend(s3_rows(cfg, ours, peers, log, ep))
             except PeerError as err:
                 failures["s3"] = str(err)
                 log(f"s3 rows FAILED: {err}")
@@ -566,6 +671,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             quick=args.quick,
             build=not args.no_build,
             gl11_reader=args.gl11_reader,
+            s3_shuffles=args.s3_shuffles,
             env_dir=Path(args.env_dir).expanduser() if args.env_dir else env_dir(),
         )
         payload = timed_run(lambda log: run(cfg, log=log), args.json)

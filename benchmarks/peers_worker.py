@@ -12,10 +12,12 @@ Protocol: one JSON object per line on stdin, one JSON reply per line on the orig
 - ``{"op": "ingest", "name": ..., "corpus": dir, "target": path or s3 url, "shard_bytes": n,
   "s3": {...} or null, "reader": "mmap"}``: write the corpus the system's own way (untimed by
   the driver's table); ``reader`` picks GuideLoom 1.1's byte-range reader.
-- ``{"op": "pass", "name": ..., "shuffle": false | true | "block", "workers": n,
-  "parallel": "process" | "thread", "batch_size": 8, "sequence_length": 2048, "seed": 0}``: one
-  epoch; the reply has ``first_batch_s``, ``first_tokens``, ``tokens`` (after the first batch) and
-  ``seconds`` (from the first batch to the last).
+- ``{"op": "pass", "name": ..., "shuffle": false | true | "block" | {Shuffle settings},
+  "workers": n, "parallel": "process" | "thread", "batch_size": 8, "sequence_length": 2048,
+  "seed": 0, "endpoint_url": optional, "report": optional}``: one epoch; the reply has
+  ``first_batch_s``, ``first_tokens``, ``tokens`` (after the first batch) and ``seconds`` (from
+  the first batch to the last). ``endpoint_url`` sends this pass to another S3 endpoint (the
+  counting proxy); ``report`` adds GuideLoom's ``shuffle_report`` prediction (``predicted``).
 - ``{"op": "quit"}``.
 
 A failure answers ``{"error": "...", "traceback": "..."}`` and the worker goes on.
@@ -33,7 +35,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-SYSTEMS = ("guideloom", "guideloom11", "litdata")
+SYSTEMS = ("guideloom", "guideloom11", "litdata", "mosaic")
 
 
 def _corpus(corpus: str) -> tuple[Any, Any]:
@@ -88,8 +90,9 @@ class GuideLoomPeer:
 
     def __init__(self) -> None:
         self.storages: dict[str, Any] = {}
+        self.targets: dict[str, Any] = {}
 
-    def _storage(self, target: str, s3: dict[str, Any] | None) -> Any:
+    def _storage(self, target: str, s3: dict[str, Any] | None, endpoint_url: str | None = None) -> Any:
         import numpy as np
 
         from guideloom import StreamNumpyFormat, StreamStorage
@@ -99,8 +102,10 @@ class GuideLoomPeer:
             options = {
                 "key": s3["key"],
                 "secret": s3["secret"],
-                "client_kwargs": {"endpoint_url": s3["endpoint_url"]},
+                "client_kwargs": {"endpoint_url": endpoint_url or s3["endpoint_url"]},
             }
+            if endpoint_url:  # another endpoint (the counting proxy): its own filesystem
+                options["skip_instance_cache"] = True
         return StreamStorage(target, StreamNumpyFormat({"tokens": np.uint16}), storage_options=options)
 
     def ingest(self, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -110,7 +115,22 @@ class GuideLoomPeer:
                 writer.append({"tokens": doc})
         storage = self._storage(cmd["target"], cmd.get("s3"))
         self.storages[cmd["name"]] = storage
+        self.targets[cmd["name"]] = (cmd["target"], cmd.get("s3"))
         return {"shards": len(storage.manifest.shards), "tokens": int(storage.manifest.total_tokens)}
+
+    @staticmethod
+    def _shuffle(cmd: dict[str, Any]) -> Any:
+        """``shuffle``: False, True, "block", or ``{"mode": ..., "block_bytes": ...}`` (a `Shuffle`)."""
+        from guideloom import Shuffle
+
+        shuffle = cmd["shuffle"]
+        return Shuffle(**shuffle) if isinstance(shuffle, dict) else shuffle
+
+    def _pass_storage(self, cmd: dict[str, Any]) -> Any:
+        if cmd.get("endpoint_url"):  # this pass through another endpoint (the counting proxy)
+            target, s3 = self.targets[cmd["name"]]
+            return self._storage(target, s3, cmd["endpoint_url"])
+        return self.storages[cmd["name"]]
 
     def loader(self, cmd: dict[str, Any]) -> Any:
         from guideloom import StatefulDataLoader
@@ -119,17 +139,31 @@ class GuideLoomPeer:
         if cmd.get("parallel", "process") != "process":
             kwargs["parallel_method"] = cmd["parallel"]
         return StatefulDataLoader.from_storage(
-            self.storages[cmd["name"]],
+            self._pass_storage(cmd),
             sequence_length=int(cmd["sequence_length"]),
             batch_size=int(cmd["batch_size"]),
-            shuffle=cmd["shuffle"],
+            shuffle=self._shuffle(cmd),
             seed=int(cmd.get("seed", 0)),
             num_workers=int(cmd["workers"]),
             **kwargs,
         )
 
     def run_pass(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        return timed_epoch(self.loader(cmd))
+        loader = self.loader(cmd)
+        out = timed_epoch(loader)
+        if cmd.get("report"):  # the shuffle report's prediction of the same epoch's reads
+            import guideloom
+
+            report = guideloom.shuffle_report(
+                self.storages[cmd["name"]], self._shuffle(cmd), int(cmd["batch_size"]),
+                sequence_length=int(cmd["sequence_length"]), seed=int(cmd.get("seed", 0)),
+            )  # fmt: skip
+            out["predicted"] = {
+                "gets": report.gets, "bytes": report.bytes, "group_bytes": report.group_bytes,
+                "full_shuffle": report.full_shuffle, "entropy_ratio": report.entropy_ratio,
+                "regions_ratio": report.regions_ratio, "settings": report.settings,
+            }  # fmt: skip
+        return out
 
 
 def collate_int32(samples: Any) -> Any:
@@ -289,7 +323,7 @@ class LitDataPeer:
             s3 = ds["s3"]
             source: Any = Dir(path=cache, url=ds["target"])
             options = {
-                "endpoint_url": s3["endpoint_url"],
+                "endpoint_url": cmd.get("endpoint_url") or s3["endpoint_url"],
                 "aws_access_key_id": s3["key"],
                 "aws_secret_access_key": s3["secret"],
             }
@@ -315,6 +349,93 @@ class LitDataPeer:
         finally:
             if cache is not None:
                 shutil.rmtree(cache, ignore_errors=True)
+
+
+class MosaicPeer:
+    """MosaicML Streaming: ``MDSWriter`` shards of fixed 2048-token samples, read by
+    ``StreamingDataset`` (remote datasets only: each pass downloads whole shards into a fresh
+    local cache directory, as LitData does). Its S3 client takes the endpoint and keys from the
+    environment (``S3_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``), set before the loader's workers fork.
+    """
+
+    packages = ("mosaicml-streaming", "torch", "numpy", "boto3")
+
+    def __init__(self) -> None:
+        self.datasets: dict[str, dict[str, Any]] = {}
+        _mosaic_without_vision()
+
+    def ingest(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        import numpy as np
+        from streaming import MDSWriter
+
+        s3 = cmd.get("s3")
+        if not s3:
+            raise ValueError("the Mosaic peer reads from S3 only (its local rows are LitData's)")
+        length = int(cmd.get("sequence_length", 2048))
+        tokens, _ = _corpus(cmd["corpus"])
+        local = tempfile.mkdtemp(prefix="peers-mosaic-")
+        try:
+            with MDSWriter(
+                out=local, columns={"tokens": f"ndarray:uint16:{length}"}, size_limit=int(cmd["shard_bytes"])
+            ) as writer:
+                for lo in range(0, len(tokens) - length + 1, length):
+                    writer.write({"tokens": np.array(tokens[lo : lo + length], dtype=np.uint16)})
+            shards = sorted(p for p in os.listdir(local) if p.endswith(".mds"))
+            LitDataPeer()._upload(local, cmd["target"], s3)
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+        self.datasets[cmd["name"]] = {"target": cmd["target"], "s3": s3}
+        return {"shards": len(shards)}
+
+    def run_pass(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        from streaming import StreamingDataLoader, StreamingDataset
+        from streaming.base.util import clean_stale_shared_memory
+
+        ds = self.datasets[cmd["name"]]
+        s3 = ds["s3"]
+        os.environ["S3_ENDPOINT_URL"] = cmd.get("endpoint_url") or s3["endpoint_url"]
+        os.environ["AWS_ACCESS_KEY_ID"] = s3["key"]
+        os.environ["AWS_SECRET_ACCESS_KEY"] = s3["secret"]
+        cache = tempfile.mkdtemp(prefix="peers-mosaic-cache-")
+        clean_stale_shared_memory()
+        try:
+            dataset = StreamingDataset(
+                remote=ds["target"],
+                local=cache,
+                shuffle=bool(cmd["shuffle"]),
+                shuffle_seed=int(cmd.get("seed", 0)),
+                batch_size=int(cmd["batch_size"]),
+            )
+            loader = StreamingDataLoader(
+                dataset, batch_size=int(cmd["batch_size"]), num_workers=int(cmd["workers"]),
+                collate_fn=collate_int32,
+            )  # fmt: skip
+            result = timed_epoch(loader)
+            result["local_disk_bytes"] = sum(p.stat().st_size for p in Path(cache).rglob("*") if p.is_file())
+            del loader, dataset
+            return result
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+            clean_stale_shared_memory()
+
+
+def _mosaic_without_vision() -> None:
+    """Import MosaicML Streaming without its vision datasets (``streaming.vision``), unused here.
+
+    ``import streaming`` imports them, and they import torchvision, whose PyPI wheel is built
+    against CUDA torch and fails to load beside the CPU torch these environments pin (``operator
+    torchvision::nms does not exist``). An empty ``streaming.vision`` module stands in for that
+    one subpackage; the writer, ``StreamingDataset`` and its downloads are Mosaic's own code.
+    """
+    import importlib.util
+    import types
+
+    if "streaming" in sys.modules or importlib.util.find_spec("torchvision") is None:
+        return
+    try:
+        import torchvision  # noqa: F401
+    except Exception:  # noqa: BLE001 - any failure to load: leave the vision datasets out
+        sys.modules["streaming.vision"] = types.ModuleType("streaming.vision")
 
 
 def _litdata_allow_http() -> None:
@@ -365,6 +486,8 @@ def make_peer(system: str) -> Any:
         return GuideLoom11Peer()
     if system == "litdata":
         return LitDataPeer()
+    if system == "mosaic":
+        return MosaicPeer()
     raise SystemExit(f"peers_worker: unknown system {system!r}; choose from {', '.join(SYSTEMS)}")
 
 

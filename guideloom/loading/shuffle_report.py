@@ -119,6 +119,13 @@ class ShuffleReport:
         return self.blocks_per_batch / self.blocks_random if self.blocks_random else 1.0
 
     @property
+    def amplification(self) -> float:
+        """Bytes read per epoch (all ranks) over the bytes of the samples handed out: 1.0 reads
+        each byte once; with several ranks a block shuffle reads each window once per rank."""
+        handed = (self.num_samples // (self.batch_size * self.world_size)) * self.batch_size * self.world_size
+        return self.bytes / (handed * self.sample_bytes) if handed else 0.0
+
+    @property
     def shards_ratio(self) -> float | None:
         """Distinct shards per batch over a random permutation's expectation."""
         if self.shards_per_batch is None or not self.shards_random:
@@ -131,7 +138,7 @@ class ShuffleReport:
         out.update(
             entropy_ratio=self.entropy_ratio, regions_ratio=self.regions_ratio,
             blocks_ratio=self.blocks_ratio, shards_ratio=self.shards_ratio,
-            notes=list(self.notes),
+            amplification=self.amplification, notes=list(self.notes),
         )  # fmt: skip
         return out
 
@@ -165,8 +172,8 @@ class ShuffleReport:
             f"  Spearman rho     {self.spearman:+.4f} (random {self.spearman_random:+.4f})",
             f"  max displacement {self.displacement:.3f} of the epoch",
             f"  per epoch        {self.gets:,} GETs, {_size(self.bytes)} "
-            f"({_size(self.bytes / max(1, self.gets))} per GET), read groups up to "
-            f"{_size(self.group_bytes)} per worker",
+            f"({_size(self.bytes / max(1, self.gets))} per GET; {self.amplification:.2f}x the "
+            f"samples' bytes), read groups up to {_size(self.group_bytes)} per worker",
             f"  list price       ${self.price:.4f} per epoch in GETs (S3), ${self.egress:.2f} more "
             "if read from outside the region",
             f"  computed in      {self.seconds:.2f} s from the order alone (no data read)",
@@ -282,10 +289,14 @@ def shuffle_report(
             f"({_size(n * sample_bytes)} in memory per worker); a smaller shuffle_window_bytes bounds it"
         )
     if world_size > 1 and order_settings.sized is not None:
+        amplification = fetched / max(1, (n // step) * step * sample_bytes)
+        per_block = gets / max(1, -(-n // block))
         notes.append(
             f"each of the {world_size} ranks reads its share of every window through the gaps "
-            "(the other ranks' samples) of each block: about one request per block per rank, "
-            f"and {world_size}x the dataset's bytes in all"
+            f"(the other ranks' samples) of each block: {per_block:.1f} GETs per block "
+            f"({per_block / world_size:.2f} per rank), and {amplification:.1f}x the "
+            'samples\' bytes in all (free inside a cloud region; see "Shuffling" in '
+            "docs/training.md for the trade-off)"
         )
     report = ShuffleReport(
         url=str(view.url),

@@ -37,12 +37,23 @@ def test_command_line_subsets() -> None:
     assert args.systems == ("litdata",) and args.gl11_reader == "seek"
     assert args.parts == ("s3",)
     assert args.repeats == 5 and args.no_build
+    assert args.s3_shuffles == (True, "block")
+    args = peers.parse_args(
+        ["--systems", "litdata,mosaic", "--s3-shuffles", "block,block:window_bytes=8388608"]
+    )
+    assert args.systems == ("litdata", "mosaic")
+    assert args.s3_shuffles == ("block", {"mode": "block", "window_bytes": 8 * 2**20})
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--systems", "litdata,mosaic"], "unknown systems ['mosaic']; choose from litdata,guideloom11"),
+        (
+            ["--systems", "litdata,webdataset"],
+            "unknown systems ['webdataset']; choose from litdata,guideloom11,mosaic",
+        ),
+        (["--s3-shuffles", "block:window=3"], "use block_bytes=N, window_bytes=N or window_blocks=N"),
+        (["--s3-shuffles", "random"], "is not full, block or block:KEY=VALUE"),
         (["--parts", "gpu"], "unknown parts ['gpu']; choose from local,s3"),
         (["--systems", ""], "need at least one"),
         (["--tokens", "0"], "--tokens must be positive"),
