@@ -1,14 +1,16 @@
 """Row ``metrics``: what ``loader.metrics()`` costs (issue 35 item 2: <= 1 % of a batch).
 
 The same loader over the same local stream (tokens and a ``loss_mask``, so every batch's mask is
-counted), once counting (the default: two clock reads and one ``count_nonzero`` per batch, and
-``metrics()`` called every 50 batches as a logging callback would) and once with the meter
-replaced by `guideloom.loading.metrics.Uncounted` (the batch path without any counting). Local
-disk with ``num_workers=0`` is the cheapest batch GuideLoom makes, so the share is largest there.
+counted), once counting (the default, and ``metrics()`` called every 50 batches as a logging
+callback would) and once with the meter replaced by `guideloom.loading.metrics.Uncounted` (the
+batch path without any counting), with ``num_workers=0``, two thread workers and two worker
+processes. Local disk with ``num_workers=0`` is the cheapest batch GuideLoom makes, and there
+the loop's own thread counts the masks, so the share is largest there.
 
 ``extra`` also gives the time the training loop's thread spends counting per batch, measured
-alone (``loop_thread_us``: with ``num_workers=0`` it counts each ``loss_mask`` itself; with
-workers it only queues the count the worker made), and its share of the median batch time.
+alone (``loop_thread_us``, see `_loop_thread_us`) and its share of the median batch time
+(``loop_thread_share``: the row's check), and what a worker spends counting per batch
+(``worker_count_us``).
 """
 
 from __future__ import annotations
@@ -57,30 +59,56 @@ def _pass(loader: Any, call_metrics: bool) -> tuple[float, int]:
     return time.perf_counter() - began, batches
 
 
-def _loop_thread_us(loader: Any, workers: int) -> float:
-    """Microseconds per batch the training loop's thread spends on counting, measured alone over
-    one pass's batches held in memory (20 rounds): with ``num_workers=0`` counting each batch's
-    ``loss_mask`` there, with workers only queueing the count a worker made, popping it and the
-    clock reads."""
-    from guideloom.loading.metrics import LoaderMeter, counted
+def _loop_thread_us(loader: Any, workers: int, threads: bool) -> tuple[float, float]:
+    """Microseconds per batch the training loop's thread spends on counting, measured alone
+    (20 rounds over one pass's groups, each group read just before, untimed, so its arrays are
+    as warm as right after a real read), and the microseconds per batch a worker spends counting the
+    ``loss_mask`` (0 for ``num_workers=0``, where the loop's thread does it and it is in the
+    first figure). The loop's thread, per batch: the two clock reads of the wait and `received`;
+    with ``num_workers=0`` also one ``count_nonzero`` per batch on the group's arrays
+    (`LoaderMeter.parts`); with thread workers unpacking the worker's ``(batch, count)`` pair;
+    with worker processes queueing each group's counts."""
+    from guideloom.loading.collate import collate_windows
+    from guideloom.loading.metrics import LoaderMeter, column_masks, counted_group
 
-    batches = list(loader)
+    source = loader.dataset
+    groups = list(loader._groups())
+    batches = sum(len(g) for g in groups)
     rounds = 20
     meter = LoaderMeter(0, 1)
-    if workers:
-        pairs = [counted(b) for b in batches]  # what the workers hand over
-        began = time.perf_counter()
-        for _ in range(rounds):
-            for _ in meter.taking(iter(pairs)):
-                t = time.perf_counter()
-                meter.received(time.perf_counter() - t)
-    else:
-        began = time.perf_counter()
-        for _ in range(rounds):
-            for _ in meter.counted(iter(batches)):
-                t = time.perf_counter()
-                meter.received(time.perf_counter() - t)
-    return (time.perf_counter() - began) / (rounds * len(batches)) * 1e6
+    clock = time.perf_counter
+    loop = work = 0.0
+    for _ in range(rounds):
+        meter.start_pass()
+        for group in groups:
+            parts = source.read_group(group)  # untimed: read as the loop would, just before
+            if workers and threads:
+                t = clock()
+                column_masks(parts)
+                work += clock() - t
+                pairs = counted_group(parts, collate_windows, True)
+                t = clock()
+                for _ in meter.taking(iter(pairs)):
+                    began = clock()
+                    meter.received(clock() - began)
+                loop += clock() - t
+            elif workers:
+                counts = column_masks(parts)
+                t = clock()
+                meter.expect(counts)
+                for _ in parts:
+                    began = clock()
+                    meter.received(clock() - began)
+                loop += clock() - t
+            else:
+                t = clock()
+                meter.parts(parts)
+                for _ in parts:
+                    began = clock()
+                    meter.received(clock() - began)
+                loop += clock() - t
+    per = rounds * batches
+    return loop / per * 1e6, work / per * 1e6
 
 
 def metrics_rows(cfg: Config) -> list[Row]:
@@ -89,12 +117,13 @@ def metrics_rows(cfg: Config) -> list[Row]:
 
     storage = _corpus(cfg)
     rows = []
-    for shuffle, workers in ((True, 0), (True, 2)):
+    for shuffle, workers, threads in ((True, 0, False), (True, 2, True), (True, 2, False)):
+        kind = {"parallel_method": "thread"} if threads else {}
 
         def make() -> Any:
             return StatefulDataLoader.from_storage(
                 storage, sequence_length=cfg.sequence_length, batch_size=cfg.batch_size, shuffle=shuffle,  # noqa: B023
-                seed=cfg.seed, num_workers=workers,  # noqa: B023
+                seed=cfg.seed, num_workers=workers, **kind,  # noqa: B023
             )  # fmt: skip
 
         on, off = make(), make()
@@ -114,12 +143,13 @@ def metrics_rows(cfg: Config) -> list[Row]:
             cfg.repeats,
             warmup=not cfg.quick,
         )
-        alone = _loop_thread_us(make(), workers)
+        alone, worker_us = _loop_thread_us(make(), workers, threads)
         batch_us = float(np.median(seconds["on"])) * 1e6
         rows.append(
             Row(
                 "metrics",
-                f"shuffle={'full' if shuffle else 'off'} workers={workers} metrics() every {EVERY}",
+                f"shuffle={'full' if shuffle else 'off'} workers={workers}{' threads' if threads else ''} "
+                f"metrics() every {EVERY}",
                 "batches/s",
                 g,
                 b,
@@ -129,6 +159,8 @@ def metrics_rows(cfg: Config) -> list[Row]:
                     "batch_us": round(batch_us, 1),
                     "loop_thread_us": round(alone, 2),
                     "loop_thread_share": round(alone / batch_us, 5),
+                    "worker_count_us": round(worker_us, 2),
+                    "off_batch_us": round(float(np.median(seconds["off"])) * 1e6, 1),
                     "batches": count["on"],
                 },
                 checks={"loop's thread <= 1% of a batch": alone / batch_us <= 0.01},

@@ -93,6 +93,7 @@ from guideloom.loading.batch_order import (
     iteration_before_restore,
     ranks_refused,
 )
+from guideloom.loading.collate import collate_windows
 from guideloom.loading.fetch import BatchSource, Finish, GroupCollate, batch_path, unrolled
 from guideloom.loading.loader_args import (
     DEFAULT,
@@ -103,7 +104,7 @@ from guideloom.loading.loader_args import (
     refuse_order_settings,
     torchdata_init,
 )
-from guideloom.loading.metrics import METRICS_KEY, LoaderMeter, checked, counted
+from guideloom.loading.metrics import METRICS_KEY, LoaderMeter, checked, counted_group
 from guideloom.loading.mixture_sources import (
     RankCounts,
     SourcedCollate,
@@ -801,7 +802,7 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
             closers.append(threaded)
             batches = meter.taking(threaded)  # (batch, loss_mask tokens) pairs
         elif self.num_workers == 0:
-            batches = meter.counted(self._inline_batches())
+            batches = self._inline_batches()
         else:
             assert self._workers is not None
             torch_batches = self._workers.__iter__()
@@ -822,16 +823,23 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         thread (torchdata's single-process iterator adds per-batch profiling and bookkeeping
         that our state does not use)."""
         source: BatchSource = self.dataset  # type: ignore[assignment]
-        finish = self._finish_batch
+        finish, meter = self._finish_batch, self._meter
+        columns = finish.collate is collate_windows  # metrics(): masks counted once per group read
         for group in self._groups():
-            for part in source.read_group(group):
-                yield finish(part)
+            parts = source.read_group(group)
+            if columns and meter.parts(parts):
+                for part in parts:
+                    yield finish(part)
+            else:
+                for part in parts:
+                    yield meter.one(finish(part))
 
     def _thread_batches(self) -> ThreadBatches:
         threads, prefetch, timeout = self._threads  # type: ignore[misc]
         if self._copies is None:
             self._copies = SourceCopies(self.dataset)
         copies, finish = self._copies, self._finish_batch
+        columns = finish.collate is collate_windows  # masks counted on the arrays read
 
         def work(group: list[list[int]]) -> list[Any]:
             source = copies.acquire()
@@ -839,7 +847,7 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
                 parts = source.read_group(group)
             finally:
                 copies.release(source)
-            return [counted(finish(p)) for p in parts]  # the loss_mask count, in this thread
+            return counted_group(parts, finish, columns)  # the loss_mask counts, in this thread
 
         return ThreadBatches(self._groups(), work, threads=threads, depth=threads * prefetch, timeout=timeout)
 

@@ -11,12 +11,15 @@ source of truth; each figure is the one another part of GuideLoom already keeps:
 - GETs, bytes, retries, throttling answers, cache hits: `StatefulDataLoader.io_stats` (this
   process's requests plus what worker processes report with each group of batches they send);
 - batches, ``loss_mask`` tokens and waiting time: counted for every batch the loop *receives*
-  (`LoaderMeter`). ``loss_mask`` tokens are counted on the CPU batch by the worker that made
-  it (a worker process sends the counts with its group of batches, a thread worker hands each
-  count over with its batch; with ``num_workers=0`` the loop's thread, which also reads the
-  batch), before any copy to a device, and credited when the loop receives that batch (the
-  device stage runs one batch ahead), so the counts are those of the batches the loop holds,
-  whatever the kind or number of workers.
+  (`LoaderMeter`). ``loss_mask`` tokens are counted by the worker that made the batch (a worker
+  process sends the counts with its group of batches, a thread worker hands each count over
+  with its batch; with ``num_workers=0`` the loop's thread, which also reads the batch), before
+  the batch is handed out or copied to a device, and credited when the loop receives that
+  batch (the device stage runs one batch ahead), so the counts are those of the batches the
+  loop holds, whatever the kind or number of workers. Stream batches of the default collate
+  are counted on the NumPy arrays of the group read, once per group (`column_masks`: one
+  ``count_nonzero`` per batch, no tensor calls); other batches (documents, a ``collate_fn``,
+  streams with metadata) after their collate (`mask_tokens`).
 
 Batches, ``loss_mask`` tokens, waiting time and the I/O counters are this rank's. They are
 kept in the loader's state (key ``"metrics"`` beside the order's, with the rank and world size
@@ -25,8 +28,10 @@ that loads another rank's state (after a change of world size every rank loads r
 starts them from zero, since another rank's requests are not its own.
 
 Cost in the training loop's thread: per received batch two clock reads and a few additions (and,
-with ``num_workers=0`` only, one ``count_nonzero`` of the ``loss_mask`` field); `metrics` itself adds up `io_stats` and `source_counts` (O(sources + stores)),
+with ``num_workers=0`` only, one ``count_nonzero`` of the batch's ``loss_mask`` array, made once
+per group read); `metrics` itself adds up `io_stats` and `source_counts` (O(sources + stores)),
 so call it at logging intervals, not every step (the callbacks in `guideloom.integrations` do).
+``make bench`` (row ``metrics``) measures it against a loader that counts nothing.
 """
 
 from __future__ import annotations
@@ -46,7 +51,9 @@ __all__ = [
     "LoaderMeter",
     "Uncounted",
     "checked",
+    "column_masks",
     "counted",
+    "counted_group",
     "flatten",
     "io_counters",
     "mask_tokens",
@@ -101,6 +108,34 @@ def counted(batch: Any) -> tuple[Any, int]:
     return batch, mask_tokens(batch)
 
 
+def counted_group(parts: list[Any], finish: Any, columns: bool) -> list[tuple[Any, int]]:
+    """``(batch, loss_mask tokens)`` of each part of a group, collated by ``finish`` (what a
+    thread worker hands over, `LoaderMeter.taking`); ``columns``: the collate keeps the values
+    of column parts, so their masks are counted on the NumPy arrays (`column_masks`)."""
+    batches = [finish(part) for part in parts]
+    counts = column_masks(parts) if columns else None
+    return list(zip(batches, counts if counts is not None else map(mask_tokens, batches)))
+
+
+def column_masks(parts: list[Any]) -> list[int] | None:
+    """``loss_mask`` tokens of each part of a group read as columns (``{field: ndarray}``, the
+    parts the default stream collate wraps as tensors without changing a value), counted on the
+    NumPy arrays: -1 each when the parts have no ``loss_mask``; None when they are not column
+    dicts (count the collated batches with `mask_tokens` instead)."""
+    if not parts:
+        return []
+    first = parts[0]
+    if type(first) is not dict:
+        return None
+    mask = first.get("loss_mask")
+    if mask is None:
+        return [_NO_MASK] * len(parts)
+    if type(mask) is not np.ndarray:
+        return None
+    nonzero = np.count_nonzero
+    return [nonzero(part["loss_mask"]) for part in parts]
+
+
 def _count(mask: Any) -> int:
     if isinstance(mask, torch.Tensor):
         return (
@@ -144,14 +179,21 @@ class LoaderMeter:
         """A new pass: counts of batches an abandoned one prefetched never arrive."""
         self._pending.clear()
 
-    def counted(self, batches: Iterator[Any]) -> Iterator[Any]:
-        """``batches`` (CPU batches, in the order the loop receives them), each one's
-        ``loss_mask`` tokens counted here and queued for `received` (``num_workers=0``: the
-        loop's thread reads the batch too)."""
-        pending = self._pending
-        for batch in batches:
-            pending.append(mask_tokens(batch))
-            yield batch
+    def parts(self, parts: list[Any]) -> bool:
+        """Queue the ``loss_mask`` tokens of a group's parts, read as columns and about to be
+        collated by the default collate, for `received` (``num_workers=0``: one list per group,
+        counted on the NumPy arrays); False when they are not columns (`one` counts each
+        collated batch instead)."""
+        counts = column_masks(parts)
+        if counts is None:
+            return False
+        self._pending.extend(counts)
+        return True
+
+    def one(self, batch: Any) -> Any:
+        """``batch``, its ``loss_mask`` tokens queued for `received` (a collated CPU batch)."""
+        self._pending.append(mask_tokens(batch))
+        return batch
 
     def taking(self, pairs: Iterator[tuple[Any, int]]) -> Iterator[Any]:
         """The batches of ``(batch, loss_mask tokens)`` pairs (`counted` by a thread worker),
@@ -253,8 +295,11 @@ class Uncounted(LoaderMeter):
 
     received = None  # type: ignore[assignment]  # a pass without it reads no clock
 
-    def counted(self, batches: Iterator[Any]) -> Iterator[Any]:
-        return batches
+    def parts(self, parts: list[Any]) -> bool:
+        return True
+
+    def one(self, batch: Any) -> Any:
+        return batch
 
     def taking(self, pairs: Iterator[tuple[Any, int]]) -> Iterator[Any]:
         return (batch for batch, _ in pairs)
