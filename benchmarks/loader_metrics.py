@@ -47,16 +47,18 @@ def _corpus(cfg: Config) -> Any:
     return StreamStorage(url, fmt)
 
 
-def _pass(loader: Any, call_metrics: bool) -> tuple[float, int]:
-    """Seconds and batches of one whole pass (every batch's tokens touched, as a loop would)."""
-    began = time.perf_counter()
+def _pass(loader: Any, call_metrics: bool) -> tuple[float, int, float]:
+    """Seconds and batches of one whole pass (every batch's tokens touched, as a loop would),
+    and the CPU seconds of the loop's thread in it (unlike the wall clock, not stretched by
+    other processes of a busy machine)."""
+    began, cpu = time.perf_counter(), time.thread_time()
     batches = tokens = 0
     for batch in loader:
         tokens += count_tokens(batch)
         batches += 1
         if call_metrics and batches % EVERY == 0:
             loader.metrics()
-    return time.perf_counter() - began, batches
+    return time.perf_counter() - began, batches, time.thread_time() - cpu
 
 
 def _loop_thread_us(loader: Any, workers: int, threads: bool) -> tuple[float, float]:
@@ -65,9 +67,9 @@ def _loop_thread_us(loader: Any, workers: int, threads: bool) -> tuple[float, fl
     as warm as right after a real read), and the microseconds per batch a worker spends counting the
     ``loss_mask`` (0 for ``num_workers=0``, where the loop's thread does it and it is in the
     first figure). The loop's thread, per batch: the two clock reads of the wait and `received`;
-    with ``num_workers=0`` also one ``count_nonzero`` per batch on the group's arrays
-    (`LoaderMeter.parts`); with thread workers unpacking the worker's ``(batch, count)`` pair;
-    with worker processes queueing each group's counts."""
+    with ``num_workers=0`` also its share of the one ``count_nonzero`` over the group's
+    ``loss_mask`` (`LoaderMeter.parts`); with thread workers unpacking the worker's
+    ``(batch, count)`` pairs; with worker processes queueing each group's counts."""
     from guideloom.loading.collate import collate_windows
     from guideloom.loading.metrics import LoaderMeter, column_masks, counted_group
 
@@ -76,37 +78,37 @@ def _loop_thread_us(loader: Any, workers: int, threads: bool) -> tuple[float, fl
     batches = sum(len(g) for g in groups)
     rounds = 20
     meter = LoaderMeter(0, 1)
-    clock = time.perf_counter
+    clock, cpu = time.perf_counter, time.thread_time  # cpu: this thread's, whatever else runs
     loop = work = 0.0
     for _ in range(rounds):
         meter.start_pass()
         for group in groups:
             parts = source.read_group(group)  # untimed: read as the loop would, just before
             if workers and threads:
-                t = clock()
+                t = cpu()
                 column_masks(parts)
-                work += clock() - t
+                work += cpu() - t
                 pairs = counted_group(parts, collate_windows, True)
-                t = clock()
+                t = cpu()
                 for _ in meter.taking(iter(pairs)):
                     began = clock()
                     meter.received(clock() - began)
-                loop += clock() - t
+                loop += cpu() - t
             elif workers:
-                counts = column_masks(parts)
-                t = clock()
+                counts = [int(np.count_nonzero(p["loss_mask"])) for p in parts]  # as a process sends
+                t = cpu()
                 meter.expect(counts)
                 for _ in parts:
                     began = clock()
                     meter.received(clock() - began)
-                loop += clock() - t
+                loop += cpu() - t
             else:
-                t = clock()
+                t = cpu()
                 meter.parts(parts)
                 for _ in parts:
                     began = clock()
                     meter.received(clock() - began)
-                loop += clock() - t
+                loop += cpu() - t
     per = rounds * batches
     return loop / per * 1e6, work / per * 1e6
 
@@ -129,11 +131,13 @@ def metrics_rows(cfg: Config) -> list[Row]:
         on, off = make(), make()
         off._meter = Uncounted(0, 1)  # the batch path without counting
         seconds: dict[str, list[float]] = {"on": [], "off": []}
+        cpu: dict[str, list[float]] = {"on": [], "off": []}
         count = {"on": 0}
 
         def timed(loader: Any, key: str, call: bool) -> float:
-            s, n = _pass(loader, call)
+            s, n, c = _pass(loader, call)
             seconds[key].append(s / n)  # noqa: B023
+            cpu[key].append(c / n)  # noqa: B023
             count["on"] = n  # noqa: B023
             return n / s  # batches per second
 
@@ -161,6 +165,10 @@ def metrics_rows(cfg: Config) -> list[Row]:
                     "loop_thread_share": round(alone / batch_us, 5),
                     "worker_count_us": round(worker_us, 2),
                     "off_batch_us": round(float(np.median(seconds["off"])) * 1e6, 1),
+                    # the loop thread's CPU per batch, counting and not: robust on a busy machine
+                    "cpu_on_us": round(float(np.median(cpu["on"])) * 1e6, 2),
+                    "cpu_off_us": round(float(np.median(cpu["off"])) * 1e6, 2),
+                    "cpu_on_off": round(float(np.median(cpu["on"]) / np.median(cpu["off"])), 4),
                     "batches": count["on"],
                 },
                 checks={"loop's thread <= 1% of a batch": alone / batch_us <= 0.01},

@@ -93,7 +93,6 @@ from guideloom.loading.batch_order import (
     iteration_before_restore,
     ranks_refused,
 )
-from guideloom.loading.collate import collate_windows
 from guideloom.loading.fetch import BatchSource, Finish, GroupCollate, batch_path, unrolled
 from guideloom.loading.loader_args import (
     DEFAULT,
@@ -104,7 +103,7 @@ from guideloom.loading.loader_args import (
     refuse_order_settings,
     torchdata_init,
 )
-from guideloom.loading.metrics import METRICS_KEY, LoaderMeter, checked, counted_group
+from guideloom.loading.metrics import METRICS_KEY, LoaderMeter, checked, keeps_columns
 from guideloom.loading.mixture_sources import (
     RankCounts,
     SourcedCollate,
@@ -824,7 +823,7 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         that our state does not use)."""
         source: BatchSource = self.dataset  # type: ignore[assignment]
         finish, meter = self._finish_batch, self._meter
-        columns = finish.collate is collate_windows  # metrics(): masks counted once per group read
+        columns = keeps_columns(finish.collate)  # metrics(): masks counted once per group read
         for group in self._groups():
             parts = source.read_group(group)
             if columns and meter.parts(parts):
@@ -839,7 +838,7 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         if self._copies is None:
             self._copies = SourceCopies(self.dataset)
         copies, finish = self._copies, self._finish_batch
-        columns = finish.collate is collate_windows  # masks counted on the arrays read
+        columns, count = keeps_columns(finish.collate), self._meter.counted_group  # metrics()
 
         def work(group: list[list[int]]) -> list[Any]:
             source = copies.acquire()
@@ -847,7 +846,7 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
                 parts = source.read_group(group)
             finally:
                 copies.release(source)
-            return counted_group(parts, finish, columns)  # the loss_mask counts, in this thread
+            return count(parts, finish, columns)  # the loss_mask counts, in this thread
 
         return ThreadBatches(self._groups(), work, threads=threads, depth=threads * prefetch, timeout=timeout)
 

@@ -44,11 +44,15 @@ import numpy as np
 import torch
 
 from guideloom.errors import ResumeStateError
+from guideloom.loading.collate import collate_windows
+from guideloom.loading.mixture_sources import SourcedCollate
 
 __all__ = [
     "COUNTERS",
     "METRICS_KEY",
+    "Counted",
     "LoaderMeter",
+    "Parts",
     "Uncounted",
     "checked",
     "column_masks",
@@ -56,6 +60,7 @@ __all__ = [
     "counted_group",
     "flatten",
     "io_counters",
+    "keeps_columns",
     "mask_tokens",
 ]
 
@@ -103,37 +108,74 @@ def mask_tokens(batch: Any) -> int:
     return _NO_MASK
 
 
-def counted(batch: Any) -> tuple[Any, int]:
-    """``(batch, its loss_mask tokens)``: what a thread worker hands over (`LoaderMeter.taking`)."""
-    return batch, mask_tokens(batch)
+class Parts(list):  # type: ignore[type-arg]
+    """The parts of a group read as columns (``{field: ndarray}`` row slices of ``whole``, the
+    group's own dict of arrays): `column_masks` counts ``whole``'s ``loss_mask`` in one call."""
+
+    __slots__ = ("whole",)
+
+    def __init__(self, parts: list[Any], whole: Any) -> None:
+        super().__init__(parts)
+        self.whole = whole
 
 
-def counted_group(parts: list[Any], finish: Any, columns: bool) -> list[tuple[Any, int]]:
-    """``(batch, loss_mask tokens)`` of each part of a group, collated by ``finish`` (what a
-    thread worker hands over, `LoaderMeter.taking`); ``columns``: the collate keeps the values
-    of column parts, so their masks are counted on the NumPy arrays (`column_masks`)."""
-    batches = [finish(part) for part in parts]
-    counts = column_masks(parts) if columns else None
-    return list(zip(batches, counts if counts is not None else map(mask_tokens, batches)))
+# What the meter queues per group of batches, in the order the loop receives them:
+# ``(batches, loss_mask tokens of them all (-1: no such field), each batch's tokens or None,
+# each batch's mask arrays or None)``. When a `metrics` call falls inside a group, the part
+# received is the whole less the batches not yet received: those are recounted (``masks``; never
+# handed to the loop, so never changed by it) or read off ``counts``.
+Counted = tuple[int, int, "list[int] | None", "list[np.ndarray] | None"]
 
 
-def column_masks(parts: list[Any]) -> list[int] | None:
-    """``loss_mask`` tokens of each part of a group read as columns (``{field: ndarray}``, the
-    parts the default stream collate wraps as tensors without changing a value), counted on the
-    NumPy arrays: -1 each when the parts have no ``loss_mask``; None when they are not column
-    dicts (count the collated batches with `mask_tokens` instead)."""
+def counted(batch: Any) -> tuple[Any, Counted]:
+    """``(batch, its count)``: a batch counted after its collate (`mask_tokens`)."""
+    return batch, (1, mask_tokens(batch), None, None)
+
+
+def counted_group(parts: list[Any], finish: Any, columns: bool) -> list[tuple[Any, Counted | None]]:
+    """``(batch, count)`` of each part of a group, collated by ``finish`` (what a thread worker
+    hands over, `LoaderMeter.taking`): the group's count with its first batch (None with the
+    others) when ``columns`` (the collate keeps the values of column parts, so their masks are
+    counted once per group on the NumPy arrays, `column_masks`), else one count per batch."""
+    group = column_masks(parts) if columns else None
+    if group is None:
+        return [counted(finish(part)) for part in parts]
+    return [(finish(part), group if k == 0 else None) for k, part in enumerate(parts)]
+
+
+def keeps_columns(collate: Any) -> bool:
+    """Whether ``collate`` is the default stream collate, alone or behind the mixture's
+    ``sources=True`` collate (which hands column dicts straight to it): it wraps column parts as
+    tensors without changing a value, so their masks may be counted before it (`column_masks`)."""
+    if type(collate) is SourcedCollate:
+        collate = collate.collate
+    return collate is collate_windows
+
+
+def column_masks(parts: list[Any]) -> Counted | None:
+    """The count of a group read as columns (``{field: ndarray}`` parts, which the default stream
+    collate wraps as tensors without changing a value), made on the NumPy arrays: one
+    ``count_nonzero`` over the group's ``loss_mask`` when the parts come as `Parts`, else one
+    per part; None when the parts are not column dicts (count the collated batches with
+    `mask_tokens` instead)."""
     if not parts:
-        return []
+        return None
     first = parts[0]
     if type(first) is not dict:
         return None
     mask = first.get("loss_mask")
     if mask is None:
-        return [_NO_MASK] * len(parts)
+        return (len(parts), _NO_MASK, None, None)
     if type(mask) is not np.ndarray:
         return None
-    nonzero = np.count_nonzero
-    return [nonzero(part["loss_mask"]) for part in parts]
+    masks = [part["loss_mask"] for part in parts]
+    whole = parts.whole.get("loss_mask") if type(parts) is Parts else None
+    if type(whole) is np.ndarray:
+        total = int(np.count_nonzero(whole))
+    else:
+        nonzero = np.count_nonzero
+        total = int(sum(nonzero(m) for m in masks))
+    return (len(parts), total, None, masks)
 
 
 def _count(mask: Any) -> int:
@@ -165,10 +207,12 @@ class LoaderMeter:
     def __init__(self, rank: int, world_size: int) -> None:
         self.rank, self.world_size = rank, world_size
         self.batches = 0
-        self.mask = 0
+        self.mask = 0  # loss_mask tokens of the groups received whole
         self.has_mask = False
         self.wait_s = 0.0
-        self._pending: deque[int] = deque()  # loss_mask tokens of batches counted, not yet received
+        self._queue: deque[Counted] = deque()  # counted groups not yet received whole, in order
+        self._taken = 0  # batches received of the group first in the queue
+        self._size = 0  # that group's batches (0: none queued)
         self._base: dict[str, float] = dict.fromkeys(COUNTERS, 0)  # from a restored state
         self._base_has_mask = False
         self._last: dict[str, Any] | None = None  # the totals at the previous `report`
@@ -177,35 +221,46 @@ class LoaderMeter:
     # -- per batch (the training loop's thread) ----------------------------------------------
     def start_pass(self) -> None:
         """A new pass: counts of batches an abandoned one prefetched never arrive."""
-        self._pending.clear()
+        self._queue.clear()
+        self._taken = self._size = 0
+
+    def _add(self, group: Counted) -> None:
+        queue = self._queue
+        queue.append(group)
+        if len(queue) == 1:
+            self._size = group[0]
+
+    counted_group = staticmethod(counted_group)  # what a thread worker runs (Uncounted: no count)
 
     def parts(self, parts: list[Any]) -> bool:
-        """Queue the ``loss_mask`` tokens of a group's parts, read as columns and about to be
-        collated by the default collate, for `received` (``num_workers=0``: one list per group,
-        counted on the NumPy arrays); False when they are not columns (`one` counts each
-        collated batch instead)."""
-        counts = column_masks(parts)
-        if counts is None:
+        """Queue the count of a group's parts, read as columns and about to be collated by the
+        default collate, for `received` (``num_workers=0``: `column_masks`, once per group);
+        False when they are not columns (`one` counts each collated batch instead)."""
+        group = column_masks(parts)
+        if group is None:
             return False
-        self._pending.extend(counts)
+        self._add(group)
         return True
 
     def one(self, batch: Any) -> Any:
         """``batch``, its ``loss_mask`` tokens queued for `received` (a collated CPU batch)."""
-        self._pending.append(mask_tokens(batch))
+        self._add((1, mask_tokens(batch), None, None))
         return batch
 
-    def taking(self, pairs: Iterator[tuple[Any, int]]) -> Iterator[Any]:
-        """The batches of ``(batch, loss_mask tokens)`` pairs (`counted` by a thread worker),
-        each count queued for `received`."""
-        pending = self._pending
-        for batch, n in pairs:
-            pending.append(n)
+    def taking(self, pairs: Iterator[tuple[Any, Counted | None]]) -> Iterator[Any]:
+        """The batches of ``(batch, count)`` pairs (`counted_group` by a thread worker), each
+        count queued for `received`."""
+        add = self._add
+        for batch, group in pairs:
+            if group is not None:
+                add(group)
             yield batch
 
     def expect(self, counts: list[int]) -> None:
         """Queue the counts of a group's batches (made by a worker process) for `received`."""
-        self._pending.extend(counts)
+        if counts:
+            total = int(sum(n for n in counts if n >= 0)) if counts[0] >= 0 else _NO_MASK
+            self._add((len(counts), total, counts, None))
 
     def received(self, seconds: float, batch: bool = True) -> None:
         """The loop waited ``seconds`` in ``next()``; it got a batch (``batch``) or the pass's end."""
@@ -213,21 +268,43 @@ class LoaderMeter:
         if not batch:
             return
         self.batches += 1
-        if self._pending:
-            n = self._pending.popleft()
-            if n >= 0:
-                self.mask += n
-                self.has_mask = True
+        self._taken += 1
+        if self._taken == self._size:
+            self._close()
+
+    def _close(self) -> None:
+        """The first group of the queue is received whole: its count is credited."""
+        _, total, _, _ = self._queue.popleft()
+        if total >= 0:
+            self.mask += total
+            self.has_mask = True
+        self._taken = 0
+        self._size = self._queue[0][0] if self._queue else 0
+
+    def _mask_now(self) -> tuple[int, bool]:
+        """``loss_mask`` tokens of every batch received, and whether batches had the field: the
+        groups received whole, plus the part received of the group in progress."""
+        mask, has = self.mask, self.has_mask
+        if self._taken and self._queue:
+            _, total, counts, masks = self._queue[0]
+            if total >= 0:
+                has = True
+                if counts is not None:
+                    mask += sum(n for n in counts[: self._taken] if n >= 0)
+                elif masks is not None:
+                    mask += total - sum(int(np.count_nonzero(m)) for m in masks[self._taken :])
+        return mask, has
 
     # -- totals ------------------------------------------------------------------------------
     def totals(self, io: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         """This rank's counters since training began: the restored state's plus this loader's
         (``io``: `StatefulDataLoader.io_stats`)."""
         base = self._base
+        mask, has_mask = self._mask_now()
         now: dict[str, Any] = {
             "batches": int(base["batches"]) + self.batches,
-            "loss_mask_tokens": int(base["loss_mask_tokens"]) + self.mask
-            if (self.has_mask or self._base_has_mask)
+            "loss_mask_tokens": int(base["loss_mask_tokens"]) + mask
+            if (has_mask or self._base_has_mask)
             else None,
         }
         for key, n in io_counters(io).items():
@@ -278,7 +355,7 @@ class LoaderMeter:
         self._base = dict.fromkeys(COUNTERS, 0)
         self._base_has_mask = False
         self.batches, self.mask, self.has_mask, self.wait_s = 0, 0, False, 0.0
-        self._pending.clear()
+        self.start_pass()
         if saved is None:
             return
         if saved.get("rank") != self.rank or saved.get("world_size") != self.world_size:
@@ -289,9 +366,9 @@ class LoaderMeter:
 
 
 class Uncounted(LoaderMeter):
-    """A meter that counts nothing in the training loop's thread (no clock reads, no
-    ``loss_mask`` counts, no queue): the baseline of the benchmark that measures what counting
-    costs there (``make bench``, row ``metrics``). Workers still count (off that thread)."""
+    """A meter that counts nothing (no clock reads, no ``loss_mask`` counts, no queue): the
+    baseline of the benchmark that measures what counting costs (``make bench``, row
+    ``metrics``). Thread workers do not count either; worker processes still do."""
 
     received = None  # type: ignore[assignment]  # a pass without it reads no clock
 
@@ -301,11 +378,15 @@ class Uncounted(LoaderMeter):
     def one(self, batch: Any) -> Any:
         return batch
 
-    def taking(self, pairs: Iterator[tuple[Any, int]]) -> Iterator[Any]:
+    def taking(self, pairs: Iterator[tuple[Any, Counted | None]]) -> Iterator[Any]:
         return (batch for batch, _ in pairs)
 
     def expect(self, counts: list[int]) -> None:
         return None
+
+    @staticmethod
+    def counted_group(parts: list[Any], finish: Any, columns: bool) -> list[tuple[Any, Counted | None]]:
+        return [(finish(part), None) for part in parts]
 
 
 def checked(saved: Any) -> dict[str, Any] | None:
