@@ -63,8 +63,8 @@ def _pass(loader: Any, call_metrics: bool) -> tuple[float, int, float]:
 
 def _loop_thread_us(loader: Any, workers: int, threads: bool) -> tuple[float, float]:
     """Microseconds per batch the training loop's thread spends on counting, measured alone
-    (20 rounds over one pass's groups, each group read just before, untimed, so its arrays are
-    as warm as right after a real read), and the microseconds per batch a worker spends counting the
+    (the median of 20 rounds over one pass's groups, each group read just before, untimed, so
+    its arrays are as warm as right after a real read), and the microseconds per batch a worker spends counting the
     ``loss_mask`` (0 for ``num_workers=0``, where the loop's thread does it and it is in the
     first figure). The loop's thread, per batch: the two clock reads of the wait and `received`;
     with ``num_workers=0`` also its share of the one ``count_nonzero`` over the group's
@@ -79,8 +79,9 @@ def _loop_thread_us(loader: Any, workers: int, threads: bool) -> tuple[float, fl
     rounds = 20
     meter = LoaderMeter(0, 1)
     clock, cpu = time.perf_counter, time.thread_time  # cpu: this thread's, whatever else runs
-    loop = work = 0.0
+    loops, works = [], []
     for _ in range(rounds):
+        loop = work = 0.0
         meter.start_pass()
         for group in groups:
             parts = source.read_group(group)  # untimed: read as the loop would, just before
@@ -109,8 +110,10 @@ def _loop_thread_us(loader: Any, workers: int, threads: bool) -> tuple[float, fl
                     began = clock()
                     meter.received(clock() - began)
                 loop += cpu() - t
-    per = rounds * batches
-    return loop / per * 1e6, work / per * 1e6
+        loops.append(loop)
+        works.append(work)
+    # the median round: a busy machine's other processes stretch some rounds, not the median
+    return float(np.median(loops)) / batches * 1e6, float(np.median(works)) / batches * 1e6
 
 
 def metrics_rows(cfg: Config) -> list[Row]:

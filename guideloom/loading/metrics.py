@@ -121,15 +121,16 @@ class Parts(list):  # type: ignore[type-arg]
 
 # What the meter queues per group of batches, in the order the loop receives them:
 # ``(batches, loss_mask tokens of them all (-1: no such field), each batch's tokens or None,
-# each batch's mask arrays or None)``. When a `metrics` call falls inside a group, the part
-# received is the whole less the batches not yet received: those are recounted (``masks``; never
-# handed to the loop, so never changed by it) or read off ``counts``.
-Counted = tuple[int, int, "list[int] | None", "list[np.ndarray] | None"]
+# each batch's mask arrays or None, the group's whole mask array or None)``. When a `metrics`
+# call falls inside a group, the part received is the whole less the batches not yet received:
+# those are recounted (``masks``, in one call on the rest of the whole mask when there is one;
+# never handed to the loop, so never changed by it) or read off ``counts``.
+Counted = tuple[int, int, "list[int] | None", "list[np.ndarray] | None", "np.ndarray | None"]
 
 
 def counted(batch: Any) -> tuple[Any, Counted]:
     """``(batch, its count)``: a batch counted after its collate (`mask_tokens`)."""
-    return batch, (1, mask_tokens(batch), None, None)
+    return batch, (1, mask_tokens(batch), None, None, None)
 
 
 def counted_group(parts: list[Any], finish: Any, columns: bool) -> list[tuple[Any, Counted | None]]:
@@ -165,17 +166,15 @@ def column_masks(parts: list[Any]) -> Counted | None:
         return None
     mask = first.get("loss_mask")
     if mask is None:
-        return (len(parts), _NO_MASK, None, None)
+        return (len(parts), _NO_MASK, None, None, None)
     if type(mask) is not np.ndarray:
         return None
     masks = [part["loss_mask"] for part in parts]
     whole = parts.whole.get("loss_mask") if type(parts) is Parts else None
     if type(whole) is np.ndarray:
-        total = int(np.count_nonzero(whole))
-    else:
-        nonzero = np.count_nonzero
-        total = int(sum(nonzero(m) for m in masks))
-    return (len(parts), total, None, masks)
+        return (len(parts), int(np.count_nonzero(whole)), None, masks, whole)
+    nonzero = np.count_nonzero
+    return (len(parts), int(sum(nonzero(m) for m in masks)), None, masks, None)
 
 
 def _count(mask: Any) -> int:
@@ -244,7 +243,7 @@ class LoaderMeter:
 
     def one(self, batch: Any) -> Any:
         """``batch``, its ``loss_mask`` tokens queued for `received` (a collated CPU batch)."""
-        self._add((1, mask_tokens(batch), None, None))
+        self._add((1, mask_tokens(batch), None, None, None))
         return batch
 
     def taking(self, pairs: Iterator[tuple[Any, Counted | None]]) -> Iterator[Any]:
@@ -260,7 +259,7 @@ class LoaderMeter:
         """Queue the counts of a group's batches (made by a worker process) for `received`."""
         if counts:
             total = int(sum(n for n in counts if n >= 0)) if counts[0] >= 0 else _NO_MASK
-            self._add((len(counts), total, counts, None))
+            self._add((len(counts), total, counts, None, None))
 
     def received(self, seconds: float, batch: bool = True) -> None:
         """The loop waited ``seconds`` in ``next()``; it got a batch (``batch``) or the pass's end."""
@@ -274,7 +273,7 @@ class LoaderMeter:
 
     def _close(self) -> None:
         """The first group of the queue is received whole: its count is credited."""
-        _, total, _, _ = self._queue.popleft()
+        total = self._queue.popleft()[1]
         if total >= 0:
             self.mask += total
             self.has_mask = True
@@ -286,11 +285,14 @@ class LoaderMeter:
         groups received whole, plus the part received of the group in progress."""
         mask, has = self.mask, self.has_mask
         if self._taken and self._queue:
-            _, total, counts, masks = self._queue[0]
+            _, total, counts, masks, whole = self._queue[0]
             if total >= 0:
                 has = True
                 if counts is not None:
                     mask += sum(n for n in counts[: self._taken] if n >= 0)
+                elif whole is not None and masks is not None:  # the rows not yet received
+                    rows = sum(len(m) for m in masks[: self._taken])
+                    mask += total - int(np.count_nonzero(whole[rows:]))
                 elif masks is not None:
                     mask += total - sum(int(np.count_nonzero(m)) for m in masks[self._taken :])
         return mask, has
