@@ -123,7 +123,7 @@ def metrics_rows(cfg: Config) -> list[Row]:
     storage = _corpus(cfg)
     rows = []
     for shuffle, workers, threads in ((True, 0, False), (True, 2, True), (True, 2, False)):
-        kind = {"parallel_method": "thread"} if threads else {}
+        kind: dict[str, Any] = {"parallel_method": "thread"} if threads else {}
 
         def make() -> Any:
             return StatefulDataLoader.from_storage(
