@@ -1,14 +1,16 @@
 """Row ``metrics``: what ``loader.metrics()`` costs (issue 35 item 2: <= 1 % of a batch).
 
 The same loader over the same local stream (tokens and a ``loss_mask``, so every batch's mask is
-counted), once counting (the default: two clock reads and one ``count_nonzero`` per batch, and
-``metrics()`` called every 50 batches as a logging callback would) and once with the meter
-replaced by `guideloom.loading.metrics.Uncounted` (the batch path without any counting). Local
-disk with ``num_workers=0`` is the cheapest batch GuideLoom makes, so the share is largest there.
+counted), once counting (the default, and ``metrics()`` called every 50 batches as a logging
+callback would) and once with the meter replaced by `guideloom.loading.metrics.Uncounted` (the
+batch path without any counting), with ``num_workers=0``, two thread workers and two worker
+processes. Local disk with ``num_workers=0`` is the cheapest batch GuideLoom makes, and there
+the loop's own thread counts the masks, so the share is largest there.
 
 ``extra`` also gives the time the training loop's thread spends counting per batch, measured
-alone (``loop_thread_us``: with ``num_workers=0`` it counts each ``loss_mask`` itself; with
-workers it only queues the count the worker made), and its share of the median batch time.
+alone (``loop_thread_us``, see `_loop_thread_us`) and its share of the median batch time
+(``loop_thread_share``: the row's check), and what a worker spends counting per batch
+(``worker_count_us``).
 """
 
 from __future__ import annotations
@@ -45,42 +47,73 @@ def _corpus(cfg: Config) -> Any:
     return StreamStorage(url, fmt)
 
 
-def _pass(loader: Any, call_metrics: bool) -> tuple[float, int]:
-    """Seconds and batches of one whole pass (every batch's tokens touched, as a loop would)."""
-    began = time.perf_counter()
+def _pass(loader: Any, call_metrics: bool) -> tuple[float, int, float]:
+    """Seconds and batches of one whole pass (every batch's tokens touched, as a loop would),
+    and the CPU seconds of the loop's thread in it (unlike the wall clock, not stretched by
+    other processes of a busy machine)."""
+    began, cpu = time.perf_counter(), time.thread_time()
     batches = tokens = 0
     for batch in loader:
         tokens += count_tokens(batch)
         batches += 1
         if call_metrics and batches % EVERY == 0:
             loader.metrics()
-    return time.perf_counter() - began, batches
+    return time.perf_counter() - began, batches, time.thread_time() - cpu
 
 
-def _loop_thread_us(loader: Any, workers: int) -> float:
-    """Microseconds per batch the training loop's thread spends on counting, measured alone over
-    one pass's batches held in memory (20 rounds): with ``num_workers=0`` counting each batch's
-    ``loss_mask`` there, with workers only queueing the count a worker made, popping it and the
-    clock reads."""
-    from guideloom.loading.metrics import LoaderMeter, counted
+def _loop_thread_us(loader: Any, workers: int, threads: bool) -> tuple[float, float]:
+    """Microseconds per batch the training loop's thread spends on counting, measured alone
+    (the median of 20 rounds over one pass's groups, each group read just before, untimed, so
+    its arrays are as warm as right after a real read), and the microseconds per batch a worker spends counting the
+    ``loss_mask`` (0 for ``num_workers=0``, where the loop's thread does it and it is in the
+    first figure). The loop's thread, per batch: the two clock reads of the wait and `received`;
+    with ``num_workers=0`` also its share of the one ``count_nonzero`` over the group's
+    ``loss_mask`` (`LoaderMeter.parts`); with thread workers unpacking the worker's
+    ``(batch, count)`` pairs; with worker processes queueing each group's counts."""
+    from guideloom.loading.collate import collate_windows
+    from guideloom.loading.metrics import LoaderMeter, column_masks, counted_group
 
-    batches = list(loader)
+    source = loader.dataset
+    groups = list(loader._groups())
+    batches = sum(len(g) for g in groups)
     rounds = 20
     meter = LoaderMeter(0, 1)
-    if workers:
-        pairs = [counted(b) for b in batches]  # what the workers hand over
-        began = time.perf_counter()
-        for _ in range(rounds):
-            for _ in meter.taking(iter(pairs)):
-                t = time.perf_counter()
-                meter.received(time.perf_counter() - t)
-    else:
-        began = time.perf_counter()
-        for _ in range(rounds):
-            for _ in meter.counted(iter(batches)):
-                t = time.perf_counter()
-                meter.received(time.perf_counter() - t)
-    return (time.perf_counter() - began) / (rounds * len(batches)) * 1e6
+    clock, cpu = time.perf_counter, time.thread_time  # cpu: this thread's, whatever else runs
+    loops, works = [], []
+    for _ in range(rounds):
+        loop = work = 0.0
+        meter.start_pass()
+        for group in groups:
+            parts = source.read_group(group)  # untimed: read as the loop would, just before
+            if workers and threads:
+                t = cpu()
+                column_masks(parts)
+                work += cpu() - t
+                pairs = counted_group(parts, collate_windows, True)
+                t = cpu()
+                for _ in meter.taking(iter(pairs)):
+                    began = clock()
+                    meter.received(clock() - began)
+                loop += cpu() - t
+            elif workers:
+                counts = [int(np.count_nonzero(p["loss_mask"])) for p in parts]  # as a process sends
+                t = cpu()
+                meter.expect(counts)
+                for _ in parts:
+                    began = clock()
+                    meter.received(clock() - began)
+                loop += cpu() - t
+            else:
+                t = cpu()
+                meter.parts(parts)
+                for _ in parts:
+                    began = clock()
+                    meter.received(clock() - began)
+                loop += cpu() - t
+        loops.append(loop)
+        works.append(work)
+    # the median round: a busy machine's other processes stretch some rounds, not the median
+    return float(np.median(loops)) / batches * 1e6, float(np.median(works)) / batches * 1e6
 
 
 def metrics_rows(cfg: Config) -> list[Row]:
@@ -89,22 +122,25 @@ def metrics_rows(cfg: Config) -> list[Row]:
 
     storage = _corpus(cfg)
     rows = []
-    for shuffle, workers in ((True, 0), (True, 2)):
+    for shuffle, workers, threads in ((True, 0, False), (True, 2, True), (True, 2, False)):
+        kind: dict[str, Any] = {"parallel_method": "thread"} if threads else {}
 
         def make() -> Any:
             return StatefulDataLoader.from_storage(
                 storage, sequence_length=cfg.sequence_length, batch_size=cfg.batch_size, shuffle=shuffle,  # noqa: B023
-                seed=cfg.seed, num_workers=workers,  # noqa: B023
+                seed=cfg.seed, num_workers=workers, **kind,  # noqa: B023
             )  # fmt: skip
 
         on, off = make(), make()
         off._meter = Uncounted(0, 1)  # the batch path without counting
         seconds: dict[str, list[float]] = {"on": [], "off": []}
+        cpu: dict[str, list[float]] = {"on": [], "off": []}
         count = {"on": 0}
 
         def timed(loader: Any, key: str, call: bool) -> float:
-            s, n = _pass(loader, call)
+            s, n, c = _pass(loader, call)
             seconds[key].append(s / n)  # noqa: B023
+            cpu[key].append(c / n)  # noqa: B023
             count["on"] = n  # noqa: B023
             return n / s  # batches per second
 
@@ -114,12 +150,13 @@ def metrics_rows(cfg: Config) -> list[Row]:
             cfg.repeats,
             warmup=not cfg.quick,
         )
-        alone = _loop_thread_us(make(), workers)
+        alone, worker_us = _loop_thread_us(make(), workers, threads)
         batch_us = float(np.median(seconds["on"])) * 1e6
         rows.append(
             Row(
                 "metrics",
-                f"shuffle={'full' if shuffle else 'off'} workers={workers} metrics() every {EVERY}",
+                f"shuffle={'full' if shuffle else 'off'} workers={workers}{' threads' if threads else ''} "
+                f"metrics() every {EVERY}",
                 "batches/s",
                 g,
                 b,
@@ -129,6 +166,12 @@ def metrics_rows(cfg: Config) -> list[Row]:
                     "batch_us": round(batch_us, 1),
                     "loop_thread_us": round(alone, 2),
                     "loop_thread_share": round(alone / batch_us, 5),
+                    "worker_count_us": round(worker_us, 2),
+                    "off_batch_us": round(float(np.median(seconds["off"])) * 1e6, 1),
+                    # the loop thread's CPU per batch, counting and not: robust on a busy machine
+                    "cpu_on_us": round(float(np.median(cpu["on"])) * 1e6, 2),
+                    "cpu_off_us": round(float(np.median(cpu["off"])) * 1e6, 2),
+                    "cpu_on_off": round(float(np.median(cpu["on"]) / np.median(cpu["off"])), 4),
                     "batches": count["on"],
                 },
                 checks={"loop's thread <= 1% of a batch": alone / batch_us <= 0.01},

@@ -35,7 +35,7 @@ from guideloom.storage.base import Storage
 from guideloom.storage.byurl import open_url
 from guideloom.storage.history import History
 from guideloom.storage.openview import open_view
-from guideloom.types import DOCUMENTS, STREAM, STREAM_WITH_META, stream_view
+from guideloom.types import DOCUMENTS, STREAM_WITH_META, stream_view
 
 __all__ = ["DEFAULT_SEQUENCE_LENGTH", "register", "render_html", "report", "sample_shards"]
 
@@ -195,6 +195,12 @@ class _Dataset:
                 pieces.append(np.diff(np.append(starts, total)))
         lengths = np.concatenate(pieces) if pieces else np.empty(0, np.int64)
         unit = "bytes" if layout_name == DOCUMENTS else "tokens"
+        if layout_name == DOCUMENTS:
+            self.notes.append(
+                "record lengths of documents are in encoded bytes, not tokens: a document "
+                "dataset's index files hold only each record's byte offsets (the writer counts "
+                "no tokens per document), so tokens would need every record decoded"
+            )
         return {"unit": unit, **_histogram(lengths), **self._coverage()}
 
     def shard_sizes(self) -> dict[str, Any]:
@@ -394,10 +400,9 @@ def _load_tokenizer(spec: str | None, options: dict[str, Any], notes: list[str])
 def _requests(
     storage: Storage, sequence_length: int | None, loader: Mapping[str, Any], notes: list[str]
 ) -> dict[str, Any] | None:
-    """The estimate of one epoch's ranged GETs and bytes (`guideloom.loading.estimate`)."""
-    if storage.layout not in (STREAM, DOCUMENTS):
-        notes.append("predicted requests: not modelled for streams with metadata yet")
-        return None
+    """The estimate of one epoch's ranged GETs and bytes (`guideloom.loading.estimate`: for a
+    stream with metadata, the token windows plus the span directory, span rows and annotation
+    bytes each batch reads)."""
     try:
         from guideloom.loading.estimate import estimate
     except ImportError as err:  # torch is not installed: the loader cannot be played
@@ -411,7 +416,7 @@ def _requests(
         "world_size": int(loader.get("world_size", 1)),
         "num_workers": int(loader.get("num_workers", 0)),
     }
-    length = sequence_length if storage.layout == STREAM else None
+    length = sequence_length if storage.layout != DOCUMENTS else None
     try:
         result = estimate(storage, sequence_length=length, epochs=1, **settings)
     except (GuideLoomError, ValueError) as err:

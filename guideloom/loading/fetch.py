@@ -28,7 +28,7 @@ from guideloom.io.ranges import current_gap_budget, gap_budget
 from guideloom.io.stats import io_stats
 from guideloom.loading.boundaries import with_cu_seqlens
 from guideloom.loading.collate import collate_aligned, collate_documents, collate_windows
-from guideloom.loading.metrics import mask_tokens
+from guideloom.loading.metrics import Parts, mask_tokens
 from guideloom.loading.placement import pin
 from guideloom.types import STREAM, DatasetView, GroupReader, Layout
 
@@ -159,10 +159,10 @@ class BatchSource(Dataset):  # type: ignore[type-arg]
             return cast(GroupReader, self.view).read_batches(batches)
         data = self._read([i for b in batches for i in b])
         bounds = np.cumsum([0, *(len(b) for b in batches)]).tolist()
-        return [
-            {k: v[lo:hi] for k, v in data.items()} if self.columns else data[lo:hi]
-            for lo, hi in zip(bounds[:-1], bounds[1:])
-        ]
+        cuts = zip(bounds[:-1], bounds[1:])
+        if self.columns:  # metrics() counts the group's loss_mask in one call (`Parts`)
+            return Parts([{k: v[lo:hi] for k, v in data.items()} for lo, hi in cuts], data)
+        return [data[lo:hi] for lo, hi in cuts]
 
     def __getitems__(self, indexes: list[int]) -> Any:
         sizes = getattr(indexes, "sizes", None)  # a Group of batches, or one batch's list

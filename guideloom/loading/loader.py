@@ -103,7 +103,7 @@ from guideloom.loading.loader_args import (
     refuse_order_settings,
     torchdata_init,
 )
-from guideloom.loading.metrics import METRICS_KEY, LoaderMeter, checked, counted
+from guideloom.loading.metrics import METRICS_KEY, LoaderMeter, checked, keeps_columns
 from guideloom.loading.mixture_sources import (
     RankCounts,
     SourcedCollate,
@@ -801,7 +801,7 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
             closers.append(threaded)
             batches = meter.taking(threaded)  # (batch, loss_mask tokens) pairs
         elif self.num_workers == 0:
-            batches = meter.counted(self._inline_batches())
+            batches = self._inline_batches()
         else:
             assert self._workers is not None
             torch_batches = self._workers.__iter__()
@@ -822,16 +822,23 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         thread (torchdata's single-process iterator adds per-batch profiling and bookkeeping
         that our state does not use)."""
         source: BatchSource = self.dataset  # type: ignore[assignment]
-        finish = self._finish_batch
+        finish, meter = self._finish_batch, self._meter
+        columns = keeps_columns(finish.collate)  # metrics(): masks counted once per group read
         for group in self._groups():
-            for part in source.read_group(group):
-                yield finish(part)
+            parts = source.read_group(group)
+            if columns and meter.parts(parts):
+                for part in parts:
+                    yield finish(part)
+            else:
+                for part in parts:
+                    yield meter.one(finish(part))
 
     def _thread_batches(self) -> ThreadBatches:
         threads, prefetch, timeout = self._threads  # type: ignore[misc]
         if self._copies is None:
             self._copies = SourceCopies(self.dataset)
         copies, finish = self._copies, self._finish_batch
+        columns, count = keeps_columns(finish.collate), self._meter.counted_group  # metrics()
 
         def work(group: list[list[int]]) -> list[Any]:
             source = copies.acquire()
@@ -839,7 +846,7 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
                 parts = source.read_group(group)
             finally:
                 copies.release(source)
-            return [counted(finish(p)) for p in parts]  # the loss_mask count, in this thread
+            return count(parts, finish, columns)  # the loss_mask counts, in this thread
 
         return ThreadBatches(self._groups(), work, threads=threads, depth=threads * prefetch, timeout=timeout)
 

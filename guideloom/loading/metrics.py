@@ -11,12 +11,15 @@ source of truth; each figure is the one another part of GuideLoom already keeps:
 - GETs, bytes, retries, throttling answers, cache hits: `StatefulDataLoader.io_stats` (this
   process's requests plus what worker processes report with each group of batches they send);
 - batches, ``loss_mask`` tokens and waiting time: counted for every batch the loop *receives*
-  (`LoaderMeter`). ``loss_mask`` tokens are counted on the CPU batch by the worker that made
-  it (a worker process sends the counts with its group of batches, a thread worker hands each
-  count over with its batch; with ``num_workers=0`` the loop's thread, which also reads the
-  batch), before any copy to a device, and credited when the loop receives that batch (the
-  device stage runs one batch ahead), so the counts are those of the batches the loop holds,
-  whatever the kind or number of workers.
+  (`LoaderMeter`). ``loss_mask`` tokens are counted by the worker that made the batch (a worker
+  process sends the counts with its group of batches, a thread worker hands each count over
+  with its batch; with ``num_workers=0`` the loop's thread, which also reads the batch), before
+  the batch is handed out or copied to a device, and credited when the loop receives that
+  batch (the device stage runs one batch ahead), so the counts are those of the batches the
+  loop holds, whatever the kind or number of workers. Stream batches of the default collate
+  are counted on the NumPy arrays of the group read, once per group (`column_masks`: one
+  ``count_nonzero`` per batch, no tensor calls); other batches (documents, a ``collate_fn``,
+  streams with metadata) after their collate (`mask_tokens`).
 
 Batches, ``loss_mask`` tokens, waiting time and the I/O counters are this rank's. They are
 kept in the loader's state (key ``"metrics"`` beside the order's, with the rank and world size
@@ -25,8 +28,10 @@ that loads another rank's state (after a change of world size every rank loads r
 starts them from zero, since another rank's requests are not its own.
 
 Cost in the training loop's thread: per received batch two clock reads and a few additions (and,
-with ``num_workers=0`` only, one ``count_nonzero`` of the ``loss_mask`` field); `metrics` itself adds up `io_stats` and `source_counts` (O(sources + stores)),
+with ``num_workers=0`` only, one ``count_nonzero`` of the batch's ``loss_mask`` array, made once
+per group read); `metrics` itself adds up `io_stats` and `source_counts` (O(sources + stores)),
 so call it at logging intervals, not every step (the callbacks in `guideloom.integrations` do).
+``make bench`` (row ``metrics``) measures it against a loader that counts nothing.
 """
 
 from __future__ import annotations
@@ -39,16 +44,23 @@ import numpy as np
 import torch
 
 from guideloom.errors import ResumeStateError
+from guideloom.loading.collate import collate_windows
+from guideloom.loading.mixture_sources import SourcedCollate
 
 __all__ = [
     "COUNTERS",
     "METRICS_KEY",
+    "Counted",
     "LoaderMeter",
+    "Parts",
     "Uncounted",
     "checked",
+    "column_masks",
     "counted",
+    "counted_group",
     "flatten",
     "io_counters",
+    "keeps_columns",
     "mask_tokens",
 ]
 
@@ -96,9 +108,73 @@ def mask_tokens(batch: Any) -> int:
     return _NO_MASK
 
 
-def counted(batch: Any) -> tuple[Any, int]:
-    """``(batch, its loss_mask tokens)``: what a thread worker hands over (`LoaderMeter.taking`)."""
-    return batch, mask_tokens(batch)
+class Parts(list):  # type: ignore[type-arg]
+    """The parts of a group read as columns (``{field: ndarray}`` row slices of ``whole``, the
+    group's own dict of arrays): `column_masks` counts ``whole``'s ``loss_mask`` in one call."""
+
+    __slots__ = ("whole",)
+
+    def __init__(self, parts: list[Any], whole: Any) -> None:
+        super().__init__(parts)
+        self.whole = whole
+
+
+# What the meter queues per group of batches, in the order the loop receives them:
+# ``(batches, loss_mask tokens of them all (-1: no such field), each batch's tokens or None,
+# each batch's mask arrays or None, the group's whole mask array or None)``. When a `metrics`
+# call falls inside a group, the part received is the whole less the batches not yet received:
+# those are recounted (``masks``, in one call on the rest of the whole mask when there is one;
+# never handed to the loop, so never changed by it) or read off ``counts``.
+Counted = tuple[int, int, "list[int] | None", "list[np.ndarray] | None", "np.ndarray | None"]
+
+
+def counted(batch: Any) -> tuple[Any, Counted]:
+    """``(batch, its count)``: a batch counted after its collate (`mask_tokens`)."""
+    return batch, (1, mask_tokens(batch), None, None, None)
+
+
+def counted_group(parts: list[Any], finish: Any, columns: bool) -> list[tuple[Any, Counted | None]]:
+    """``(batch, count)`` of each part of a group, collated by ``finish`` (what a thread worker
+    hands over, `LoaderMeter.taking`): the group's count with its first batch (None with the
+    others) when ``columns`` (the collate keeps the values of column parts, so their masks are
+    counted once per group on the NumPy arrays, `column_masks`), else one count per batch."""
+    group = column_masks(parts) if columns else None
+    if group is None:
+        return [counted(finish(part)) for part in parts]
+    return [(finish(part), group if k == 0 else None) for k, part in enumerate(parts)]
+
+
+def keeps_columns(collate: Any) -> bool:
+    """Whether ``collate`` is the default stream collate, alone or behind the mixture's
+    ``sources=True`` collate (which hands column dicts straight to it): it wraps column parts as
+    tensors without changing a value, so their masks may be counted before it (`column_masks`)."""
+    if type(collate) is SourcedCollate:
+        collate = collate.collate
+    return collate is collate_windows
+
+
+def column_masks(parts: list[Any]) -> Counted | None:
+    """The count of a group read as columns (``{field: ndarray}`` parts, which the default stream
+    collate wraps as tensors without changing a value), made on the NumPy arrays: one
+    ``count_nonzero`` over the group's ``loss_mask`` when the parts come as `Parts`, else one
+    per part; None when the parts are not column dicts (count the collated batches with
+    `mask_tokens` instead)."""
+    if not parts:
+        return None
+    first = parts[0]
+    if type(first) is not dict:
+        return None
+    mask = first.get("loss_mask")
+    if mask is None:
+        return (len(parts), _NO_MASK, None, None, None)
+    if type(mask) is not np.ndarray:
+        return None
+    masks = [part["loss_mask"] for part in parts]
+    whole = parts.whole.get("loss_mask") if type(parts) is Parts else None
+    if type(whole) is np.ndarray:
+        return (len(parts), int(np.count_nonzero(whole)), None, masks, whole)
+    nonzero = np.count_nonzero
+    return (len(parts), int(sum(nonzero(m) for m in masks)), None, masks, None)
 
 
 def _count(mask: Any) -> int:
@@ -130,10 +206,12 @@ class LoaderMeter:
     def __init__(self, rank: int, world_size: int) -> None:
         self.rank, self.world_size = rank, world_size
         self.batches = 0
-        self.mask = 0
+        self.mask = 0  # loss_mask tokens of the groups received whole
         self.has_mask = False
         self.wait_s = 0.0
-        self._pending: deque[int] = deque()  # loss_mask tokens of batches counted, not yet received
+        self._queue: deque[Counted] = deque()  # counted groups not yet received whole, in order
+        self._taken = 0  # batches received of the group first in the queue
+        self._size = 0  # that group's batches (0: none queued)
         self._base: dict[str, float] = dict.fromkeys(COUNTERS, 0)  # from a restored state
         self._base_has_mask = False
         self._last: dict[str, Any] | None = None  # the totals at the previous `report`
@@ -142,28 +220,46 @@ class LoaderMeter:
     # -- per batch (the training loop's thread) ----------------------------------------------
     def start_pass(self) -> None:
         """A new pass: counts of batches an abandoned one prefetched never arrive."""
-        self._pending.clear()
+        self._queue.clear()
+        self._taken = self._size = 0
 
-    def counted(self, batches: Iterator[Any]) -> Iterator[Any]:
-        """``batches`` (CPU batches, in the order the loop receives them), each one's
-        ``loss_mask`` tokens counted here and queued for `received` (``num_workers=0``: the
-        loop's thread reads the batch too)."""
-        pending = self._pending
-        for batch in batches:
-            pending.append(mask_tokens(batch))
-            yield batch
+    def _add(self, group: Counted) -> None:
+        queue = self._queue
+        queue.append(group)
+        if len(queue) == 1:
+            self._size = group[0]
 
-    def taking(self, pairs: Iterator[tuple[Any, int]]) -> Iterator[Any]:
-        """The batches of ``(batch, loss_mask tokens)`` pairs (`counted` by a thread worker),
-        each count queued for `received`."""
-        pending = self._pending
-        for batch, n in pairs:
-            pending.append(n)
+    counted_group = staticmethod(counted_group)  # what a thread worker runs (Uncounted: no count)
+
+    def parts(self, parts: list[Any]) -> bool:
+        """Queue the count of a group's parts, read as columns and about to be collated by the
+        default collate, for `received` (``num_workers=0``: `column_masks`, once per group);
+        False when they are not columns (`one` counts each collated batch instead)."""
+        group = column_masks(parts)
+        if group is None:
+            return False
+        self._add(group)
+        return True
+
+    def one(self, batch: Any) -> Any:
+        """``batch``, its ``loss_mask`` tokens queued for `received` (a collated CPU batch)."""
+        self._add((1, mask_tokens(batch), None, None, None))
+        return batch
+
+    def taking(self, pairs: Iterator[tuple[Any, Counted | None]]) -> Iterator[Any]:
+        """The batches of ``(batch, count)`` pairs (`counted_group` by a thread worker), each
+        count queued for `received`."""
+        add = self._add
+        for batch, group in pairs:
+            if group is not None:
+                add(group)
             yield batch
 
     def expect(self, counts: list[int]) -> None:
         """Queue the counts of a group's batches (made by a worker process) for `received`."""
-        self._pending.extend(counts)
+        if counts:
+            total = int(sum(n for n in counts if n >= 0)) if counts[0] >= 0 else _NO_MASK
+            self._add((len(counts), total, counts, None, None))
 
     def received(self, seconds: float, batch: bool = True) -> None:
         """The loop waited ``seconds`` in ``next()``; it got a batch (``batch``) or the pass's end."""
@@ -171,21 +267,46 @@ class LoaderMeter:
         if not batch:
             return
         self.batches += 1
-        if self._pending:
-            n = self._pending.popleft()
-            if n >= 0:
-                self.mask += n
-                self.has_mask = True
+        self._taken += 1
+        if self._taken == self._size:
+            self._close()
+
+    def _close(self) -> None:
+        """The first group of the queue is received whole: its count is credited."""
+        total = self._queue.popleft()[1]
+        if total >= 0:
+            self.mask += total
+            self.has_mask = True
+        self._taken = 0
+        self._size = self._queue[0][0] if self._queue else 0
+
+    def _mask_now(self) -> tuple[int, bool]:
+        """``loss_mask`` tokens of every batch received, and whether batches had the field: the
+        groups received whole, plus the part received of the group in progress."""
+        mask, has = self.mask, self.has_mask
+        if self._taken and self._queue:
+            _, total, counts, masks, whole = self._queue[0]
+            if total >= 0:
+                has = True
+                if counts is not None:
+                    mask += sum(n for n in counts[: self._taken] if n >= 0)
+                elif whole is not None and masks is not None:  # the rows not yet received
+                    rows = sum(len(m) for m in masks[: self._taken])
+                    mask += total - int(np.count_nonzero(whole[rows:]))
+                elif masks is not None:
+                    mask += total - sum(int(np.count_nonzero(m)) for m in masks[self._taken :])
+        return mask, has
 
     # -- totals ------------------------------------------------------------------------------
     def totals(self, io: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         """This rank's counters since training began: the restored state's plus this loader's
         (``io``: `StatefulDataLoader.io_stats`)."""
         base = self._base
+        mask, has_mask = self._mask_now()
         now: dict[str, Any] = {
             "batches": int(base["batches"]) + self.batches,
-            "loss_mask_tokens": int(base["loss_mask_tokens"]) + self.mask
-            if (self.has_mask or self._base_has_mask)
+            "loss_mask_tokens": int(base["loss_mask_tokens"]) + mask
+            if (has_mask or self._base_has_mask)
             else None,
         }
         for key, n in io_counters(io).items():
@@ -236,7 +357,7 @@ class LoaderMeter:
         self._base = dict.fromkeys(COUNTERS, 0)
         self._base_has_mask = False
         self.batches, self.mask, self.has_mask, self.wait_s = 0, 0, False, 0.0
-        self._pending.clear()
+        self.start_pass()
         if saved is None:
             return
         if saved.get("rank") != self.rank or saved.get("world_size") != self.world_size:
@@ -247,20 +368,27 @@ class LoaderMeter:
 
 
 class Uncounted(LoaderMeter):
-    """A meter that counts nothing in the training loop's thread (no clock reads, no
-    ``loss_mask`` counts, no queue): the baseline of the benchmark that measures what counting
-    costs there (``make bench``, row ``metrics``). Workers still count (off that thread)."""
+    """A meter that counts nothing (no clock reads, no ``loss_mask`` counts, no queue): the
+    baseline of the benchmark that measures what counting costs (``make bench``, row
+    ``metrics``). Thread workers do not count either; worker processes still do."""
 
     received = None  # type: ignore[assignment]  # a pass without it reads no clock
 
-    def counted(self, batches: Iterator[Any]) -> Iterator[Any]:
-        return batches
+    def parts(self, parts: list[Any]) -> bool:
+        return True
 
-    def taking(self, pairs: Iterator[tuple[Any, int]]) -> Iterator[Any]:
+    def one(self, batch: Any) -> Any:
+        return batch
+
+    def taking(self, pairs: Iterator[tuple[Any, Counted | None]]) -> Iterator[Any]:
         return (batch for batch, _ in pairs)
 
     def expect(self, counts: list[int]) -> None:
         return None
+
+    @staticmethod
+    def counted_group(parts: list[Any], finish: Any, columns: bool) -> list[tuple[Any, Counted | None]]:
+        return [(finish(part), None) for part in parts]
 
 
 def checked(saved: Any) -> dict[str, Any] | None:

@@ -49,6 +49,8 @@ def test_documents_report_byte_lengths(sources: dict[str, Any]) -> None:
     lengths = data["datasets"][0]["record_lengths"]
     encoded = [len(json.dumps({"text": "x" * (k + 1)}, separators=(",", ":")).encode()) for k in range(30)]
     assert lengths["unit"] == "bytes" and lengths["n"] == 30
+    # the page says why: a document index holds byte offsets, no token counts
+    assert any("encoded bytes, not tokens" in n for n in data["datasets"][0]["notes"])
     assert (lengths["min"], lengths["max"]) == (min(encoded), max(encoded))
     assert all("document" in w for w in data["datasets"][0]["windows"])
 

@@ -205,6 +205,7 @@ def test_chat_dataset(opened: Any, built: dict[str, Any]) -> None:
 
 
 def test_dataset_with_metadata(opened: Any, built: dict[str, Any]) -> None:
+    import guideloom
     from guideloom import StreamWithMetaDataset
 
     page = opened(built["meta"]["html"])
@@ -220,6 +221,13 @@ def test_dataset_with_metadata(opened: Any, built: dict[str, Any]) -> None:
         spans = ds[w["index"]]["spans"]
         inside = [any(a <= t < b for a, b, _ in spans) for t in range(len(w["ids"]))]
         assert w["spans"] == inside
+    # the requests of an epoch: token windows plus the span directory, span rows and annotations
+    predicted = guideloom.estimate(storage, sequence_length=48, batch_size=8, shuffle="block")
+    row = page.evaluate(
+        "Object.assign({}, document.querySelector('[data-figure=requests] tr[data-requests]').dataset)"
+    )
+    assert int(row["requests"]) == predicted.requests > 0 and int(row["bytes"]) == predicted.bytes
+    assert int(row["samples"]) == predicted.windows
 
 
 def test_grown_dataset_with_a_rollback(opened: Any, built: dict[str, Any]) -> None:

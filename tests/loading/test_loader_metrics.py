@@ -222,3 +222,24 @@ def test_the_device_stage_one_batch_ahead_counts_what_the_loop_holds(
         assert (total["batches"], total["loss_mask_tokens"]) == (taken, seen.mask)
     seen.take(batches)
     assert loader.metrics()["total"]["loss_mask_tokens"] == seen.mask
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+def test_a_call_inside_a_group_counts_what_the_loop_received_even_if_it_changed_it(
+    tmp_path: Any, workers: dict[str, Any]
+) -> None:
+    # groups of 4 batches (read_ahead=3), one loss_mask count per group: a metrics() call after
+    # each batch counts the received part of the group in progress, and a loop that zeroes the
+    # masks it received (they share memory with the group read) does not change what was counted
+    _write(str(tmp_path / "ds"), records=30)
+    loader = _loader(StreamStorage(str(tmp_path / "ds"), FMT), read_ahead=3, **workers)
+    mask = batches = 0
+    for batch in loader:
+        batches += 1
+        mask += int(batch["loss_mask"].sum())
+        batch["loss_mask"].zero_()
+        total = loader.metrics()["total"]
+        assert (total["batches"], total["loss_mask_tokens"]) == (batches, mask)
+    assert batches == len(loader) > 8
+    state = _roundtrip(loader.state_dict())["metrics"]
+    assert (state["batches"], state["loss_mask_tokens"]) == (batches, mask)
