@@ -32,7 +32,8 @@ import torch.distributed as dist
 
 from guideloom.errors import OrderLostError, ResumeStateError
 from guideloom.loading.order import EpochOrder, positive_int
-from guideloom.loading.sampler import OrderedBatchSampler
+from guideloom.loading.read_ahead import ReadAhead
+from guideloom.loading.sampler import OrderedBatchSampler, read_ahead_budget
 from guideloom.loading.schedule import EpochSchedule
 from guideloom.loading.shuffling import resolve_shuffle
 from guideloom.loading.state import LoaderState, OrderIdentity
@@ -210,6 +211,7 @@ class BatchOrder(OrderedBatchSampler):
         )
         self._setup(view, identity, batch_size, rank, world_size, bool(drop_last))
         self._ranks_from_dist = from_dist
+        self._attach()
 
     @classmethod
     def _for_loader(
@@ -236,7 +238,22 @@ class BatchOrder(OrderedBatchSampler):
         self._skipped: tuple[tuple[int, int, int], ...] = ()
         # rank and world size were torch.distributed's defaults (0 and 1 before it is set up)
         self._ranks_from_dist = False
+        self._ahead: ReadAhead | None = None  # the view's read-ahead, when attached (`_attach`)
         self._configure(0, 0)
+
+    def _attach(self) -> None:
+        """Give the view this order's read-ahead (`guideloom.loading.read_ahead`): a loader
+        rebuilt from the view and this order then reads ahead the batches each worker will be
+        asked for. Not for mixtures (their batches are read per source)."""
+        if as_mixture(self.view) is not None or read_ahead_budget(None) == 0:
+            return
+        ahead = ReadAhead(self)
+        ahead.configure(self._epoch, self._schedule.start, self._skipped)
+        try:
+            self.view._ahead = ahead
+        except AttributeError:  # a view class of the user's own without room for it
+            return
+        self._ahead = ahead
 
     # -- the order ---------------------------------------------------------------------------
     @property
@@ -272,6 +289,8 @@ class BatchOrder(OrderedBatchSampler):
         self._fresh = True  # the next pass starts here instead of moving to the next epoch
         self._yielded, self._ended = 0, False
         self._segments = self._split(schedule)
+        if self._ahead is not None:  # what worker processes started from here on guess from
+            self._ahead.configure(epoch, position, self._skipped)
 
     def _split(self, schedule: EpochSchedule) -> list[tuple[EpochSchedule, int]]:
         """The pass as ``(schedule, steps)`` pieces: the skipped steps of this epoch ahead of
@@ -540,6 +559,8 @@ class BatchOrder(OrderedBatchSampler):
             at = end
         self._skipped = tuple(sorted({*self._skipped, *added}))
         self._segments = self._split(schedule)
+        if self._ahead is not None:
+            self._ahead.configure(epoch, schedule.start, self._skipped)
 
     def _next_pass(self, saved: LoaderState) -> tuple[int, int]:
         num_samples = self.identity.num_samples

@@ -390,6 +390,7 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
             )
             order = BatchOrder._for_loader(view, identity, batch_size, rank, world_size, bool(drop_last))
             order._ranks_from_dist = from_dist
+            order._attach()  # read-ahead for loaders rebuilt from loader.dataset and this order
         else:  # the caller's BatchOrder (checked when it was made)
             batch_size, rank, world_size = order.batch_size, order.rank, order.world_size
             drop_last, settings = order.drop_last, order.identity.shuffle
