@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import torch.distributed as dist
+from torch.utils.data import DistributedSampler
 
 from guideloom.errors import OrderLostError, ResumeStateError
 from guideloom.loading.order import EpochOrder, positive_int
@@ -39,7 +40,7 @@ from guideloom.loading.shuffling import resolve_shuffle
 from guideloom.loading.state import LoaderState, OrderIdentity
 from guideloom.types import DOCUMENTS, DatasetView, as_mixture
 
-__all__ = ["BatchOrder"]
+__all__ = ["BatchOrder", "RankSampler"]
 
 
 def _distributed_default(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -571,3 +572,53 @@ class BatchOrder(OrderedBatchSampler):
             ).num_steps
 
         return saved.next_pass(batches_left)
+
+
+class RankSampler(DistributedSampler):  # type: ignore[type-arg]
+    """GuideLoom's loader's ``sampler``: this rank's samples of the order, as a
+    ``DistributedSampler``, because that is what Lightning looks for. Lightning under DDP with
+    ``use_distributed_sampler=True`` (its default) rebuilds a loader whose ``sampler`` is not a
+    ``DistributedSampler`` around its own one, which would replace GuideLoom's order; a loader
+    that already has one is kept as it is. The order is the loader's ``batch_sampler`` (a
+    `BatchOrder`, which already splits every epoch over the ranks); this only describes it.
+    Iterating it yields the sample indexes of the order's next pass and moves nothing.
+
+    Args:
+        order: The loader's `BatchOrder`.
+    """
+
+    def __init__(self, order: BatchOrder) -> None:  # no DistributedSampler.__init__: no process group needed
+        self.order = order
+        self.dataset = order.view
+        self.num_replicas, self.rank = order.world_size, order.rank
+        self.shuffle = order.identity.shuffle.mode != "none"
+        self.seed, self.drop_last = order.identity.seed, order.drop_last
+        self.epoch = 0
+
+    @property
+    def num_samples(self) -> int:  # type: ignore[override]
+        """This rank's samples in a whole epoch."""
+        ident, order = self.order.identity, self.order
+        schedule = EpochSchedule(ident.num_samples, order.batch_size, order.world_size, order.drop_last)
+        return schedule.full_steps * schedule.batch_size + schedule.last_batch_size
+
+    @property
+    def total_size(self) -> int:  # type: ignore[override]
+        """Every rank's samples in a whole epoch."""
+        return self.num_samples * self.num_replicas
+
+    def __iter__(self) -> Iterator[int]:
+        for batch in self.order._batches():
+            yield from batch
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def set_epoch(self, epoch: int) -> None:
+        """Noted only: Lightning calls ``set_epoch`` on the loader's ``batch_sampler`` too (the
+        order, which moves to that epoch).
+
+        Args:
+            epoch: The epoch about to start.
+        """
+        self.epoch = epoch

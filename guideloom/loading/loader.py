@@ -88,6 +88,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 from guideloom.io.stats import IOStats, io_stats, merge_stats, subtract_stats
 from guideloom.loading.batch_order import (
     BatchOrder,
+    RankSampler,
     _distributed_default,
     check_epoch,
     iteration_before_restore,
@@ -437,6 +438,8 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         # DataLoader sets these to None/False for a batch_sampler; report the real settings.
         object.__setattr__(self, "batch_size", batch_size)
         object.__setattr__(self, "drop_last", bool(drop_last))
+        # a DistributedSampler, so that Lightning's DDP keeps the loader instead of injecting its own
+        object.__setattr__(self, "sampler", RankSampler(order))
         if threads is not None:  # torchdata was given 0 (it starts no processes); report the threads
             object.__setattr__(self, "num_workers", int(num_workers))
         self.parallel_method = "thread" if threads is not None else "process"

@@ -79,6 +79,7 @@ class ReadAhead:
     """
 
     def __init__(self, order: Any) -> None:
+        self.order_class = type(order)  # builds the order again in a worker (pickled by name)
         self.identity = order.identity
         self.batch_size = order.batch_size
         self.rank = order.rank
@@ -100,6 +101,7 @@ class ReadAhead:
 
     def __getstate__(self) -> dict[str, Any]:
         keep = (
+            "order_class",
             "identity",
             "batch_size",
             "rank",
@@ -179,9 +181,7 @@ class ReadAhead:
 
     # -- the guess -------------------------------------------------------------------------
     def _track_of(self, view: Any, epoch: int, start: int) -> _Track:
-        from guideloom.loading.batch_order import BatchOrder
-
-        order = BatchOrder._for_loader(
+        order = self.order_class._for_loader(
             view, self.identity, self.batch_size, self.rank, self.world_size, self.drop_last
         )
         order._skipped = self.skipped
