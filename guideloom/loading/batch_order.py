@@ -376,6 +376,10 @@ class BatchOrder(OrderedBatchSampler):
             self._next_epoch()
         self._yielded, self._ended = 0, False
         if shard is not None and self.world_size > 1:
+            # torchdata saves a batch sampler's state only when it has one, and accelerate's
+            # shard has none: it would save a count of batches, which resumes into the same
+            # number of processes only. The order's state resumes into any (2 -> 1).
+            shard.state_dict, shard.load_state_dict = self.state_dict, self.load_state_dict
             return self._counted(self._all_ranks(), every=self.world_size)
         return self._counted(self._batches())
 
