@@ -500,6 +500,15 @@ class BatchOrder(OrderedBatchSampler):
         Raises:
             ResumeStateError: The state is of other data or another order (named).
         """
+        if state_dict is None:  # torchdata's state of a wrapped batch sampler that had none
+            raise ResumeStateError(
+                "the loader state holds no state of GuideLoom's order (torchdata saved None for "
+                "the batch sampler: it was wrapped by one without a state, such as accelerate's "
+                "BatchSamplerShard with several processes in a release before the order gave it "
+                "one), only a count of batches: it resumes into the same number of processes, "
+                "where torchdata skips that many batches itself. Save again with this release "
+                "to resume into another number of processes"
+            )
         saved = LoaderState.from_dict(state_dict)
         saved.identity.check_continues(self.identity, self._source_names())
         epoch, position = self._next_pass(saved)

@@ -160,3 +160,24 @@ def test_accelerate_shards_deal_each_process_its_rank_s_batches(storage: Any) ->
     assert list(_shard(padded_out, process_index=0, even_batches=False)) == list(
         BatchOrder(view.take(45), 4, rank=0, world_size=WORLD)
     )
+
+
+def test_the_shard_saves_the_order_s_state_and_a_count_alone_is_named(storage: Any) -> None:
+    """accelerate's shard gets the order's state (what resumes 2 -> 1); a loader state without it
+    (torchdata's None for a wrapped sampler) is refused by name, never read as a fresh start."""
+    from guideloom import BatchOrder
+    from guideloom.errors import ResumeStateError
+    from guideloom.storage import open_view
+
+    view = open_view(storage, SEQ)
+    order = BatchOrder(view, BATCH // WORLD, shuffle=True, seed=1, rank=1, world_size=WORLD)
+    shard = _shard(order, process_index=1)
+    it = iter(shard)
+    for _ in range(3):
+        next(it)
+    assert shard.state_dict() == order.state_dict()
+    alone = BatchOrder(view, BATCH, shuffle=True, seed=1, rank=0, world_size=1)
+    alone.load_state_dict(shard.state_dict())  # 2 -> 1: the position after 3 global steps
+    assert next(iter(alone)) == list(BatchOrder(view, BATCH, shuffle=True, seed=1, rank=0, world_size=1))[3]
+    with pytest.raises(ResumeStateError, match="same number of processes"):
+        alone.load_state_dict(None)  # type: ignore[arg-type]
