@@ -16,6 +16,12 @@ batch sampler that has one) and resumes exactly, in O(1).
   its beginning unless the order is already in epoch ``e``.
 - The state is the loader's (`guideloom.loading.state.LoaderState`): a state from another
   dataset, order or setting raises the same named `ResumeStateError`.
+- It gives its view a read-ahead (`guideloom.loading.read_ahead`): a loader rebuilt from the
+  view and the order fetches each worker's next batches in one read, as GuideLoom's own does.
+- Wrapped by accelerate's ``BatchSamplerShard`` (several processes), it gives the shard its own
+  ``state_dict``, so the state accelerate saves resumes into any number of processes.
+- `RankSampler` is GuideLoom's loader's ``sampler``: a ``DistributedSampler``, so that Lightning
+  under DDP keeps the loader instead of injecting its own sampler.
 """
 
 from __future__ import annotations
