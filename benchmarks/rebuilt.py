@@ -15,10 +15,11 @@ read-ahead's lead shown beside it (no target: it is what grouping batches buys).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks.corpus import stream_format, write_stream
-from benchmarks.harness import Config, Row, interleaved
+from benchmarks.harness import Config, Row, Stats, stats
 from benchmarks.local import local_stream
 from benchmarks.loops import count_tokens, timed_pass
 from benchmarks.s3env import fresh_bucket, running_endpoint
@@ -29,54 +30,85 @@ WORKERS = 2
 CASES = ("full", "block")  # the shuffles a training run uses
 
 
-def _pair(storage: Any, cfg: Config, shuffle: str, **ours_options: Any) -> tuple[Any, Any, int]:
-    """(the plain torchdata loader over the pieces, from_storage's loader, batches per read of the latter)."""
+def _plain(storage: Any, cfg: Config, shuffle: str, read_ahead: bool) -> Any:
+    """The plain torchdata loader over a view and its BatchOrder; without ``read_ahead`` the
+    view's read-ahead is taken off again (one read per batch: the loader before it had one)."""
     from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
 
-    from guideloom import BatchOrder, StatefulDataLoader
+    from guideloom import BatchOrder
     from guideloom.storage import open_view
 
-    ours = StatefulDataLoader.from_storage(
-        storage, sequence_length=cfg.sequence_length, batch_size=cfg.batch_size, shuffle=shuffle,
-        seed=cfg.seed, num_workers=WORKERS, **ours_options,
-    )  # fmt: skip
-    view = open_view(storage, cfg.sequence_length)
+    view: Any = open_view(storage, cfg.sequence_length)
     order = BatchOrder(view, cfg.batch_size, shuffle=shuffle, seed=cfg.seed)
+    if not read_ahead:
+        view._ahead = order._ahead = None
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*set_vital.*")
-        plain = TorchdataLoader(view, batch_sampler=order, num_workers=WORKERS)
-    return plain, ours, ours._grouping.size
+        return TorchdataLoader(view, batch_sampler=order, num_workers=WORKERS)
+
+
+def _three(runs: list[Callable[[], float]], repeats: int, warmup: bool) -> list[Stats]:
+    """Each measurement ``repeats`` times, the order rotated each round (the machine is noisy)."""
+    if warmup:
+        for run in runs:
+            run()
+    samples: list[list[float]] = [[] for _ in runs]
+    for k in range(repeats):
+        for j in range(len(runs)):
+            i = (j + k) % len(runs)
+            samples[i].append(runs[i]())
+    return [stats(s) for s in samples]
 
 
 def _rows(kind: str, storage: Any, cfg: Config, extra: dict[str, Any]) -> list[Row]:
-    """Per shuffle: the plain loader against from_storage's at its default read-ahead (batches
-    grouped into one read, up to 4 MiB), and against from_storage with ``read_ahead=0`` (one
-    batch a read, as the plain loader reads): the second isolates GuideLoom's own per-batch cost
-    from what grouping gains (the per-batch work of torchdata's loop and its worker pipe)."""
+    """Per shuffle, in one interleaved run: the plain loader with the view's read-ahead (what it
+    does now), the same without it (one read and one worker-pipe trip per batch: before), and
+    from_storage's loader at its default read-ahead (batches grouped into one read, up to 4 MiB)."""
+    from guideloom import StatefulDataLoader
+
     rows = []
     for shuffle in CASES:
-        for options, against, target in (
-            ({}, "from_storage's loader, default read-ahead", None),
-            ({"read_ahead": 0}, "from_storage's loader, read_ahead=0", 0.9),
-        ):
-            plain, ours, group = _pair(storage, cfg, shuffle, **options)
-            g, b = interleaved(
-                lambda: timed_pass(plain, count_tokens).rate,  # noqa: B023 - called right here
+        after = _plain(storage, cfg, shuffle, read_ahead=True)
+        before = _plain(storage, cfg, shuffle, read_ahead=False)
+        ours = StatefulDataLoader.from_storage(
+            storage, sequence_length=cfg.sequence_length, batch_size=cfg.batch_size, shuffle=shuffle,
+            seed=cfg.seed, num_workers=WORKERS,
+        )  # fmt: skip
+        group = ours._grouping
+        a, b, o = _three(
+            [
+                lambda: timed_pass(after, count_tokens).rate,  # noqa: B023 - called right here
+                lambda: timed_pass(before, count_tokens).rate,  # noqa: B023
                 lambda: timed_pass(ours, count_tokens).rate,  # noqa: B023
-                cfg.repeats,
-                warmup=not cfg.quick,
-            )
+            ],
+            cfg.repeats,
+            warmup=not cfg.quick,
+        )
+        reads = "a window a read" if group.windows else f"up to {group.size} batches a read"
+        for label, mine, target in (("view read-ahead", a, 0.9), ("no read-ahead (before)", b, None)):
             rows.append(
                 Row(
                     "rebuilt",
-                    f"{kind} shuffle={shuffle} workers={WORKERS}: torchdata(view, batch_sampler=BatchOrder) "
-                    f"vs {group} batch(es) a read",
+                    f"{kind} shuffle={shuffle} workers={WORKERS}: torchdata(view, batch_sampler=BatchOrder), "
+                    f"{label}",
                     "tokens/s",
-                    g,
-                    b,
-                    against,
+                    mine,
+                    o,
+                    f"from_storage's loader, default read-ahead ({reads})",
                     target=target,
-                    extra={**extra, "read_ahead_batches": group, "plain_read_ahead_batches": 1},
+                    extra={
+                        **extra,
+                        "read_ahead_batches": group.size,
+                        "plain_read_ahead": (
+                            (
+                                "a window's batches of this worker a read"
+                                if group.windows
+                                else f"up to {group.size} of this worker's batches a read"
+                            )
+                            if target
+                            else "1 batch a read"
+                        ),
+                    },
                 )
             )
     return rows

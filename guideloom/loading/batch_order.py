@@ -16,6 +16,12 @@ batch sampler that has one) and resumes exactly, in O(1).
   its beginning unless the order is already in epoch ``e``.
 - The state is the loader's (`guideloom.loading.state.LoaderState`): a state from another
   dataset, order or setting raises the same named `ResumeStateError`.
+- It gives its view a read-ahead (`guideloom.loading.read_ahead`): a loader rebuilt from the
+  view and the order fetches each worker's next batches in one read, as GuideLoom's own does.
+- Wrapped by accelerate's ``BatchSamplerShard`` (several processes), it gives the shard its own
+  ``state_dict``, so the state accelerate saves resumes into any number of processes.
+- `RankSampler` is GuideLoom's loader's ``sampler``: a ``DistributedSampler``, so that Lightning
+  under DDP keeps the loader instead of injecting its own sampler.
 """
 
 from __future__ import annotations
@@ -29,16 +35,18 @@ from typing import Any
 
 import numpy as np
 import torch.distributed as dist
+from torch.utils.data import DistributedSampler
 
 from guideloom.errors import OrderLostError, ResumeStateError
 from guideloom.loading.order import EpochOrder, positive_int
-from guideloom.loading.sampler import OrderedBatchSampler
+from guideloom.loading.read_ahead import ReadAhead
+from guideloom.loading.sampler import OrderedBatchSampler, read_ahead_budget
 from guideloom.loading.schedule import EpochSchedule
 from guideloom.loading.shuffling import resolve_shuffle
 from guideloom.loading.state import LoaderState, OrderIdentity
 from guideloom.types import DOCUMENTS, DatasetView, as_mixture
 
-__all__ = ["BatchOrder"]
+__all__ = ["BatchOrder", "RankSampler"]
 
 
 def _distributed_default(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -210,6 +218,7 @@ class BatchOrder(OrderedBatchSampler):
         )
         self._setup(view, identity, batch_size, rank, world_size, bool(drop_last))
         self._ranks_from_dist = from_dist
+        self._attach()
 
     @classmethod
     def _for_loader(
@@ -236,7 +245,22 @@ class BatchOrder(OrderedBatchSampler):
         self._skipped: tuple[tuple[int, int, int], ...] = ()
         # rank and world size were torch.distributed's defaults (0 and 1 before it is set up)
         self._ranks_from_dist = False
+        self._ahead: ReadAhead | None = None  # the view's read-ahead, when attached (`_attach`)
         self._configure(0, 0)
+
+    def _attach(self) -> None:
+        """Give the view this order's read-ahead (`guideloom.loading.read_ahead`): a loader
+        rebuilt from the view and this order then reads ahead the batches each worker will be
+        asked for. Not for mixtures (their batches are read per source)."""
+        if as_mixture(self.view) is not None or read_ahead_budget(None) == 0:
+            return
+        ahead = ReadAhead(self)
+        ahead.configure(self._epoch, self._schedule.start, self._skipped)
+        try:
+            self.view._ahead = ahead
+        except AttributeError:  # a view class of the user's own without room for it
+            return
+        self._ahead = ahead
 
     # -- the order ---------------------------------------------------------------------------
     @property
@@ -272,6 +296,8 @@ class BatchOrder(OrderedBatchSampler):
         self._fresh = True  # the next pass starts here instead of moving to the next epoch
         self._yielded, self._ended = 0, False
         self._segments = self._split(schedule)
+        if self._ahead is not None:  # what worker processes started from here on guess from
+            self._ahead.configure(epoch, position, self._skipped)
 
     def _split(self, schedule: EpochSchedule) -> list[tuple[EpochSchedule, int]]:
         """The pass as ``(schedule, steps)`` pieces: the skipped steps of this epoch ahead of
@@ -356,6 +382,10 @@ class BatchOrder(OrderedBatchSampler):
             self._next_epoch()
         self._yielded, self._ended = 0, False
         if shard is not None and self.world_size > 1:
+            # torchdata saves a batch sampler's state only when it has one, and accelerate's
+            # shard has none: it would save a count of batches, which resumes into the same
+            # number of processes only. The order's state resumes into any (2 -> 1).
+            shard.state_dict, shard.load_state_dict = self.state_dict, self.load_state_dict
             return self._counted(self._all_ranks(), every=self.world_size)
         return self._counted(self._batches())
 
@@ -476,6 +506,15 @@ class BatchOrder(OrderedBatchSampler):
         Raises:
             ResumeStateError: The state is of other data or another order (named).
         """
+        if state_dict is None:  # torchdata's state of a wrapped batch sampler that had none
+            raise ResumeStateError(
+                "the loader state holds no state of GuideLoom's order (torchdata saved None for "
+                "the batch sampler: it was wrapped by one without a state, such as accelerate's "
+                "BatchSamplerShard with several processes in a release before the order gave it "
+                "one), only a count of batches: it resumes into the same number of processes, "
+                "where torchdata skips that many batches itself. Save again with this release "
+                "to resume into another number of processes"
+            )
         saved = LoaderState.from_dict(state_dict)
         saved.identity.check_continues(self.identity, self._source_names())
         epoch, position = self._next_pass(saved)
@@ -540,6 +579,8 @@ class BatchOrder(OrderedBatchSampler):
             at = end
         self._skipped = tuple(sorted({*self._skipped, *added}))
         self._segments = self._split(schedule)
+        if self._ahead is not None:
+            self._ahead.configure(epoch, schedule.start, self._skipped)
 
     def _next_pass(self, saved: LoaderState) -> tuple[int, int]:
         num_samples = self.identity.num_samples
@@ -550,3 +591,53 @@ class BatchOrder(OrderedBatchSampler):
             ).num_steps
 
         return saved.next_pass(batches_left)
+
+
+class RankSampler(DistributedSampler):  # type: ignore[type-arg]
+    """GuideLoom's loader's ``sampler``: this rank's samples of the order, as a
+    ``DistributedSampler``, because that is what Lightning looks for. Lightning under DDP with
+    ``use_distributed_sampler=True`` (its default) rebuilds a loader whose ``sampler`` is not a
+    ``DistributedSampler`` around its own one, which would replace GuideLoom's order; a loader
+    that already has one is kept as it is. The order is the loader's ``batch_sampler`` (a
+    `BatchOrder`, which already splits every epoch over the ranks); this only describes it.
+    Iterating it yields the sample indexes of the order's next pass and moves nothing.
+
+    Args:
+        order: The loader's `BatchOrder`.
+    """
+
+    def __init__(self, order: BatchOrder) -> None:  # no DistributedSampler.__init__: no process group needed
+        self.order = order
+        self.dataset = order.view
+        self.num_replicas, self.rank = order.world_size, order.rank
+        self.shuffle = order.identity.shuffle.mode != "none"
+        self.seed, self.drop_last = order.identity.seed, order.drop_last
+        self.epoch = 0
+
+    @property
+    def num_samples(self) -> int:  # type: ignore[override]
+        """This rank's samples in a whole epoch."""
+        ident, order = self.order.identity, self.order
+        schedule = EpochSchedule(ident.num_samples, order.batch_size, order.world_size, order.drop_last)
+        return schedule.full_steps * schedule.batch_size + schedule.last_batch_size
+
+    @property
+    def total_size(self) -> int:  # type: ignore[override]
+        """Every rank's samples in a whole epoch."""
+        return self.num_samples * self.num_replicas
+
+    def __iter__(self) -> Iterator[int]:
+        for batch in self.order._batches():
+            yield from batch
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def set_epoch(self, epoch: int) -> None:
+        """Noted only: Lightning calls ``set_epoch`` on the loader's ``batch_sampler`` too (the
+        order, which moves to that epoch).
+
+        Args:
+            epoch: The epoch about to start.
+        """
+        self.epoch = epoch

@@ -113,6 +113,15 @@ def unrolled(
             yield from group
 
 
+def _read_ahead(view: Any) -> Any:
+    """The read-ahead a `BatchOrder` attached to ``view`` (`guideloom.loading.read_ahead`), or
+    None (every GuideLoom view has the attribute; a view of the user's own class may not)."""
+    try:
+        return view._ahead
+    except AttributeError:
+        return None
+
+
 class BatchSource(Dataset):  # type: ignore[type-arg]
     """The view as the DataLoader sees it: ``__getitems__`` fetches one batch, or one group of
     consecutive batches (a `guideloom.loading.sampler.Group`, from worker processes' sampler),
@@ -143,6 +152,10 @@ class BatchSource(Dataset):  # type: ignore[type-arg]
         return self.view[index]
 
     def _read(self, indexes: list[int]) -> Any:
+        ahead = _read_ahead(self.view)  # a BatchOrder's read-ahead: not for this read
+        if ahead is not None:
+            with ahead.off():
+                return self.view.read_batch(indexes) if self.batched else self.view.__getitems__(indexes)
         if self.batched:
             return self.view.read_batch(indexes)
         return self.view.__getitems__(indexes)
@@ -167,6 +180,9 @@ class BatchSource(Dataset):  # type: ignore[type-arg]
     def __getitems__(self, indexes: list[int]) -> Any:
         sizes = getattr(indexes, "sizes", None)  # a Group of batches, or one batch's list
         if sizes is None:
+            ahead = _read_ahead(self.view)  # a loader rebuilt from this and a BatchOrder
+            if ahead is not None and ahead.active():
+                return ahead.fetch(self.view, indexes, self)
             return self._read(list(indexes))
         if self.columns:
             with gap_budget(self.gap_budget):

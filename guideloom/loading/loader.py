@@ -88,6 +88,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 from guideloom.io.stats import IOStats, io_stats, merge_stats, subtract_stats
 from guideloom.loading.batch_order import (
     BatchOrder,
+    RankSampler,
     _distributed_default,
     check_epoch,
     iteration_before_restore,
@@ -390,6 +391,7 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
             )
             order = BatchOrder._for_loader(view, identity, batch_size, rank, world_size, bool(drop_last))
             order._ranks_from_dist = from_dist
+            order._attach()  # read-ahead for loaders rebuilt from loader.dataset and this order
         else:  # the caller's BatchOrder (checked when it was made)
             batch_size, rank, world_size = order.batch_size, order.rank, order.world_size
             drop_last, settings = order.drop_last, order.identity.shuffle
@@ -436,6 +438,8 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         # DataLoader sets these to None/False for a batch_sampler; report the real settings.
         object.__setattr__(self, "batch_size", batch_size)
         object.__setattr__(self, "drop_last", bool(drop_last))
+        # a DistributedSampler, so that Lightning's DDP keeps the loader instead of injecting its own
+        object.__setattr__(self, "sampler", RankSampler(order))
         if threads is not None:  # torchdata was given 0 (it starts no processes); report the threads
             object.__setattr__(self, "num_workers", int(num_workers))
         self.parallel_method = "thread" if threads is not None else "process"

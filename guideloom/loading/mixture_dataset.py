@@ -37,6 +37,7 @@ class MixtureDataset:
     """
 
     sourced: bool = False  # a SourcedMixtureDataset's reads also say each row's source
+    _ahead: Any = None  # no read-ahead for rebuilt loaders (guideloom.loading.read_ahead)
 
     def __init__(self, mixture: _Sources, views: Sequence[DatasetView], plan: MixturePlan) -> None:
         self.mixture = mixture

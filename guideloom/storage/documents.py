@@ -103,6 +103,9 @@ class DocumentDataset(View):
             ShardCorruptError: A shard file is shorter than the manifest records.
             StorageAccessError: The storage refused a request or could not be reached.
         """
+        ahead = self._ahead  # a BatchOrder's read-ahead (guideloom.loading.read_ahead)
+        if ahead is not None and ahead.active():
+            return ahead.items(self, indexes)  # type: ignore[no-any-return]
         if len(indexes) <= self.small_batch:
             return self._read_small(indexes)
         idx = self._indexes(indexes)

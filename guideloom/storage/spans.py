@@ -123,6 +123,9 @@ class StreamWithMetaDataset(Windows):
             ShardCorruptError: A shard file is shorter than the manifest records.
             StorageAccessError: The storage refused a request or could not be reached.
         """
+        ahead = self._ahead  # a BatchOrder's read-ahead (guideloom.loading.read_ahead)
+        if ahead is not None and ahead.active():
+            return ahead.items(self, indexes)  # type: ignore[no-any-return]
         return self.meta_format.align_batch(*self._windows_and_spans(indexes))
 
     def read_aligned(self, indexes: Sequence[int]) -> Any:

@@ -165,6 +165,9 @@ class Subset(WrappedView):
         Returns:
             One sample per index, in order.
         """
+        ahead = self._ahead  # a BatchOrder's read-ahead (guideloom.loading.read_ahead)
+        if ahead is not None and ahead.active():
+            return ahead.items(self, indexes)  # type: ignore[no-any-return]
         return self.view.__getitems__(self.base_indexes(indexes).tolist())  # type: ignore[no-any-return]
 
     def read_batch(self, indexes: Sequence[int]) -> Any:

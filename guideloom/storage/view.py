@@ -35,6 +35,8 @@ class View:
     # operations: an array call costs about a microsecond here, whatever its length, which is
     # more than a small batch's whole arithmetic (each view sets the crossover it measured).
     small_batch: ClassVar[int] = 64
+    # A BatchOrder's read-ahead for loaders rebuilt from this view (guideloom.loading.read_ahead)
+    _ahead: Any = None
 
     def __init__(self, storage: Storage) -> None:
         self._check_storage(storage)

@@ -175,6 +175,9 @@ class StreamDataset(Windows):
             ShardCorruptError: A shard file is shorter than the manifest records.
             StorageAccessError: The storage refused a request or could not be reached.
         """
+        ahead = self._ahead  # a BatchOrder's read-ahead (guideloom.loading.read_ahead)
+        if ahead is not None and ahead.active():
+            return ahead.items(self, indexes)  # type: ignore[no-any-return]
         batch = self.read_windows(indexes)
         return [{name: arr[row] for name, arr in batch.items()} for row in range(len(indexes))]
 

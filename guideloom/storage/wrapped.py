@@ -28,6 +28,7 @@ class WrappedView:
     """Forwards the `DatasetView` and `StreamView` members to ``view`` (see the module)."""
 
     mixture: ClassVar[None] = None  # a wrapper reads through its view; it is not a mixture's view
+    _ahead: Any = None  # a BatchOrder's read-ahead (guideloom.loading.read_ahead)
 
     def __init__(self, view: DatasetView) -> None:
         self.view: Any = view

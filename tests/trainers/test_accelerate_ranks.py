@@ -32,21 +32,22 @@ def _free_port() -> int:
 
 
 def _process(rank: int, storage: Any, port: int, out: Path, state: Path, load: bool, stop: int | None,
-             early: bool) -> None:  # fmt: skip
-    """One accelerate process: train (from ``state`` when ``load``) until global step ``stop``."""
+             early: bool, world: int = WORLD) -> None:  # fmt: skip
+    """One of ``world`` accelerate processes: train (from ``state`` when ``load``) until global
+    step ``stop``; the global batch is ``BATCH`` windows at any ``world``."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
     from accelerate.utils import DataLoaderConfiguration
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD))  # fmt: skip
+                      LOCAL_RANK=str(rank), WORLD_SIZE=str(world))  # fmt: skip
     with quiet():
         AcceleratorState._reset_state(reset_partial_state=True)  # the forked test process's
-        loader = make_loader(storage, batch_size=BATCH // WORLD) if early else None
+        loader = make_loader(storage, batch_size=BATCH // world) if early else None
         config = DataLoaderConfiguration(use_stateful_dataloader=True)
         accelerator = Accelerator(cpu=True, dataloader_config=config)
         if loader is None:  # after Accelerator(): it takes this process's rank
-            loader = make_loader(storage, batch_size=BATCH // WORLD)
+            loader = make_loader(storage, batch_size=BATCH // world)
         torch.manual_seed(0)
         model = torch.nn.Linear(SEQ, 1)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -64,7 +65,7 @@ def _process(rank: int, storage: Any, port: int, out: Path, state: Path, load: b
                 accelerator.backward(loss)
                 optimizer.step()
                 optimizer.zero_grad()
-                seen.append((digest(batch), round(float(loss), 6)))
+                seen.append((digest(batch), round(float(loss), 6), windows(batch)))
                 step += 1
                 if step == stop:
                     accelerator.save_state(str(state))
@@ -76,26 +77,48 @@ def _process(rank: int, storage: Any, port: int, out: Path, state: Path, load: b
         accelerator.wait_for_everyone()
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{rank}.json").write_text(json.dumps(seen))
-    torch.distributed.destroy_process_group()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+def windows(batch: Any) -> list[int]:
+    """The window numbers of a batch (the trainers' dataset counts its tokens up from 0)."""
+    return (batch["tokens"][:, 0].long() // SEQ).tolist()  # type: ignore[no-any-return]
 
 
 def _run(storage: Any, out: Path, state: Path, load: bool = False, stop: int | None = None,
-         early: bool = False) -> list[Any]:  # fmt: skip
-    """2 forked accelerate processes; each rank's (digest, loss) per step."""
-    args = (storage, _free_port(), out, state, load, stop, early)
-    torch.multiprocessing.start_processes(_process, args=args, nprocs=WORLD, start_method="fork")
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
+         early: bool = False, world: int = WORLD) -> list[Any]:  # fmt: skip
+    """``world`` forked accelerate processes; each rank's (digest, loss, windows) per step."""
+    args = (storage, _free_port(), out, state, load, stop, early, world)
+    torch.multiprocessing.start_processes(_process, args=args, nprocs=world, start_method="fork")
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
 
 
 def test_accelerate_two_processes_resume_exactly(storage: Any, tmp_path: Any) -> None:
     whole = _run(storage, tmp_path / "whole", tmp_path / "unused")
     for rank in range(WORLD):  # each process reads exactly GuideLoom's batches of its rank
         own = make_loader(storage, batch_size=BATCH // WORLD, rank=rank, world_size=WORLD)
-        assert [d for d, _ in whole[rank]] == [digest(b) for _ in range(EPOCHS) for b in own]
+        assert [d for d, _, _ in whole[rank]] == [digest(b) for _ in range(EPOCHS) for b in own]
     first = _run(storage, tmp_path / "first", tmp_path / "state", stop=5)
     rest = _run(storage, tmp_path / "rest", tmp_path / "state", load=True)
     for rank in range(WORLD):  # digests and losses: none replayed, none skipped
         assert first[rank] + rest[rank] == whole[rank]
+
+
+def test_accelerate_two_processes_saved_one_process_resumed(storage: Any, tmp_path: Any) -> None:
+    """2 -> 1: accelerate saves the loader's state (the same on every rank: one global position)
+    and one process, with the same global batch (BATCH windows, where each of 2 had BATCH // 2),
+    resumes it exactly: the samples of every step and, up to float rounding (gradients averaged
+    over 2 ranks instead of one mean over the batch), the losses of an uninterrupted 1-process run."""
+    alone = _run(storage, tmp_path / "alone", tmp_path / "unused", world=1)[0]
+    first = _run(storage, tmp_path / "first", tmp_path / "state", stop=5)
+    rest = _run(storage, tmp_path / "rest", tmp_path / "state", load=True, world=1)[0]
+    steps = [w0 + w1 for (_, _, w0), (_, _, w1) in zip(*first, strict=True)] + [w for _, _, w in rest]
+    assert steps == [w for _, _, w in alone]  # every step's samples: none replayed, none skipped
+    losses = [(a + b) / 2 for (_, a, _), (_, b, _) in zip(*first, strict=True)] + [
+        loss for _, loss, _ in rest
+    ]
+    assert losses == pytest.approx([loss for _, loss, _ in alone], rel=1e-4, abs=1e-6)
 
 
 def test_a_loader_built_before_accelerator_is_refused(storage: Any, tmp_path: Any) -> None:
@@ -137,3 +160,24 @@ def test_accelerate_shards_deal_each_process_its_rank_s_batches(storage: Any) ->
     assert list(_shard(padded_out, process_index=0, even_batches=False)) == list(
         BatchOrder(view.take(45), 4, rank=0, world_size=WORLD)
     )
+
+
+def test_the_shard_saves_the_order_s_state_and_a_count_alone_is_named(storage: Any) -> None:
+    """accelerate's shard gets the order's state (what resumes 2 -> 1); a loader state without it
+    (torchdata's None for a wrapped sampler) is refused by name, never read as a fresh start."""
+    from guideloom import BatchOrder
+    from guideloom.errors import ResumeStateError
+    from guideloom.storage import open_view
+
+    view = open_view(storage, SEQ)
+    order = BatchOrder(view, BATCH // WORLD, shuffle=True, seed=1, rank=1, world_size=WORLD)
+    shard = _shard(order, process_index=1)
+    it = iter(shard)
+    for _ in range(3):
+        next(it)
+    assert shard.state_dict() == order.state_dict()
+    alone = BatchOrder(view, BATCH, shuffle=True, seed=1, rank=0, world_size=1)
+    alone.load_state_dict(shard.state_dict())  # 2 -> 1: the position after 3 global steps
+    assert next(iter(alone)) == list(BatchOrder(view, BATCH, shuffle=True, seed=1, rank=0, world_size=1))[3]
+    with pytest.raises(ResumeStateError, match="same number of processes"):
+        alone.load_state_dict(None)  # type: ignore[arg-type]

@@ -1,6 +1,8 @@
 """Lightning DDP on CPU (gloo, 2 processes forked by ``strategy="ddp_fork"``): a checkpoint of a
-2-process fit resumes exactly into 2 processes and into 1, and Lightning's sampler injection
-(``use_distributed_sampler=True``, its default) is refused by name, never silently reordered.
+2-process fit resumes exactly into 2 processes and into 1. With Lightning's default
+``use_distributed_sampler=True`` GuideLoom's loader is kept as it is (its ``sampler`` is already a
+``DistributedSampler``: `guideloom.loading.batch_order.RankSampler`), and reads the same batches;
+a rebuild that would inject Lightning's sampler into the order is refused by name.
 
 Each process builds its loader in ``train_dataloader()`` (after the process group exists, so it
 takes that process's rank and world size) and writes what it trained on to a file: the forked
@@ -52,7 +54,7 @@ class Ranked(pl.LightningModule):
 
 
 def _fit(storage: Any, out: Path, ckpt_dir: Path, devices: int, stop: int | None = None,
-         ckpt: str | None = None) -> list[Any]:  # fmt: skip
+         ckpt: str | None = None, injection: bool = False) -> list[Any]:  # fmt: skip
     """One fit; each rank's (rows, loss) per step, by rank."""
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     saving = []
@@ -60,7 +62,7 @@ def _fit(storage: Any, out: Path, ckpt_dir: Path, devices: int, stop: int | None
         saving = [pl.callbacks.ModelCheckpoint(dirpath=ckpt_dir, filename="{step}", every_n_train_steps=stop)]
     trainer = pl.Trainer(
         accelerator="cpu", devices=devices, strategy="ddp_fork" if devices > 1 else "auto",
-        use_distributed_sampler=False, max_epochs=EPOCHS, max_steps=stop or -1, callbacks=saving,
+        use_distributed_sampler=injection, max_epochs=EPOCHS, max_steps=stop or -1, callbacks=saving,
         enable_checkpointing=bool(saving), logger=False, enable_progress_bar=False,
         enable_model_summary=False, default_root_dir=str(ckpt_dir),
     )  # fmt: skip
@@ -100,8 +102,20 @@ def test_ddp_two_to_one_resumes_exactly(ddp_runs: dict[str, Any], storage: Any, 
     assert _global(ddp_runs["first"]) + [rows for rows, _ in one] == _global(ddp_runs["whole"])
 
 
+def test_ddp_with_lightning_s_default_sampler_setting_resumes_exactly(
+    ddp_runs: dict[str, Any], storage: Any, tmp_path: Any
+) -> None:
+    """use_distributed_sampler=True (Lightning's default): the loader is kept; the same rows and
+    losses as with use_distributed_sampler=False, uninterrupted and resumed."""
+    whole = _fit(storage, tmp_path / "whole", tmp_path / "c0", WORLD, injection=True)
+    assert whole == ddp_runs["whole"]
+    rest = _fit(storage, tmp_path / "rest", tmp_path / "c1", WORLD, ckpt=ddp_runs["ckpt"], injection=True)
+    assert rest == ddp_runs["rest"]
+
+
 def test_lightning_sampler_injection_is_a_named_error(storage: Any) -> None:
-    """What Lightning does with use_distributed_sampler=True under DDP, without the processes."""
+    """What Lightning would do with use_distributed_sampler=True under DDP to a loader without a
+    DistributedSampler (forced here, without the processes): the order refuses the injection."""
     from pytorch_lightning.utilities.data import _update_dataloader
     from torch.utils.data import DistributedSampler
 
