@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from trainer_setup import EPOCHS, SEQ, STEPS, digest, loss_of, make_loader, quiet
+from trainer_setup import EPOCHS, SEQ, STEPS, accelerate_steps, digest, make_loader, quiet
 
 accelerate = pytest.importorskip("accelerate")
 
@@ -31,21 +31,8 @@ def _run(
         if load:
             accelerator.load_state(str(state_dir))
             step = int(torch.load(state_dir / "step.pt"))
-        seen = []
-        for epoch in range(step // STEPS, EPOCHS):
-            loader.set_epoch(epoch)
-            for batch in loader:
-                loss = loss_of(model, batch["tokens"])
-                accelerator.backward(loss)
-                optimizer.step()
-                optimizer.zero_grad()
-                seen.append((digest(batch), round(float(loss), 6)))
-                step += 1
-                if step == stop:
-                    accelerator.save_state(str(state_dir))
-                    torch.save(step, state_dir / "step.pt")
-                    return seen, step
-    return seen, step
+        record = lambda batch, loss: (digest(batch), round(float(loss), 6))  # noqa: E731
+        return accelerate_steps(accelerator, model, optimizer, loader, step, stop, state_dir, record)
 
 
 @pytest.mark.parametrize(

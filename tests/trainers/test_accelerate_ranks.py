@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from trainer_setup import BATCH, EPOCHS, SEQ, STEPS, digest, loss_of, make_loader, quiet
+from trainer_setup import BATCH, EPOCHS, SEQ, STEPS, accelerate_steps, digest, make_loader, quiet
 
 pytest.importorskip("accelerate")
 
@@ -57,23 +57,8 @@ def _process(rank: int, storage: Any, port: int, out: Path, state: Path, load: b
         if load:
             accelerator.load_state(str(state))
             step = int(torch.load(state / "step.pt"))
-        seen: list[Any] = []
-        for epoch in range(step // STEPS, EPOCHS):
-            prepared.set_epoch(epoch)
-            for batch in prepared:
-                loss = loss_of(model, batch["tokens"])
-                accelerator.backward(loss)
-                optimizer.step()
-                optimizer.zero_grad()
-                seen.append((digest(batch), round(float(loss), 6), windows(batch)))
-                step += 1
-                if step == stop:
-                    accelerator.save_state(str(state))
-                    if accelerator.is_main_process:
-                        torch.save(step, state / "step.pt")
-                    break
-            if step == stop:
-                break
+        record = lambda batch, loss: (digest(batch), round(float(loss), 6), windows(batch))  # noqa: E731
+        seen, _ = accelerate_steps(accelerator, model, optimizer, prepared, step, stop, state, record)
         accelerator.wait_for_everyone()
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{rank}.json").write_text(json.dumps(seen))

@@ -53,6 +53,31 @@ def loss_of(layer: Any, tokens: Any) -> Any:
     return layer(tokens.float() / 1000).pow(2).mean()
 
 
+def accelerate_steps(accelerator: Any, model: Any, optimizer: Any, loader: Any, step: int,
+                     stop: int | None, state: Any, record: Any) -> tuple[list[Any], int]:  # fmt: skip
+    """The accelerate tests' training loop: from global ``step`` (epochs of ``STEPS``) until global
+    step ``stop`` (then ``save_state`` into ``state``, and the step beside it) or the last epoch's
+    end. ``record(batch, loss)`` is what each step keeps. Returns (kept, steps reached)."""
+    import torch
+
+    seen: list[Any] = []
+    for epoch in range(step // STEPS, EPOCHS):
+        loader.set_epoch(epoch)
+        for batch in loader:
+            loss = loss_of(model, batch["tokens"])
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            seen.append(record(batch, loss))
+            step += 1
+            if step == stop:
+                accelerator.save_state(str(state))
+                if accelerator.is_main_process:
+                    torch.save(step, state / "step.pt")
+                return seen, step
+    return seen, step
+
+
 @contextmanager
 def quiet() -> Iterator[None]:
     """The frameworks' own warnings (deprecations, 'no GPU', 'no process group') off."""
