@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -288,30 +289,55 @@ class Decider:
 
 
 class _DeciderActor:
-    """A `Decider` on Ray: parts send their hashes as soon as they have them, and wait (without
-    holding a CPU) for their decision."""
+    """`Decider` objects on Ray, one per job and group of buckets: parts send their hashes as soon
+    as they have them, and wait (without holding a CPU) for their decision. The actor outlives
+    a job: later jobs of the same driver reuse it (`start_deciders`), as they reuse Ray's
+    worker processes, instead of paying a process start each."""
 
-    def __init__(self, group: tuple[int, ...], location: Location | None, index: HashIndex | None) -> None:
-        self.decider = Decider(group, location, index)
-        self.events: dict[int, asyncio.Event] = {}
+    def __init__(self) -> None:
+        self.jobs: dict[str, Decider] = {}
+        self.events: dict[tuple[str, int], asyncio.Event] = {}
+        self.parts: dict[str, int] = {}
+        self.pieces: dict[str, Any] = {}  # job: its pieces being written (a future)
 
-    async def decide(self, part: int, wait: bool, *hashes: np.ndarray) -> np.ndarray | None:
-        self.decider.submit(part, hashes)
-        for k, event in list(self.events.items()):
-            if self.decider.dropped(k) is not None:
+    async def open(
+        self, job: str, group: tuple[int, ...], location: Location | None, index: HashIndex | None, parts: int
+    ) -> None:
+        try:
+            self.jobs[job] = Decider(group, location, index)
+            self.parts[job] = parts
+        finally:  # a part that sent its hashes first waits for this (calls of two callers are not ordered)
+            self.events.setdefault((job, -1), asyncio.Event()).set()
+
+    async def decide(self, job: str, part: int, wait: bool, *hashes: np.ndarray) -> np.ndarray | None:
+        if job not in self.jobs:
+            await self.events.setdefault((job, -1), asyncio.Event()).wait()
+        decider = self.jobs[job]  # a KeyError: `open` failed (the driver's ray.get says why)
+        decider.submit(part, hashes)
+        for (j, k), event in list(self.events.items()):
+            if j == job and k >= 0 and decider.dropped(k) is not None:
                 event.set()
-                del self.events[k]
+                del self.events[(j, k)]
+        if decider.next == self.parts[job] and job not in self.pieces:
+            # Every part decided: write the index pieces while the last parts are tokenized
+            # (in a thread, so that the waiting parts get their answers at once).
+            self.pieces[job] = asyncio.get_running_loop().run_in_executor(None, decider.finish)
         if not wait:
             return None
-        while (found := self.decider.dropped(part)) is None:
-            await self.events.setdefault(part, asyncio.Event()).wait()
+        while (found := decider.dropped(part)) is None:
+            await self.events.setdefault((job, part), asyncio.Event()).wait()
         return found
 
-    async def finish(self) -> list[dict[str, Any]]:
-        return self.decider.finish()
+    async def finish(self, job: str) -> list[dict[str, Any]]:
+        self.events.pop((job, -1), None)
+        self.parts.pop(job, None)
+        decider = self.jobs.pop(job)
+        writing = self.pieces.pop(job, None)
+        return decider.finish() if writing is None else list(await writing)
 
 
 _decider_actor = ray.remote(num_cpus=0, max_restarts=0)(_DeciderActor)
+_ACTORS: dict[tuple[str, str, int], list[Any]] = {}  # (Ray session, job, count): this driver's deciders
 
 
 class Deciders:
@@ -319,9 +345,18 @@ class Deciders:
     process (an inline job). Part tasks receive it (it pickles as the actors' handles)."""
 
     def __init__(
-        self, groups: list[tuple[int, ...]], actors: list[Any] | None, local: list[Decider] | None
+        self,
+        groups: list[tuple[int, ...]],
+        actors: list[Any] | None,
+        local: list[Decider] | None,
+        job: str = "",
     ) -> None:
-        self.groups, self.actors, self.local = groups, actors, local
+        self.groups, self.actors, self.local, self.job = groups, actors, local, job
+        self.finished = False
+        self.opened: list[Any] = []  # the actors' `open` calls (the driver only)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "opened": []}  # what a part task gets: the handles
 
     def decide(self, part: int, hashes: list[np.ndarray], wait: bool) -> list[np.ndarray]:
         """Send part ``part``'s hashes (by bucket) to each decider; with ``wait``, its decisions.
@@ -340,17 +375,15 @@ class Deciders:
             if not wait:
                 return []
             found = [d.dropped(part) for d in self.local]
-            missing = [d for d in found if d is None]
-            if missing:  # the inline runner writes parts in order: never
+            if any(d is None for d in found):  # the inline runner writes parts in order: never
                 raise IngestError(f"part {part} was written before the parts ahead of it were hashed")
             return [d for d in found if d is not None]
         assert self.actors is not None
         refs = [
-            a.decide.remote(part, wait, *(hashes[b] for b in group))
+            a.decide.remote(self.job, part, wait, *(hashes[b] for b in group))
             for a, group in zip(self.actors, self.groups)
         ]
-        got = ray.get(refs)
-        return [d for d in got if d is not None]
+        return [d for d in ray.get(refs) if d is not None]
 
     def finish(self, config: IngestConfig) -> HashIndex:
         """Write the new index pieces once every part is decided; the job's new index.
@@ -365,14 +398,22 @@ class Deciders:
             found = [d.finish() for d in self.local]
         else:
             assert self.actors is not None
-            found = _get([a.finish.remote() for a in self.actors])
+            _get(self.opened)
+            found = _get([a.finish.remote(self.job) for a in self.actors])
+        self.finished = True
         pieces = sorted((p for group in found for p in group), key=lambda p: p["bucket"])  # stable
         held = tuple(HashPiece.model_validate(p) for p in pieces)
         return HashIndex(normalize=config.dedup_normalize, documents=sum(p.count for p in held), pieces=held)
 
     def close(self) -> None:
-        """End the actors (a part task still waiting on one then fails)."""
-        for a in self.actors or []:
+        """After the job: a job that did not finish ends its actors (a part task still waiting
+        on one then fails), and the next job starts new ones."""
+        if self.finished or not self.actors:
+            return
+        for key, actors in list(_ACTORS.items()):
+            if actors is self.actors:
+                del _ACTORS[key]
+        for a in self.actors:
             try:
                 ray.kill(a)
             except ray.exceptions.RayError:
@@ -405,7 +446,8 @@ def start_deciders(
 ) -> Deciders:
     """The job's deciders: in this process for an inline job, else Ray actors (the caller is
     connected), one per group of buckets and per 4 CPUs of the cluster, so that none holds every
-    hash on a cluster of 8 CPUs or more (each holds its share of the distinct hashes).
+    hash on a cluster of 8 CPUs or more (each holds its share of the distinct hashes). The
+    actors are this driver's for its Ray session: a later job reuses them.
 
     Args:
         config: The job.
@@ -425,9 +467,17 @@ def start_deciders(
     cpus = int(ray.cluster_resources().get("CPU", 1))
     count = max(1, min(BUCKETS, parts, cpus // 4))
     groups = [tuple(range(BUCKETS))[t::count] for t in range(count)]
-    options = {"scheduling_strategy": "SPREAD"} if count > 1 else {}
-    actors = [_decider_actor.options(**options).remote(g, location, base) for g in groups]
-    return Deciders(groups, actors, None)
+    context = ray.get_runtime_context()
+    key = (context.get_session_name(), context.get_job_id(), count)
+    actors = _ACTORS.get(key)
+    if actors is None:
+        options = {"scheduling_strategy": "SPREAD"} if count > 1 else {}
+        actors = _ACTORS[key] = [_decider_actor.options(**options).remote() for _ in groups]
+    job = uuid.uuid4().hex
+    deciders = Deciders(groups, actors, None, job)
+    # Not waited for: a new actor starts while the parts read (a part's hashes wait for it).
+    deciders.opened = [a.open.remote(job, g, location, base, parts) for a, g in zip(actors, groups)]
+    return deciders
 
 
 class PartDedup:
