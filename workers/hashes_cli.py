@@ -57,7 +57,9 @@ def _documents(storage: Any, eos: int | None) -> Any:
         )
     total = storage.manifest.total_tokens
     # A stream with metadata holds the same token stream (its spans are not needed here).
-    reader: Any = guideloom.StreamWithMetaDataset if storage.layout == STREAM_WITH_META else guideloom.StreamDataset
+    reader: Any = (
+        guideloom.StreamWithMetaDataset if storage.layout == STREAM_WITH_META else guideloom.StreamDataset
+    )
     windows = reader(storage, _WINDOW) if total >= _WINDOW else None
     tail = reader(storage, 1)
     carry = np.empty(0, np.int64)
