@@ -6,33 +6,36 @@ the job, or as a document the dataset already holds (an append). *Earlier* is th
 order: part by part, and within a part, record by record. So the documents kept, and the
 shard bytes, are the same on any number of workers and nodes.
 
-Three steps, before the parts are written:
+One read of the input, no barrier between hashing and writing:
 
-1. **Hash** (one Ray task per part, in parallel): the part's records are read and prepared
-   exactly as its writer will (`guideloom.workers.part`), and each document's hash is sent, with
-   its position ``part << 32 | n`` (n: the document's number in the part), to the bucket of its
-   first byte (`guideloom.manifest.hashindex.BUCKETS` buckets, one object each).
-2. **Decide** (one Ray task per bucket, or per few buckets when the job has fewer parts than
-   buckets): the bucket's hashes from every part, sorted stably by
-   hash, so that the first of equal hashes is the earliest position; every later one is a
-   duplicate. A first occurrence whose hash the dataset's index already holds (an append) is
-   dropped too. The task writes the bucket's new hashes as an index piece and returns the
-   positions dropped. No task holds more than its buckets' share of the hashes (1/16 of them
-   with 16 parts or more); the driver holds only object references and the pieces'
-   descriptions.
-3. **Write**: each part task receives the positions dropped (only the duplicates) and skips
-   those documents while writing (`Dropper`), counting them per input file.
+1. **Hash, in the part's own task**: the part task reads and prepares its records once, as it
+   always does (`guideloom.workers.part.write_part`), hashes each document's text, and sends
+   the hashes, with their positions ``part << 32 | n`` (n: the document's number in the part),
+   to the deciders, split by bucket (the hash's first byte,
+   `guideloom.manifest.hashindex.BUCKETS` buckets).
+2. **Decide, part by part in part order** (`Decider`; a Ray actor per group of buckets, or one
+   object in this process for an inline job): part k's documents are decided once parts
+   0..k-1 have sent their hashes: a hash an earlier part held, or an earlier document of the
+   part, is a duplicate; a first occurrence the dataset's index holds (an append) is dropped as
+   already held. A decider holds only its buckets' share of the distinct hashes (16 bytes
+   each); the driver holds only the actors' handles.
+3. **Write**: the part task, holding its prepared records, receives its dropped positions and
+   writes the others (`PartDedup`), counting the dropped per input file. Parts start in part
+   order, so part k rarely waits: the parts ahead of it started first, and waiting on Ray does
+   not hold a CPU. The output is that of a job whose parts were written one after another.
 
-The hash pass reads each part a second time: its cost is measured by ``make bench``
-(benchmarks/dedup_bench.py). A transform must be deterministic (the same record gives the same
-result) for the two reads to agree, as it must for a retried part to write the same bytes.
+When every part is written the deciders write their buckets' new hashes as index pieces. A
+part an earlier run finished keeps its shards, and reads its input again only to send its
+hashes (`part_hashes`). Its cost is measured by ``make bench`` (benchmarks/dedup_bench.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -57,13 +60,14 @@ from guideloom.workers.readers import input_reader
 
 __all__ = [
     "DEDUP_KEY",
-    "Dropper",
-    "HashPass",
+    "Decider",
+    "Deciders",
     "POSITION",
+    "PartDedup",
     "base_index",
     "part_hashes",
     "record_dedup",
-    "run_hash_pass",
+    "start_deciders",
 ]
 
 DEDUP_KEY = "dedup"  # the ingest metadata key of the counts
@@ -116,8 +120,25 @@ def base_index(config: IngestConfig, storage: Any) -> HashIndex | None:
     return index
 
 
+def _bucketed(part: int, texts: Sequence[str], numbers: Sequence[int], normalize: bool) -> list[np.ndarray]:
+    """`BUCKETS` arrays of `POSITION` (hash, ``part << 32 | n``) of ``texts`` (the documents
+    numbered ``numbers`` in their part), each in position order."""
+    found: list[np.ndarray] = []
+    base = np.uint64(part << 32)
+    for i in range(0, len(texts), _HASH_BATCH):
+        out = np.empty(len(texts[i : i + _HASH_BATCH]), POSITION)
+        out["hash"] = hash_texts(list(texts[i : i + _HASH_BATCH]), normalize)
+        out["pos"] = np.asarray(numbers[i : i + _HASH_BATCH], np.uint64) + base
+        found.append(out)
+    everything = np.concatenate(found) if found else np.empty(0, POSITION)
+    buckets = bucket_of(everything["hash"])
+    return [everything[buckets == b] for b in range(BUCKETS)]
+
+
 def part_hashes(config: IngestConfig, spec: PartSpec) -> list[np.ndarray]:
-    """The hashes of part ``spec.part``'s documents, by bucket (plain Python: no Ray).
+    """The hashes of part ``spec.part``'s documents, by bucket, read on their own (plain Python:
+    no Ray). Only a part an earlier run finished (its shards are kept, not written again) reads
+    its input for them; a part being written hashes the documents it prepares (`PartDedup`).
 
     Args:
         config: The job.
@@ -127,26 +148,13 @@ def part_hashes(config: IngestConfig, spec: PartSpec) -> list[np.ndarray]:
         `BUCKETS` arrays of `POSITION` (hash, ``part << 32 | n``), each in position order.
         Empty documents are not hashed (they are not stored anyway).
     """
-    # Only chat rendering needs the tokenizer (its template and special tokens): loading one
-    # (a vocabulary file) would cost a fresh worker process more than hashing its part.
+    # Only chat rendering needs the tokenizer (its template and special tokens).
     tokenizer: Any = tokenizer_of(config) if config.chat else None
     prepare = _Preparer(config, tokenizer)
     read_options = _read_options(config)
     texts: list[str] = []
     numbers: list[int] = []
-    found: list[np.ndarray] = []
     n = 0
-    base = spec.part << 32
-
-    def flush() -> None:
-        if texts:
-            out = np.empty(len(texts), POSITION)
-            out["hash"] = hash_texts(texts, config.dedup_normalize)
-            out["pos"] = np.asarray(numbers, np.uint64) + np.uint64(base)
-            found.append(out)
-            texts.clear()
-            numbers.clear()
-
     for seg in spec.segments:
         f = spec.files[seg.file]
         shown = redact_url(f.url)
@@ -156,207 +164,371 @@ def part_hashes(config: IngestConfig, spec: PartSpec) -> list[np.ndarray]:
                 if item.text:
                     texts.append(item.text)
                     numbers.append(n)
-                    if len(texts) >= _HASH_BATCH:
-                        flush()
                 n += 1
-    flush()
-    everything = np.concatenate(found) if found else np.empty(0, POSITION)
-    buckets = bucket_of(everything["hash"])
-    return [everything[buckets == b] for b in range(BUCKETS)]
+    return _bucketed(spec.part, texts, numbers, config.dedup_normalize)
 
 
-def decide_bucket(
-    bucket: int,
-    location: Location | None,
-    index: HashIndex | None,
-    *hashes: np.ndarray,
-) -> tuple[np.ndarray, list[dict[str, Any]]]:
-    """Decide one bucket: the positions dropped and the bucket's index pieces afterwards.
+class _Seen:
+    """Sorted runs of distinct hashes (merged when one is not more than twice the next), so
+    that adding a part's hashes costs about its own size, and a lookup one search per run."""
 
-    Args:
-        bucket: The bucket.
-        location: The dataset's root (where new pieces are written); None writes none.
-        index: The index of the snapshot an append adds to, or None.
-        *hashes: Every part's `POSITION` array of this bucket, in part order.
+    def __init__(self) -> None:
+        self.runs: list[np.ndarray] = []
 
-    Returns:
-        `DROPPED` positions (``held``: 1 when the dataset already held it, 0 when an earlier
-        document of the job has it), sorted; and the bucket's pieces (as dicts) of the new index.
+    def add(self, hashes: np.ndarray) -> None:
+        if len(hashes):
+            self.runs.append(hashes)
+        while len(self.runs) > 1 and len(self.runs[-2]) <= 2 * len(self.runs[-1]):
+            last = self.runs.pop()
+            self.runs[-1] = np.sort(np.concatenate([self.runs[-1], last]))
+
+    def holds(self, hashes: np.ndarray) -> np.ndarray:
+        return _holds(self.runs, hashes)
+
+
+def _holds(runs: Sequence[np.ndarray], hashes: np.ndarray) -> np.ndarray:
+    """Which of ``hashes`` one of the sorted ``runs`` holds."""
+    out = np.zeros(len(hashes), bool)
+    for run in runs:
+        if len(run) and len(hashes):
+            at = np.minimum(np.searchsorted(run, hashes), len(run) - 1)
+            out |= run[at] == hashes
+    return out
+
+
+class Decider:
+    """Decides the buckets of ``group``, part by part in part order (plain Python: the Ray
+    actor `_DeciderActor` and the inline runner hold one).
+
+    A part's documents are decided once every earlier part's hashes arrived: a hash held by an
+    earlier part (or earlier in the part) is a duplicate; a first occurrence that the dataset's
+    index holds (an append) is dropped as already held. Only first occurrences are kept, so
+    the decider holds its buckets' share of the job's distinct hashes, never a document.
     """
-    joined = np.concatenate(hashes) if hashes else np.empty(0, POSITION)
-    order = np.argsort(joined["hash"], kind="stable")  # ties stay in position order
-    ranked = joined[order]
-    first = np.ones(len(ranked), bool)
-    first[1:] = ranked["hash"][1:] != ranked["hash"][:-1]
-    keep = ranked[first]
-    olds = load_pieces(location, index, bucket) if (index is not None and location is not None) else []
-    held = np.zeros(len(keep), bool)
-    for old in olds:
-        if len(old):
-            at = np.minimum(np.searchsorted(old, keep["hash"]), len(old) - 1)
-            held |= old[at] == keep["hash"]
-    dropped = np.empty(int((~first).sum() + held.sum()), DROPPED)
-    later = ranked["pos"][~first]
-    dropped["pos"][: len(later)] = later
-    dropped["held"][: len(later)] = 0
-    dropped["pos"][len(later) :] = keep["pos"][held]
-    dropped["held"][len(later) :] = 1
-    dropped = dropped[np.argsort(dropped["pos"], kind="stable")]
-    pieces = list(index.of_bucket(bucket)) if index is not None else []
-    new = keep["hash"][~held]
-    if len(new) and location is not None:
-        merge = merge_plan([p.count for p in pieces] + [len(new)])
-        if merge > 1:
-            new = np.unique(np.concatenate([*olds[len(olds) - merge + 1 :], new]))
-            pieces = pieces[: len(pieces) - merge + 1]
-        pieces.append(write_piece(location, bucket, new))
-    return dropped, [p.model_dump() for p in pieces]
+
+    def __init__(self, group: tuple[int, ...], location: Location | None, index: HashIndex | None) -> None:
+        self.group, self.location, self.index = group, location, index
+        self.olds = {
+            b: load_pieces(location, index, b) if index is not None and location is not None else []
+            for b in group
+        }
+        self.seen = {b: _Seen() for b in group}
+        self.new: dict[int, list[np.ndarray]] = {b: [] for b in group}
+        self.waiting: dict[int, tuple[np.ndarray, ...]] = {}
+        self.decided: dict[int, np.ndarray] = {}
+        self.next = 0
+
+    def submit(self, part: int, hashes: Sequence[np.ndarray]) -> None:
+        """Take part ``part``'s hashes of the group's buckets (in group order), and decide every
+        part now decidable. A part sent again (a retried task) is decided once.
+
+        Args:
+            part: The part.
+            hashes: Its `POSITION` array of each bucket of the group.
+        """
+        if part < self.next or part in self.waiting:
+            return
+        self.waiting[part] = tuple(hashes)
+        while self.next in self.waiting:
+            self.decided[self.next] = self._decide(self.waiting.pop(self.next))
+            self.next += 1
+
+    def dropped(self, part: int) -> np.ndarray | None:
+        """The `DROPPED` positions of ``part`` in the group's buckets, sorted (None: not yet).
+
+        Args:
+            part: The part.
+
+        Returns:
+            The positions, or None while an earlier part's hashes are missing.
+        """
+        return self.decided.get(part)
+
+    def _decide(self, hashes: tuple[np.ndarray, ...]) -> np.ndarray:
+        out = []
+        for bucket, arr in zip(self.group, hashes):
+            ranked = arr[np.argsort(arr["hash"], kind="stable")]  # ties stay in position order
+            first = np.ones(len(ranked), bool)
+            first[1:] = ranked["hash"][1:] != ranked["hash"][:-1]
+            keep = ranked[first]
+            earlier = self.seen[bucket].holds(keep["hash"])
+            held = _holds(self.olds[bucket], keep["hash"]) & ~earlier
+            fresh = keep["hash"][~earlier]  # sorted and distinct
+            self.seen[bucket].add(fresh)
+            self.new[bucket].append(keep["hash"][~earlier & ~held])
+            dropped = np.empty(int((~first).sum() + earlier.sum() + held.sum()), DROPPED)
+            later = np.concatenate([ranked["pos"][~first], keep["pos"][earlier]])
+            dropped["pos"][: len(later)] = later
+            dropped["held"][: len(later)] = 0
+            dropped["pos"][len(later) :] = keep["pos"][held]
+            dropped["held"][len(later) :] = 1
+            out.append(dropped)
+        joined = np.concatenate(out) if out else np.empty(0, DROPPED)
+        return joined[np.argsort(joined["pos"], kind="stable")]
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Write the group's new hashes as index pieces (merged with the last old ones as
+        `merge_plan` says) and return the group's pieces of the new index, as dicts."""
+        pieces: list[dict[str, Any]] = []
+        for bucket in self.group:
+            pieces += [p.model_dump() for p in self._pieces(bucket)]
+        return pieces
+
+    def _pieces(self, bucket: int) -> list[HashPiece]:
+        pieces = list(self.index.of_bucket(bucket)) if self.index is not None else []
+        new = np.concatenate(self.new[bucket]) if self.new[bucket] else np.empty(0, HASH_DTYPE)
+        if len(new) and self.location is not None:
+            new = np.sort(new)
+            olds = self.olds[bucket]
+            merge = merge_plan([p.count for p in pieces] + [len(new)])
+            if merge > 1:
+                new = np.unique(np.concatenate([*olds[len(olds) - merge + 1 :], new]))
+                pieces = pieces[: len(pieces) - merge + 1]
+            pieces.append(write_piece(self.location, bucket, new))
+        return pieces
 
 
-def decide_buckets(
-    group: tuple[int, ...],
-    parts: int,
-    location: Location | None,
-    index: HashIndex | None,
-    *hashes: np.ndarray,
-) -> tuple[np.ndarray, list[dict[str, Any]]]:
-    """`decide_bucket` for each bucket of ``group`` (one task decides a few buckets when a job
-    has few parts: a task per bucket would cost more than the deciding).
+class _DeciderActor:
+    """`Decider` objects on Ray, one per job and group of buckets: parts send their hashes as soon
+    as they have them, and wait (without holding a CPU) for their decision. The actor outlives
+    a job: later jobs of the same driver reuse it (`start_deciders`), as they reuse Ray's
+    worker processes, instead of paying a process start each."""
 
-    Args:
-        group: The buckets.
-        parts: How many parts the job has.
-        location: The dataset's root, or None.
-        index: The index of the snapshot an append adds to, or None.
-        *hashes: For each bucket of ``group`` in turn, every part's array of it, in part order.
+    def __init__(self) -> None:
+        self.jobs: dict[str, Decider] = {}
+        self.events: dict[tuple[str, int], asyncio.Event] = {}
+        self.parts: dict[str, int] = {}
+        self.pieces: dict[str, Any] = {}  # job: its pieces being written (a future)
 
-    Returns:
-        The positions dropped in all of them, sorted, and their pieces.
-    """
-    dropped, pieces = [], []
-    for j, bucket in enumerate(group):
-        d, p = decide_bucket(bucket, location, index, *hashes[j * parts : (j + 1) * parts])
-        dropped.append(d)
-        pieces += p
-    joined = np.concatenate(dropped) if dropped else np.empty(0, DROPPED)
-    return joined[np.argsort(joined["pos"], kind="stable")], pieces
+    async def open(
+        self, job: str, group: tuple[int, ...], location: Location | None, index: HashIndex | None, parts: int
+    ) -> None:
+        try:
+            self.jobs[job] = Decider(group, location, index)
+            self.parts[job] = parts
+        finally:  # a part that sent its hashes first waits for this (calls of two callers are not ordered)
+            self.events.setdefault((job, -1), asyncio.Event()).set()
+
+    async def decide(self, job: str, part: int, wait: bool, *hashes: np.ndarray) -> np.ndarray | None:
+        if job not in self.jobs:
+            await self.events.setdefault((job, -1), asyncio.Event()).wait()
+        decider = self.jobs[job]  # a KeyError: `open` failed (the driver's ray.get says why)
+        decider.submit(part, hashes)
+        for (j, k), event in list(self.events.items()):
+            if j == job and k >= 0 and decider.dropped(k) is not None:
+                event.set()
+                del self.events[(j, k)]
+        if decider.next == self.parts[job] and job not in self.pieces:
+            # Every part decided: write the index pieces while the last parts are tokenized
+            # (in a thread, so that the waiting parts get their answers at once).
+            self.pieces[job] = asyncio.get_running_loop().run_in_executor(None, decider.finish)
+        if not wait:
+            return None
+        while (found := decider.dropped(part)) is None:
+            await self.events.setdefault((job, part), asyncio.Event()).wait()
+        return found
+
+    async def finish(self, job: str) -> list[dict[str, Any]]:
+        self.events.pop((job, -1), None)
+        self.parts.pop(job, None)
+        decider = self.jobs.pop(job)
+        writing = self.pieces.pop(job, None)
+        return decider.finish() if writing is None else list(await writing)
 
 
-_hash_task = ray.remote(num_cpus=1, num_returns=BUCKETS)(part_hashes)
-_decide_task = ray.remote(num_cpus=1, num_returns=2)(decide_buckets)
+_decider_actor = ray.remote(num_cpus=0, max_restarts=0)(_DeciderActor)
+_ACTORS: dict[tuple[str, str, int], list[Any]] = {}  # (Ray session, job, count): this driver's deciders
 
 
-class HashPass:
-    """What the hash and decide steps leave: the references of each bucket's dropped positions
-    (for the part tasks) and the job's new index."""
+class Deciders:
+    """The job's deciders, one per group of buckets: Ray actors, or `Decider` objects in this
+    process (an inline job). Part tasks receive it (it pickles as the actors' handles)."""
 
-    def __init__(self, dropped: list[Any], index: HashIndex | None) -> None:
-        self.dropped = dropped
-        self.index = index
+    def __init__(
+        self,
+        groups: list[tuple[int, ...]],
+        actors: list[Any] | None,
+        local: list[Decider] | None,
+        job: str = "",
+    ) -> None:
+        self.groups, self.actors, self.local, self.job = groups, actors, local, job
+        self.finished = False
+        self.opened: list[Any] = []  # the actors' `open` calls (the driver only)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "opened": []}  # what a part task gets: the handles
+
+    def decide(self, part: int, hashes: list[np.ndarray], wait: bool) -> list[np.ndarray]:
+        """Send part ``part``'s hashes (by bucket) to each decider; with ``wait``, its decisions.
+
+        Args:
+            part: The part.
+            hashes: Its `POSITION` array of every bucket.
+            wait: Whether to wait for (and return) the positions dropped.
+
+        Returns:
+            The `DROPPED` arrays of each decider (empty without ``wait``).
+        """
+        if self.local is not None:
+            for d, group in zip(self.local, self.groups):
+                d.submit(part, [hashes[b] for b in group])
+            if not wait:
+                return []
+            found = [d.dropped(part) for d in self.local]
+            if any(d is None for d in found):  # the inline runner writes parts in order: never
+                raise IngestError(f"part {part} was written before the parts ahead of it were hashed")
+            return [d for d in found if d is not None]
+        assert self.actors is not None
+        refs = [
+            a.decide.remote(self.job, part, wait, *(hashes[b] for b in group))
+            for a, group in zip(self.actors, self.groups)
+        ]
+        return [d for d in ray.get(refs) if d is not None]
+
+    def finish(self, config: IngestConfig) -> HashIndex:
+        """Write the new index pieces once every part is decided; the job's new index.
+
+        Args:
+            config: The job.
+
+        Returns:
+            The index of the snapshot the job commits.
+        """
+        if self.local is not None:
+            found = [d.finish() for d in self.local]
+        else:
+            assert self.actors is not None
+            _get(self.opened)
+            found = _get([a.finish.remote(self.job) for a in self.actors])
+        self.finished = True
+        pieces = sorted((p for group in found for p in group), key=lambda p: p["bucket"])  # stable
+        held = tuple(HashPiece.model_validate(p) for p in pieces)
+        return HashIndex(normalize=config.dedup_normalize, documents=sum(p.count for p in held), pieces=held)
+
+    def close(self) -> None:
+        """After the job: a job that did not finish ends its actors (a part task still waiting
+        on one then fails), and the next job starts new ones."""
+        if self.finished or not self.actors:
+            return
+        for key, actors in list(_ACTORS.items()):
+            if actors is self.actors:
+                del _ACTORS[key]
+        for a in self.actors:
+            try:
+                ray.kill(a)
+            except ray.exceptions.RayError:
+                pass
+
+    def part(self, part: int, config: IngestConfig) -> PartDedup:
+        """What `guideloom.workers.part.write_part` is given for part ``part``.
+
+        Args:
+            part: The part.
+            config: The job.
+
+        Returns:
+            Its `PartDedup`.
+        """
+        return PartDedup(part, self, config)
 
 
-def run_hash_pass(
-    config: IngestConfig,
-    specs: Sequence[PartSpec],
-    location: Location,
-    base: HashIndex | None,
-    max_retries: int = 3,
-) -> HashPass:
-    """Run the hash and decide steps on Ray (the caller is connected).
-
-    Args:
-        config: The job (as the tasks receive it).
-        specs: Every part.
-        location: The dataset's root (index pieces are written there).
-        base: The index an append deduplicates against, or None.
-        max_retries: Retries of a task whose worker died.
-
-    Returns:
-        The dropped positions' references and the new index.
-    """
-    config_ref = ray.put(config)
-    # num_returns=BUCKETS: each call gives one reference per bucket (typed as one by Ray's stubs).
-    by_part: list[Any] = [
-        _hash_task.options(max_retries=max_retries).remote(config_ref, spec) for spec in specs
-    ]
-    tasks = max(1, min(BUCKETS, len(specs)))  # each decides BUCKETS / tasks of the hashes
-    groups = [tuple(range(BUCKETS))[t::tasks] for t in range(tasks)]
-    decided: list[Any] = [
-        _decide_task.options(max_retries=max_retries).remote(
-            group, len(specs), location, base, *(refs[b] for b in group for refs in by_part)
-        )
-        for group in groups
-    ]
-    dropped = [d for d, _ in decided]
+def _get(refs: list[Any]) -> list[Any]:
     try:
-        piece_lists = ray.get([p for _, p in decided])
+        return ray.get(refs)
     except ray.exceptions.RayTaskError as err:
         if isinstance(err.cause, GuideLoomError):
             raise err.cause from None
         raise
-    return _pass_of(config, dropped, [p for found in piece_lists for p in found])
 
 
-def _pass_of(config: IngestConfig, dropped: list[Any], pieces: list[dict[str, Any]]) -> HashPass:
-    """The `HashPass` of the decide steps' dropped positions and index pieces (as dicts)."""
-    held = tuple(HashPiece.model_validate(p) for p in pieces)
-    index = HashIndex(normalize=config.dedup_normalize, documents=sum(p.count for p in held), pieces=held)
-    return HashPass(dropped, index)
-
-
-def run_hash_pass_here(
-    config: IngestConfig,
-    specs: Sequence[PartSpec],
-    location: Location,
-    base: HashIndex | None,
-) -> HashPass:
-    """`run_hash_pass` in this process (an inline job, `guideloom.workers.driver.runs_inline`):
-    the same steps one after another, so the same documents are dropped.
+def start_deciders(
+    config: IngestConfig, parts: int, location: Location, base: HashIndex | None, inline: bool
+) -> Deciders:
+    """The job's deciders: in this process for an inline job, else Ray actors (the caller is
+    connected), one per group of buckets and per 4 CPUs of the cluster, so that none holds every
+    hash on a cluster of 8 CPUs or more (each holds its share of the distinct hashes). The
+    actors are this driver's for its Ray session: a later job reuses them.
 
     Args:
-        config: The job (as the tasks receive it).
-        specs: Every part.
+        config: The job.
+        parts: How many parts the job has.
         location: The dataset's root (index pieces are written there).
         base: The index an append deduplicates against, or None.
+        inline: Whether the parts run in this process.
 
     Returns:
-        The dropped positions (one array, for `Dropper`) and the new index.
+        The deciders.
     """
-    by_part = [part_hashes(config, spec) for spec in specs]
-    everything = tuple(range(BUCKETS))
-    dropped, found = decide_buckets(
-        everything, len(specs), location, base, *(hashes[b] for b in everything for hashes in by_part)
-    )
-    return _pass_of(config, [dropped], found)
+    if inline:
+        groups = [tuple(range(BUCKETS))]
+        return Deciders(groups, None, [Decider(g, location, base) for g in groups])
+    # One decider per 4 CPUs: a process of its own costs a small cluster more than its share of
+    # the hashes would (a decider holds 16 bytes per distinct document of its buckets).
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    count = max(1, min(BUCKETS, parts, cpus // 4))
+    groups = [tuple(range(BUCKETS))[t::count] for t in range(count)]
+    context = ray.get_runtime_context()
+    key = (context.get_session_name(), context.get_job_id(), count)
+    actors = _ACTORS.get(key)
+    if actors is None:
+        options = {"scheduling_strategy": "SPREAD"} if count > 1 else {}
+        actors = _ACTORS[key] = [_decider_actor.options(**options).remote() for _ in groups]
+    job = uuid.uuid4().hex
+    deciders = Deciders(groups, actors, None, job)
+    # Not waited for: a new actor starts while the parts read (a part's hashes wait for it).
+    deciders.opened = [a.open.remote(job, g, location, base, parts) for a, g in zip(actors, groups)]
+    return deciders
 
 
-class Dropper:
-    """Called by a part's writer for each document in order (`guideloom.workers.part`): True
-    for those to drop, which it counts per input file."""
+class PartDedup:
+    """Given to a part's writer (`guideloom.workers.part.write_part`): the part's prepared
+    records are hashed as they are read, their hashes sent to the deciders, and the records
+    written once the part's decisions arrive (the records ahead of it were hashed by then, or
+    nearly: parts start in part order). Then it is called for each document in order: True for
+    those to drop, which it counts per input file."""
 
-    def __init__(self, part: int, dropped: Sequence[np.ndarray]) -> None:
-        lo, hi = np.uint64(part << 32), np.uint64((part + 1) << 32)
+    def __init__(self, part: int, deciders: Deciders, config: IngestConfig) -> None:
+        self.part, self.deciders, self.config = part, deciders, config
         self.drop: dict[int, bool] = {}
-        for arr in dropped:
-            a, b = np.searchsorted(arr["pos"], [lo, hi])
-            for pos, held in zip(arr["pos"][a:b].tolist(), arr["held"][a:b].tolist()):
-                self.drop[pos - (part << 32)] = bool(held)
         self.n = 0
         self.duplicates: Counter[str] = Counter()
         self.held: Counter[str] = Counter()
 
-    @classmethod
-    def of_refs(cls, part: int, refs: list[Any] | None) -> Dropper | None:
-        """The dropper of a part task given the decide tasks' references (None: no dedup).
+    def prepared(self, records: Iterable[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """Read the part's records (each tuple's last item is the prepared one), hash its
+        documents, and wait for its decisions.
 
         Args:
-            part: The part.
-            refs: The references of every bucket's dropped positions, or None.
+            records: The part's records as the writer reads them.
 
         Returns:
-            The dropper, or None.
+            The same records, in a list.
         """
-        return None if refs is None else cls(part, ray.get(refs))
+        kept = list(records)
+        texts: list[str] = []
+        numbers: list[int] = []
+        n = 0
+        for record in kept:
+            item = record[-1]
+            if isinstance(item, _Pending):
+                if item.text:
+                    texts.append(item.text)
+                    numbers.append(n)
+                n += 1
+        hashes = _bucketed(self.part, texts, numbers, self.config.dedup_normalize)
+        base = self.part << 32
+        for arr in self.deciders.decide(self.part, hashes, wait=True):
+            for pos, held in zip(arr["pos"].tolist(), arr["held"].tolist()):
+                self.drop[pos - base] = bool(held)
+        return kept
+
+    def reused(self, spec: PartSpec) -> None:
+        """Send the hashes of a part an earlier run wrote (read again: its shards stay).
+
+        Args:
+            spec: The part.
+        """
+        self.deciders.decide(self.part, part_hashes(self.config, spec), wait=False)
 
     def __call__(self, url: str) -> bool:
         n, self.n = self.n, self.n + 1

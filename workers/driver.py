@@ -106,7 +106,9 @@ def _task(
             tally.report.remote(counts)
 
     _size_thread_pool(threads)
-    return _write_counted(config, spec, digest, report, dedup.Dropper.of_refs(spec.part, dropped))
+    return _write_counted(
+        config, spec, digest, report, None if dropped is None else dropped.part(spec.part, config)
+    )
 
 
 def _write_counted(
@@ -114,7 +116,7 @@ def _write_counted(
     spec: PartSpec,
     digest: str,
     report: Callable[[dict[str, int]], None] | None,
-    dropper: dedup.Dropper | None,
+    dropper: dedup.PartDedup | None,
 ) -> PartResult:
     """`write_part`, with the requests it sent (a reused part's are its checks): reported, not
     recorded. What a Ray task and an inline job run for each part."""
@@ -437,7 +439,7 @@ def _run_parts_inline(
     results: list[PartResult],
     on_part: Callable[[list[PartResult]], None] | None = None,
     first: set[int] | frozenset[int] = frozenset(),
-    dropped: list[Any] | None = None,
+    dropped: dedup.Deciders | None = None,
 ) -> None:
     """`_run_parts` in this process: the same parts, written by the same function in the same
     order of preference, one after another. The tokenizer keeps its thread pool's default (every
@@ -445,7 +447,7 @@ def _run_parts_inline(
     report = (lambda counts: progress.running([counts])) if progress.live else None
     as_task = task_config(config)
     for k in _preferred_order(plan, first):
-        dropper = None if dropped is None else dedup.Dropper(k, dropped)
+        dropper = None if dropped is None else dropped.part(k, as_task)
         results.append(_write_counted(as_task, part_spec(plan, k), digest, report, dropper))
         progress.part_done(results[-1])
         if on_part is not None:
@@ -584,23 +586,18 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool, IOStats]:
     else:
         started = connect(config, progress.message)
     restore = cancel_on_signals()
+    dropped: dedup.Deciders | None = None
     try:
-        dropped = None
-        if config.dedup is not None:
-            progress.message(f"deduplicating: hashing {len(plan.parts)} parts")
-            specs = [part_spec(plan, k) for k in range(len(plan.parts))]
-            if inline:
-                found = dedup.run_hash_pass_here(task_config(config), specs, storage.location, base)
-            else:
-                found = dedup.run_hash_pass(
-                    task_config(config), specs, storage.location, base, config.max_retries
-                )
-            steps.hash_index, dropped = found.index, found.dropped
+        if config.dedup is not None:  # parts hash as they read; deciders decide in part order
+            dropped = dedup.start_deciders(config, len(plan.parts), storage.location, base, inline)
         progress.start(len(recorded))
+        first = recorded if dropped is None else frozenset()  # dedup: parts start in part order
         if inline:
-            _run_parts_inline(config, plan, digest, progress, results, steps.part_done, recorded, dropped)
+            _run_parts_inline(config, plan, digest, progress, results, steps.part_done, first, dropped)
         else:
-            _run_parts(config, plan, digest, progress, results, started, steps.part_done, recorded, dropped)
+            _run_parts(config, plan, digest, progress, results, started, steps.part_done, first, dropped)
+        if dropped is not None:
+            steps.hash_index = dropped.finish(config)
     except KeyboardInterrupt:
         raise IngestCancelled(len(results), len(plan.parts)) from None
     except rejects.RejectedRecordError as err:
@@ -608,6 +605,8 @@ def run_job(config: IngestConfig) -> tuple[Any, Any, bool, IOStats]:
         raise
     finally:
         progress.close()
+        if dropped is not None:
+            dropped.close()
         if started:
             ray.shutdown()
         restore()

@@ -4,7 +4,9 @@ A dataset ingested with ``--dedup exact`` carries its index; one ingested withou
 older GuideLoom, or whose index was damaged) gets one here, so that ``ingest --append --dedup
 exact`` can drop the documents it already holds. The dataset stores tokens, not text, so each
 document's tokens (without the end-of-document and beginning-of-sequence tokens ingestion added)
-are decoded with the tokenizer the manifest records and the decoded text is hashed. For a
+are decoded with the tokenizer the manifest records and the decoded text is hashed. Documents,
+streams and streams with metadata are read (a stream's documents end at its end-of-document
+tokens). For a
 byte-level tokenizer (``bytes``, GPT-2/Llama-style byte-level BPE, tiktoken) decoding gives back
 the text exactly; a tokenizer that normalises text (lowercasing, Unicode forms) gives back the
 normalised text, so use ``--normalize`` with such a tokenizer.
@@ -25,7 +27,7 @@ import typer
 from guideloom.errors import GuideLoomError, HashIndexError
 from guideloom.manifest.hashindex import BUCKETS, HashIndex, bucket_of, hash_texts
 from guideloom.storage.hashindex import index_of, write_piece, write_side_record
-from guideloom.types import DOCUMENTS, STREAM
+from guideloom.types import DOCUMENTS, STREAM, STREAM_WITH_META
 
 __all__ = ["build_hash_index", "index_hashes"]
 
@@ -43,7 +45,7 @@ def _documents(storage: Any, eos: int | None) -> Any:
             rows = view.__getitems__(list(range(start, min(len(view), start + _BATCH))))
             yield [np.asarray(r["tokens"]) for r in rows]
         return
-    if storage.layout != STREAM:
+    if storage.layout not in (STREAM, STREAM_WITH_META):
         raise HashIndexError(
             f"{storage.url} is a {type(storage).__name__}: index-hashes reads documents and streams; "
             "re-ingest it with --dedup exact to give it an index"
@@ -54,8 +56,12 @@ def _documents(storage: Any, eos: int | None) -> Any:
             "documents cannot be told apart: re-ingest it with --dedup exact to give it an index"
         )
     total = storage.manifest.total_tokens
-    windows = guideloom.StreamDataset(storage, _WINDOW) if total >= _WINDOW else None
-    tail = guideloom.StreamDataset(storage, 1)
+    # A stream with metadata holds the same token stream (its spans are not needed here).
+    reader: Any = (
+        guideloom.StreamWithMetaDataset if storage.layout == STREAM_WITH_META else guideloom.StreamDataset
+    )
+    windows = reader(storage, _WINDOW) if total >= _WINDOW else None
+    tail = reader(storage, 1)
     carry = np.empty(0, np.int64)
 
     def chunks() -> Any:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -380,8 +380,9 @@ def write_part(
     runs with ``{"part", "documents", "tokens", "input_bytes"}`` so far (``input_bytes`` is
     estimated from the text read, capped at the part's size, until the part ends). The part's
     counts and ``digest`` are kept in its completion record (`guideloom.workers.output`).
-    ``drop`` (`guideloom.workers.dedup.Dropper`), when given, is asked about each document in
-    order and skips the exact duplicates it names.
+    ``drop`` (`guideloom.workers.dedup.PartDedup`), when given, hashes the part's prepared
+    records before any is written, then is asked about each document in order and skips the
+    exact duplicates it names.
     """
     part = spec.part
     started = hooks.hook("part_started")
@@ -392,6 +393,8 @@ def write_part(
     run = run_name(digest)
     previous = reusable_result(storage, part, digest, run)
     if previous is not None:
+        if drop is not None:  # the deciders still need its hashes, in part order
+            drop.reused(spec)
         return {**previous, "reused": True}
 
     bad: dict[str, Counter[str]] = {}
@@ -411,47 +414,54 @@ def write_part(
         screen = decontam.screen(config, out.add, rejected, contaminated)  # None: no eval set
         prepare = _Preparer(config, tokenizer)
         read_options = _read_options(config)
-        for seg in spec.segments:
-            f = spec.files[seg.file]
-            shown = redact_url(f.url)
-            for index, raw in enumerate(input_reader(f.kind).read(f, seg, read_options), start=1):
-                item = prepare(raw, shown)
-                if isinstance(item, _Pending) and drop is not None and drop(shown):
-                    pass  # an exact duplicate (guideloom.workers.dedup): counted by `drop`
-                elif isinstance(item, _Pending):
-                    if screen is None:
-                        out.add(item)
-                    else:
-                        screen.add(item, (f, seg, index, raw))
-                    text_bytes += len(item.text) + 1
-                elif item is None:
-                    filtered[shown] += 1
-                elif config.on_bad_record == "skip":
-                    bad.setdefault(shown, Counter())[item.reason] += 1
-                    rejected.add(f, seg, index, item.reason, item.detail, item)
+
+        def records() -> Iterator[tuple[InputFile, Segment, str, int, Any, Any]]:
+            for seg in spec.segments:
+                f = spec.files[seg.file]
+                shown = redact_url(f.url)
+                for index, raw in enumerate(input_reader(f.kind).read(f, seg, read_options), start=1):
+                    yield f, seg, shown, index, raw, prepare(raw, shown)
+
+        # Dedup: the part's records are read, prepared and hashed once, then written when the
+        # part's decisions arrive (guideloom.workers.dedup.PartDedup).
+        found = records() if drop is None else drop.prepared(records())
+        for f, seg, shown, index, raw, item in found:
+            if isinstance(item, _Pending) and drop is not None and drop(shown):
+                pass  # an exact duplicate (guideloom.workers.dedup): counted by `drop`
+            elif isinstance(item, _Pending):
+                if screen is None:
+                    out.add(item)
                 else:
-                    where = _where(f, item, options)
-                    raise failed(
-                        config,
-                        f,
-                        item,
-                        where,
-                        f"{where}: {item.detail}. Fix the input, or pass "
-                        "--on-bad-record skip (on_bad_record='skip' in Python or a job file) to "
-                        "skip and count such records",
-                    )
-                if on_record is not None:
-                    on_record(part)
-                if report is not None and time.monotonic() - last_report >= REPORT_EVERY_S:
-                    last_report = time.monotonic()
-                    report(
-                        {
-                            "part": part,
-                            "documents": out.documents + len(out.pending),
-                            "tokens": out.tokens,
-                            "input_bytes": min(text_bytes, spec.input_bytes),
-                        }
-                    )
+                    screen.add(item, (f, seg, index, raw))
+                text_bytes += len(item.text) + 1
+            elif item is None:
+                filtered[shown] += 1
+            elif config.on_bad_record == "skip":
+                bad.setdefault(shown, Counter())[item.reason] += 1
+                rejected.add(f, seg, index, item.reason, item.detail, item)
+            else:
+                where = _where(f, item, options)
+                raise failed(
+                    config,
+                    f,
+                    item,
+                    where,
+                    f"{where}: {item.detail}. Fix the input, or pass "
+                    "--on-bad-record skip (on_bad_record='skip' in Python or a job file) to "
+                    "skip and count such records",
+                )
+            if on_record is not None:
+                on_record(part)
+            if report is not None and time.monotonic() - last_report >= REPORT_EVERY_S:
+                last_report = time.monotonic()
+                report(
+                    {
+                        "part": part,
+                        "documents": out.documents + len(out.pending),
+                        "tokens": out.tokens,
+                        "input_bytes": min(text_bytes, spec.input_bytes),
+                    }
+                )
         if screen is not None:
             screen.flush()
         out.flush()
