@@ -97,6 +97,8 @@ def mask_tokens(batch: Any) -> int:
                 return int(torch.count_nonzero(mask))
         if mask is None and "documents" not in batch:  # a stream without a mask: nothing to count
             return _NO_MASK
+    elif type(batch) is list and batch and type(batch[0]) is dict and "loss_mask" not in batch[0]:
+        return _NO_MASK  # documents without a mask (the usual list of records): no ABC checks
     if isinstance(batch, Mapping):
         mask = batch.get("loss_mask")
         if mask is not None:
