@@ -230,6 +230,7 @@ class LoaderMeter:
         queue.append(group)
         if len(queue) == 1:
             self._size = group[0]
+            self._taken = 0  # batches received while nothing was queued had nothing to count
 
     counted_group = staticmethod(counted_group)  # what a thread worker runs (Uncounted: no count)
 
@@ -245,7 +246,9 @@ class LoaderMeter:
 
     def one(self, batch: Any) -> Any:
         """``batch``, its ``loss_mask`` tokens queued for `received` (a collated CPU batch)."""
-        self._add((1, mask_tokens(batch), None, None, None))
+        count = mask_tokens(batch)
+        if count != _NO_MASK or self._queue:  # a batch with nothing to count needs no entry
+            self._add((1, count, None, None, None))
         return batch
 
     def taking(self, pairs: Iterator[tuple[Any, Counted | None]]) -> Iterator[Any]:
