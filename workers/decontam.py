@@ -52,10 +52,8 @@ DEFAULT_NGRAM = 13
 CONTAMINATED = "contaminated"  # the reason a dropped document is counted and listed under
 
 _MASK = (1 << 64) - 1
-_BYTE_BASE = 0x100000001B3  # FNV's 64-bit prime: odd, so the powers never vanish mod 2**64
 _WORD_BASE = 0x9E3779B97F4A7C15  # the golden-ratio constant, odd
 TABLE_MAX_BITS = 26  # the pre-check table: at most 64 MiB of booleans
-_MAX_WORD = 64  # powers kept for words up to this many bytes; longer words grow the table
 
 # ASCII: what a text keeps are letters, digits and whitespace (the non-ASCII path, a regular
 # expression, agrees on every ASCII character: `_ascii_tables` is built from it).
@@ -89,78 +87,48 @@ def words(data: bytes) -> list[bytes]:
     return data.split()
 
 
-PREFIX_MAX_BYTES = 2**23  # batches up to this size hash words by prefix sums (tables of 2 x 8 bytes a byte)
-
-_powers: np.ndarray = np.ones(1, dtype=np.uint64)
-_inverse: np.ndarray = np.ones(1, dtype=np.uint64)
-
-
-def _geometric(base: int, size: int) -> np.ndarray:
-    """``base ** i`` mod 2**64 for ``i < size``, by doubling: ``out[m:2m] = out[:m] * base**m``."""
-    out = np.ones(max(size, 2), dtype=np.uint64)
-    out[1] = base
-    filled = 2
-    while filled < size:
-        step = min(filled, size - filled)
-        out[filled : filled + step] = out[:step] * out[filled - 1] * np.uint64(base)
-        filled += step
-    return out[:size]
+# _LOW[k]: a mask of the low k bytes of a uint64 (k = 0..8): the bytes of a word read 8 at a time
+_LOW = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [_MASK], dtype=np.uint64)
+_CHUNK_BASE = np.uint64(0x100000001B3)  # FNV's 64-bit prime: a word's 8-byte chunks are combined by it
+_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # splitmix64's finalizer
 
 
-def _byte_powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """``BASE ** i`` and ``BASE ** -i`` mod 2**64 for ``i < n`` (BASE is odd, so it has an
-    inverse mod 2**64): tables grown on demand and kept per process."""
-    global _powers, _inverse
-    if len(_powers) < n:
-        size = max(n, 2 * len(_powers), _MAX_WORD)
-        _powers = _geometric(_BYTE_BASE, size)
-        _inverse = _geometric(pow(_BYTE_BASE, -1, 1 << 64), size)
-    return _powers[:n], _inverse[:n]
+def _word_spans(data: bytes) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """(the bytes, start of each word, end of each word) of a normalized text (or a batch of
+    them joined by spaces): a `normalized` text separates words by spaces only (a UTF-8 byte of
+    a longer character is never 32). One pass finds where space and word bytes alternate."""
+    space = np.ones(len(data) + 2, dtype=bool)  # a space before the first byte and after the last
+    np.equal(np.frombuffer(data, dtype=np.uint8), 32, out=space[1:-1])
+    edges = np.flatnonzero(space[1:] != space[:-1])  # alternately a word's start and its end
+    return data, edges[0::2], edges[1::2]
 
 
-def _word_spans(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(bytes, start of each word, end of each word) of a normalized text (or a batch of them
-    joined by spaces): a `normalized` text separates words by spaces only (a UTF-8 byte of a
-    longer character is never 32)."""
-    b = np.frombuffer(data, dtype=np.uint8)
-    if b.size == 0:
-        empty = np.zeros(0, dtype=np.int64)
-        return b, empty, empty
-    space = b == 32
-    inside = ~space
-    before = np.empty_like(space)
-    before[0], before[1:] = True, space[:-1]
-    after = np.empty_like(space)
-    after[-1], after[:-1] = True, space[1:]
-    starts = np.flatnonzero(inside & before)
-    ends = np.flatnonzero(inside & after) + 1
-    return b, starts, ends
-
-
-def _word_hashes(b: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """One 64-bit hash per word: the sum of (byte + 1) * BASE ** (its position in the word),
-    mod 2**64, then mixed with the word's length. Computed from prefix sums over the whole
-    batch (a few passes over its bytes), or word by word (`np.add.reduceat`) for a batch too
-    large for the power tables; both give the same hashes."""
+def _word_hashes(data: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """One 64-bit hash per word, from its bytes read 8 at a time (unaligned little-endian
+    uint64 loads at the word's start, the bytes past its end masked off), the chunks of a longer
+    word combined polynomially, then the length mixed in and the bits spread (splitmix64's
+    finalizer). A normalized text holds no zero byte, so equal hashes before the mixing mean
+    equal words except for 64-bit overflow; matching compares words anyway."""
     if starts.size == 0:
         return np.zeros(0, dtype=np.uint64)
-    lengths = (ends - starts).astype(np.uint64)
-    if b.size <= PREFIX_MAX_BYTES:
-        powers, inverse = _byte_powers(b.size)
-        prefix = np.zeros(b.size + 1, dtype=np.uint64)
-        np.cumsum((b + np.uint64(1)) * powers, out=prefix[1:])
-        sums = (prefix[ends] - prefix[starts]) * inverse[starts]
-    else:
-        first = np.zeros(b.size, dtype=np.int64)
-        first[starts] = starts
-        np.maximum.accumulate(first, out=first)
-        inside = b != 32
-        position = np.where(inside, np.arange(b.size, dtype=np.int64) - first, 0)
-        powers, _ = _byte_powers(int(lengths.max()) + 1)
-        terms = (b + np.uint64(1)) * powers[position]
-        terms[~inside] = 0
-        sums = np.add.reduceat(terms, starts)
-    return (sums ^ lengths) * np.uint64(_WORD_BASE)
+    padded = data + bytes(8)  # a load at the last byte reads 7 more
+    loads = np.ndarray((len(data),), dtype="<u8", buffer=padded, strides=(1,))
+    lengths = ends - starts
+    h = loads[starts] & _LOW[np.minimum(lengths, 8)]
+    offset = 8
+    longer = np.flatnonzero(lengths > offset)
+    while longer.size:  # words of more than 8 bytes, one more chunk a round
+        rest = lengths[longer] - offset
+        h[longer] = h[longer] * _CHUNK_BASE + (loads[starts[longer] + offset] & _LOW[np.minimum(rest, 8)])
+        offset += 8
+        longer = longer[rest > 8]
+    h ^= lengths.astype(np.uint64) << np.uint64(56)
+    h ^= h >> np.uint64(30)
+    h *= _MIX1
+    h ^= h >> np.uint64(27)
+    h *= _MIX2
+    h ^= h >> np.uint64(31)
+    return h
 
 
 def _combine(word_hashes: np.ndarray, n: int) -> np.ndarray:
@@ -178,8 +146,8 @@ def _combine(word_hashes: np.ndarray, n: int) -> np.ndarray:
 
 def ngram_hashes(data: bytes, n: int) -> np.ndarray:
     """The hash of every n-gram of one normalized text, in order."""
-    b, starts, ends = _word_spans(data)
-    return _combine(_word_hashes(b, starts, ends), n)
+    data, starts, ends = _word_spans(data)
+    return _combine(_word_hashes(data, starts, ends), n)
 
 
 @dataclass
@@ -198,12 +166,13 @@ class _Batch:
 
 def _batch(data: list[bytes], n: int) -> _Batch:
     joined = b" ".join(data)
-    b, starts, ends = _word_spans(joined)
+    _, starts, ends = _word_spans(joined)
     doc_starts = np.cumsum([0] + [len(d) + 1 for d in data[:-1]])
-    word_doc = np.searchsorted(doc_starts, starts, side="right") - 1
-    grams = _combine(_word_hashes(b, starts, ends), n)
-    ok = word_doc[: grams.size] == word_doc[n - 1 :] if grams.size else np.zeros(0, dtype=bool)
     first_word = np.searchsorted(starts, doc_starts)
+    # each word's text: the words from one text's first word to the next one's are its own
+    word_doc = np.repeat(np.arange(len(data)), np.diff(first_word, append=starts.size))
+    grams = _combine(_word_hashes(joined, starts, ends), n)
+    ok = word_doc[: grams.size] == word_doc[n - 1 :] if grams.size else np.zeros(0, dtype=bool)
     return _Batch(joined, starts, ends, word_doc, first_word, grams, ok)
 
 
