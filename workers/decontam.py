@@ -267,7 +267,7 @@ class EvalIndex:
         self.hashes = all_hashes[order]
         self.owner = (np.concatenate(owners) if owners else np.zeros(0, np.int32))[order]
         self.position = (np.concatenate(positions) if positions else np.zeros(0, np.int32))[order]
-        self._filter: tuple[np.ndarray, np.uint64] | None = None
+        self._filter: tuple[np.ndarray, np.uint64, np.ndarray, np.uint64] | None = None
         words = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
         self.usable = int((words >= n).sum())
         digest = hashlib.sha256(f"ngram={n}\n".encode())
@@ -290,16 +290,42 @@ class EvalIndex:
             "sha256": self.sha256,
         }
 
-    def _table(self) -> tuple[np.ndarray, np.uint64]:
+    def _table(self) -> tuple[np.ndarray, np.uint64, np.ndarray, np.uint64]:
         """A table of booleans indexed by a hash's top bits: True where some eval n-gram's hash
-        has them (about 1 in 16 slots set). Built on first use in each process, never pickled."""
+        has them (about 1 in 16 slots set); and a directory of the sorted hashes by fewer top
+        bits (about one hash a slot): the hashes with top bits ``t`` are
+        ``hashes[start[t]:start[t + 1]]``. Built on first use in each process, never pickled."""
         if self._filter is None:
             bits = max(16, min(TABLE_MAX_BITS, int(np.ceil(np.log2(max(1, self.hashes.size) * 16)))))
             shift = np.uint64(64 - bits)
             table = np.zeros(1 << bits, dtype=bool)
             table[self.hashes >> shift] = True
-            self._filter = (table, shift)
+            slots = bits - 4
+            slot_shift = np.uint64(64 - slots)
+            start = np.zeros((1 << slots) + 1, dtype=np.int64)
+            np.cumsum(
+                np.bincount((self.hashes >> slot_shift).astype(np.intp), minlength=1 << slots), out=start[1:]
+            )
+            self._filter = (table, shift, start, slot_shift)
         return self._filter
+
+    def _first_at(self, candidates: np.ndarray) -> np.ndarray:
+        """For each hash, the index of its first occurrence in the sorted hashes, or -1 (what
+        `numpy.searchsorted` finds, from the directory: a slot or two read per hash)."""
+        _, _, start, slot_shift = self._table()
+        slot = (candidates >> slot_shift).astype(np.intp)
+        low = start[slot]
+        width = start[slot + 1] - low
+        at = np.full(candidates.size, -1, dtype=np.int64)
+        live = np.flatnonzero(width > 0)
+        j = 0
+        while live.size:  # the j-th hash of each slot not yet matched
+            index = low[live] + j
+            hit = self.hashes[index] == candidates[live]
+            at[live[hit]] = index[hit]  # equal hashes are adjacent: the first one seen is the first
+            j += 1
+            live = live[~hit & (width[live] > j)]
+        return at
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -320,11 +346,11 @@ class EvalIndex:
         if grams.size == 0:
             return out
         # A table of the hashes' top bits first (one random read per n-gram), so that only the
-        # few n-grams it lets through are looked up in the sorted hashes (about 20 reads each).
-        table, shift = self._table()
+        # few n-grams it lets through are looked up in the sorted hashes (its directory slot, a read or two each).
+        table, shift, _, _ = self._table()
         maybe = np.flatnonzero(ok & table[grams >> shift])
-        at = np.searchsorted(self.hashes, grams[maybe])
-        found_at = self.hashes[np.minimum(at, self.hashes.size - 1)] == grams[maybe]
+        at = self._first_at(grams[maybe])
+        found_at = at >= 0
         first = dict(zip(maybe[found_at].tolist(), at[found_at].tolist()))
         for g in first:
             doc = int(word_doc[g])
