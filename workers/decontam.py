@@ -5,15 +5,16 @@ but letters, digits and whitespace: ``"Don't!"`` is ``dont``), split at whitespa
 written over a line break or in another case still matches. A document is dropped when any
 ``n`` consecutive words of it (default 13) are ``n`` consecutive words of an eval item.
 
-Matching is exact: n-grams are hashed to 64 bits only to find candidates fast (a sorted array of
-the eval set's n-gram hashes, `numpy.searchsorted`), and every candidate is compared word for
-word with the eval item's n-gram before a document is dropped. A hash collision therefore costs
+Matching is exact: n-grams are hashed to 64 bits only to find candidates fast (a sorted array
+of the eval set's n-gram hashes, reached through a table and a directory of their top bits),
+and every candidate is compared word for word with the eval item's n-gram before a document is
+dropped. A hash collision therefore costs
 one comparison and never drops a document (a Bloom filter, as Dolma's, drops on a false
 positive); equal n-grams always hash equal, so no leak is missed.
 
-The hashes are polynomial, computed with NumPy over a batch of documents at once (uint64
-arithmetic wraps, which is the modulus): a word's hash from its bytes, an n-gram's from its
-words' hashes. The eval set is read once by the driver (`prepare`), and travels to the tasks
+The hashes are computed with NumPy over a batch of documents at once (uint64 arithmetic wraps):
+a word's from its bytes, read 8 at a time and mixed; an n-gram's from its words' hashes,
+polynomially. The eval set is read once by the driver (`prepare`), and travels to the tasks
 inside the job's config (`attach`); a part run outside the driver builds it itself (`checker`).
 """
 
