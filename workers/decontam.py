@@ -8,9 +8,9 @@ written over a line break or in another case still matches. A document is droppe
 Matching is exact: n-grams are hashed to 64 bits only to find candidates fast (a sorted array
 of the eval set's n-gram hashes, reached through a table and a directory of their top bits),
 and every candidate is compared word for word with the eval item's n-gram before a document is
-dropped. A hash collision therefore costs
-one comparison and never drops a document (a Bloom filter, as Dolma's, drops on a false
-positive); equal n-grams always hash equal, so no leak is missed.
+dropped. A hash collision therefore costs one comparison and never drops a document (a Bloom
+filter, as Dolma's, drops on a false positive); equal n-grams always hash equal, so no leak is
+missed.
 
 The hashes are computed with NumPy over a batch of documents at once (uint64 arithmetic wraps):
 a word's from its bytes, read 8 at a time and mixed; an n-gram's from its words' hashes,
