@@ -303,7 +303,7 @@ class EvalIndex:
             table[self.hashes >> shift] = True
             slots = bits - 4
             slot_shift = np.uint64(64 - slots)
-            start = np.zeros((1 << slots) + 1, dtype=np.int64)
+            start = np.zeros((1 << slots) + 1, dtype=np.int32 if self.hashes.size < 2**31 else np.int64)
             np.cumsum(
                 np.bincount((self.hashes >> slot_shift).astype(np.intp), minlength=1 << slots), out=start[1:]
             )
