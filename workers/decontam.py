@@ -5,15 +5,16 @@ but letters, digits and whitespace: ``"Don't!"`` is ``dont``), split at whitespa
 written over a line break or in another case still matches. A document is dropped when any
 ``n`` consecutive words of it (default 13) are ``n`` consecutive words of an eval item.
 
-Matching is exact: n-grams are hashed to 64 bits only to find candidates fast (a sorted array of
-the eval set's n-gram hashes, `numpy.searchsorted`), and every candidate is compared word for
-word with the eval item's n-gram before a document is dropped. A hash collision therefore costs
-one comparison and never drops a document (a Bloom filter, as Dolma's, drops on a false
-positive); equal n-grams always hash equal, so no leak is missed.
+Matching is exact: n-grams are hashed to 64 bits only to find candidates fast (a sorted array
+of the eval set's n-gram hashes, reached through a table and a directory of their top bits),
+and every candidate is compared word for word with the eval item's n-gram before a document is
+dropped. A hash collision therefore costs one comparison and never drops a document (a Bloom
+filter, as Dolma's, drops on a false positive); equal n-grams always hash equal, so no leak is
+missed.
 
-The hashes are polynomial, computed with NumPy over a batch of documents at once (uint64
-arithmetic wraps, which is the modulus): a word's hash from its bytes, an n-gram's from its
-words' hashes. The eval set is read once by the driver (`prepare`), and travels to the tasks
+The hashes are computed with NumPy over a batch of documents at once (uint64 arithmetic wraps):
+a word's from its bytes, read 8 at a time and mixed; an n-gram's from its words' hashes,
+polynomially. The eval set is read once by the driver (`prepare`), and travels to the tasks
 inside the job's config (`attach`); a part run outside the driver builds it itself (`checker`).
 """
 
@@ -32,7 +33,7 @@ import numpy as np
 
 from guideloom.errors import IngestError
 from guideloom.io import redact_url
-from guideloom.types import BadRecord, InputRecord, ReadOptions
+from guideloom.types import BadRecord, ReadOptions
 
 __all__ = [
     "DEFAULT_NGRAM",
@@ -52,10 +53,8 @@ DEFAULT_NGRAM = 13
 CONTAMINATED = "contaminated"  # the reason a dropped document is counted and listed under
 
 _MASK = (1 << 64) - 1
-_BYTE_BASE = 0x100000001B3  # FNV's 64-bit prime: odd, so the powers never vanish mod 2**64
 _WORD_BASE = 0x9E3779B97F4A7C15  # the golden-ratio constant, odd
 TABLE_MAX_BITS = 26  # the pre-check table: at most 64 MiB of booleans
-_MAX_WORD = 64  # powers kept for words up to this many bytes; longer words grow the table
 
 # ASCII: what a text keeps are letters, digits and whitespace (the non-ASCII path, a regular
 # expression, agrees on every ASCII character: `_ascii_tables` is built from it).
@@ -84,83 +83,65 @@ def normalized(text: str) -> bytes:
     return " ".join(_NOT_WORD.sub("", text.lower()).split()).encode("utf-8", "surrogatepass")
 
 
+_DELETED_BUT_NUL = _DELETED.replace(b"\x00", b"")
+
+
+def normalized_all(texts: Sequence[str]) -> list[bytes]:
+    """`normalized` of each text; a batch of ASCII texts without NUL in a few calls over the
+    batch joined by NULs (which `normalized` would delete, so kept here as the separator)."""
+    joined = "\x00".join(texts)
+    if len(texts) > 1 and joined.isascii() and joined.count("\x00") == len(texts) - 1:
+        return joined.lower().encode("ascii").translate(_TABLE, _DELETED_BUT_NUL).split(b"\x00")
+    return [normalized(t) for t in texts]
+
+
 def words(data: bytes) -> list[bytes]:
     """The words of a `normalized` text."""
     return data.split()
 
 
-PREFIX_MAX_BYTES = 2**23  # batches up to this size hash words by prefix sums (tables of 2 x 8 bytes a byte)
-
-_powers: np.ndarray = np.ones(1, dtype=np.uint64)
-_inverse: np.ndarray = np.ones(1, dtype=np.uint64)
-
-
-def _geometric(base: int, size: int) -> np.ndarray:
-    """``base ** i`` mod 2**64 for ``i < size``, by doubling: ``out[m:2m] = out[:m] * base**m``."""
-    out = np.ones(max(size, 2), dtype=np.uint64)
-    out[1] = base
-    filled = 2
-    while filled < size:
-        step = min(filled, size - filled)
-        out[filled : filled + step] = out[:step] * out[filled - 1] * np.uint64(base)
-        filled += step
-    return out[:size]
+# _LOW[k]: a mask of the low k bytes of a uint64 (k = 0..8): the bytes of a word read 8 at a time
+_LOW = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [_MASK], dtype=np.uint64)
+_CHUNK_BASE = np.uint64(0x100000001B3)  # FNV's 64-bit prime: a word's 8-byte chunks are combined by it
+_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # splitmix64's finalizer
 
 
-def _byte_powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """``BASE ** i`` and ``BASE ** -i`` mod 2**64 for ``i < n`` (BASE is odd, so it has an
-    inverse mod 2**64): tables grown on demand and kept per process."""
-    global _powers, _inverse
-    if len(_powers) < n:
-        size = max(n, 2 * len(_powers), _MAX_WORD)
-        _powers = _geometric(_BYTE_BASE, size)
-        _inverse = _geometric(pow(_BYTE_BASE, -1, 1 << 64), size)
-    return _powers[:n], _inverse[:n]
+def _word_spans(data: bytes) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """(the bytes, start of each word, end of each word) of a normalized text (or a batch of
+    them joined by spaces): a `normalized` text separates words by spaces only (a UTF-8 byte of
+    a longer character is never 32). One pass finds where space and word bytes alternate."""
+    space = np.ones(len(data) + 2, dtype=bool)  # a space before the first byte and after the last
+    np.equal(np.frombuffer(data, dtype=np.uint8), 32, out=space[1:-1])
+    edges = np.flatnonzero(space[1:] != space[:-1])  # alternately a word's start and its end
+    return data, edges[0::2], edges[1::2]
 
 
-def _word_spans(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(bytes, start of each word, end of each word) of a normalized text (or a batch of them
-    joined by spaces): a `normalized` text separates words by spaces only (a UTF-8 byte of a
-    longer character is never 32)."""
-    b = np.frombuffer(data, dtype=np.uint8)
-    if b.size == 0:
-        empty = np.zeros(0, dtype=np.int64)
-        return b, empty, empty
-    space = b == 32
-    inside = ~space
-    before = np.empty_like(space)
-    before[0], before[1:] = True, space[:-1]
-    after = np.empty_like(space)
-    after[-1], after[:-1] = True, space[1:]
-    starts = np.flatnonzero(inside & before)
-    ends = np.flatnonzero(inside & after) + 1
-    return b, starts, ends
-
-
-def _word_hashes(b: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """One 64-bit hash per word: the sum of (byte + 1) * BASE ** (its position in the word),
-    mod 2**64, then mixed with the word's length. Computed from prefix sums over the whole
-    batch (a few passes over its bytes), or word by word (`np.add.reduceat`) for a batch too
-    large for the power tables; both give the same hashes."""
+def _word_hashes(data: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """One 64-bit hash per word, from its bytes read 8 at a time (unaligned little-endian
+    uint64 loads at the word's start, the bytes past its end masked off), the chunks of a longer
+    word combined polynomially, then the length mixed in and the bits spread (splitmix64's
+    finalizer). A normalized text holds no zero byte, so equal hashes before the mixing mean
+    equal words except for 64-bit overflow; matching compares words anyway."""
     if starts.size == 0:
         return np.zeros(0, dtype=np.uint64)
-    lengths = (ends - starts).astype(np.uint64)
-    if b.size <= PREFIX_MAX_BYTES:
-        powers, inverse = _byte_powers(b.size)
-        prefix = np.zeros(b.size + 1, dtype=np.uint64)
-        np.cumsum((b + np.uint64(1)) * powers, out=prefix[1:])
-        sums = (prefix[ends] - prefix[starts]) * inverse[starts]
-    else:
-        first = np.zeros(b.size, dtype=np.int64)
-        first[starts] = starts
-        np.maximum.accumulate(first, out=first)
-        inside = b != 32
-        position = np.where(inside, np.arange(b.size, dtype=np.int64) - first, 0)
-        powers, _ = _byte_powers(int(lengths.max()) + 1)
-        terms = (b + np.uint64(1)) * powers[position]
-        terms[~inside] = 0
-        sums = np.add.reduceat(terms, starts)
-    return (sums ^ lengths) * np.uint64(_WORD_BASE)
+    padded = data + bytes(8)  # a load at the last byte reads 7 more
+    loads = np.ndarray((len(data),), dtype="<u8", buffer=padded, strides=(1,))
+    lengths = ends - starts
+    h = loads[starts] & _LOW[np.minimum(lengths, 8)]
+    offset = 8
+    longer = np.flatnonzero(lengths > offset)
+    while longer.size:  # words of more than 8 bytes, one more chunk a round
+        rest = lengths[longer] - offset
+        h[longer] = h[longer] * _CHUNK_BASE + (loads[starts[longer] + offset] & _LOW[np.minimum(rest, 8)])
+        offset += 8
+        longer = longer[rest > 8]
+    h ^= lengths.astype(np.uint64) << np.uint64(56)
+    h ^= h >> np.uint64(30)
+    h *= _MIX1
+    h ^= h >> np.uint64(27)
+    h *= _MIX2
+    h ^= h >> np.uint64(31)
+    return h
 
 
 def _combine(word_hashes: np.ndarray, n: int) -> np.ndarray:
@@ -178,8 +159,8 @@ def _combine(word_hashes: np.ndarray, n: int) -> np.ndarray:
 
 def ngram_hashes(data: bytes, n: int) -> np.ndarray:
     """The hash of every n-gram of one normalized text, in order."""
-    b, starts, ends = _word_spans(data)
-    return _combine(_word_hashes(b, starts, ends), n)
+    data, starts, ends = _word_spans(data)
+    return _combine(_word_hashes(data, starts, ends), n)
 
 
 @dataclass
@@ -198,12 +179,13 @@ class _Batch:
 
 def _batch(data: list[bytes], n: int) -> _Batch:
     joined = b" ".join(data)
-    b, starts, ends = _word_spans(joined)
+    _, starts, ends = _word_spans(joined)
     doc_starts = np.cumsum([0] + [len(d) + 1 for d in data[:-1]])
-    word_doc = np.searchsorted(doc_starts, starts, side="right") - 1
-    grams = _combine(_word_hashes(b, starts, ends), n)
-    ok = word_doc[: grams.size] == word_doc[n - 1 :] if grams.size else np.zeros(0, dtype=bool)
     first_word = np.searchsorted(starts, doc_starts)
+    # each word's text: the words from one text's first word to the next one's are its own
+    word_doc = np.repeat(np.arange(len(data)), np.diff(first_word, append=starts.size))
+    grams = _combine(_word_hashes(joined, starts, ends), n)
+    ok = word_doc[: grams.size] == word_doc[n - 1 :] if grams.size else np.zeros(0, dtype=bool)
     return _Batch(joined, starts, ends, word_doc, first_word, grams, ok)
 
 
@@ -240,6 +222,23 @@ class Match:
         return f"shares the {n}-gram {self.ngram!r} with eval item {self.item.describe()}"
 
 
+def _sorting_order(hashes: np.ndarray) -> np.ndarray:
+    """The permutation that sorts ``hashes`` (what `numpy.argsort` gives, ties in any order),
+    from a plain sort, several times faster: each hash's low bits are replaced by its index, the
+    keys sorted, and the indices read back; hashes equal in their top bits but not the rest (rare)
+    may come out of order, and then `numpy.argsort` decides."""
+    bits = max(1, int(hashes.size).bit_length())
+    if hashes.size < 2 or bits > 40:
+        return np.argsort(hashes)
+    low = np.uint64((1 << bits) - 1)
+    keys = np.sort((hashes & ~low) | np.arange(hashes.size, dtype=np.uint64))
+    order = (keys & low).astype(np.intp)
+    ranked = hashes[order]
+    if bool((ranked[1:] < ranked[:-1]).any()):
+        return np.argsort(hashes)
+    return order
+
+
 class EvalIndex:
     """The n-grams of an eval set: sorted hashes, and for each the item and word position that
     has it, plus each item's words to confirm a candidate. Picklable (Ray sends it to tasks)."""
@@ -265,16 +264,16 @@ class EvalIndex:
             counts.append(np.bincount(batch.word_doc, minlength=j - k))
             k = j
         all_hashes = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
-        order = np.argsort(all_hashes)  # ties in any order: `check` names the first item that matches
+        order = _sorting_order(all_hashes)  # ties in any order: `check` names the first item that matches
         self.hashes = all_hashes[order]
         self.owner = (np.concatenate(owners) if owners else np.zeros(0, np.int32))[order]
         self.position = (np.concatenate(positions) if positions else np.zeros(0, np.int32))[order]
-        self._filter: tuple[np.ndarray, np.uint64] | None = None
+        self._filter: tuple[np.ndarray, np.uint64, np.ndarray, np.uint64] | None = None
         words = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
         self.usable = int((words >= n).sum())
         digest = hashlib.sha256(f"ngram={n}\n".encode())
-        for text in texts:
-            digest.update(text + b"\n")
+        if texts:
+            digest.update(b"\n".join(texts) + b"\n")  # each text and a newline, as one update
         self.sha256 = digest.hexdigest()
 
     @property
@@ -292,16 +291,42 @@ class EvalIndex:
             "sha256": self.sha256,
         }
 
-    def _table(self) -> tuple[np.ndarray, np.uint64]:
+    def _table(self) -> tuple[np.ndarray, np.uint64, np.ndarray, np.uint64]:
         """A table of booleans indexed by a hash's top bits: True where some eval n-gram's hash
-        has them (about 1 in 16 slots set). Built on first use in each process, never pickled."""
+        has them (about 1 in 16 slots set); and a directory of the sorted hashes by fewer top
+        bits (about one hash a slot): the hashes with top bits ``t`` are
+        ``hashes[start[t]:start[t + 1]]``. Built on first use in each process, never pickled."""
         if self._filter is None:
             bits = max(16, min(TABLE_MAX_BITS, int(np.ceil(np.log2(max(1, self.hashes.size) * 16)))))
             shift = np.uint64(64 - bits)
             table = np.zeros(1 << bits, dtype=bool)
             table[self.hashes >> shift] = True
-            self._filter = (table, shift)
+            slots = bits - 4
+            slot_shift = np.uint64(64 - slots)
+            start = np.zeros((1 << slots) + 1, dtype=np.int32 if self.hashes.size < 2**31 else np.int64)
+            np.cumsum(
+                np.bincount((self.hashes >> slot_shift).astype(np.intp), minlength=1 << slots), out=start[1:]
+            )
+            self._filter = (table, shift, start, slot_shift)
         return self._filter
+
+    def _first_at(self, candidates: np.ndarray) -> np.ndarray:
+        """For each hash, the index of its first occurrence in the sorted hashes, or -1 (what
+        `numpy.searchsorted` finds, from the directory: a slot or two read per hash)."""
+        _, _, start, slot_shift = self._table()
+        slot = (candidates >> slot_shift).astype(np.intp)
+        low = start[slot]
+        width = start[slot + 1] - low
+        at = np.full(candidates.size, -1, dtype=np.int64)
+        live = np.flatnonzero(width > 0)
+        j = 0
+        while live.size:  # the j-th hash of each slot not yet matched
+            index = low[live] + j
+            hit = self.hashes[index] == candidates[live]
+            at[live[hit]] = index[hit]  # equal hashes are adjacent: the first one seen is the first
+            j += 1
+            live = live[~hit & (width[live] > j)]
+        return at
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -316,17 +341,17 @@ class EvalIndex:
         out: list[Match | None] = [None] * len(texts)
         if not texts or self.hashes.size == 0:
             return out
-        batch = _batch([normalized(t) for t in texts], self.n)
+        batch = _batch(normalized_all(texts), self.n)
         grams, ok, word_doc = batch.grams, batch.ok, batch.word_doc
         starts, ends, joined = batch.starts, batch.ends, batch.joined
         if grams.size == 0:
             return out
         # A table of the hashes' top bits first (one random read per n-gram), so that only the
-        # few n-grams it lets through are looked up in the sorted hashes (about 20 reads each).
-        table, shift = self._table()
+        # few n-grams it lets through are looked up in the sorted hashes (its directory slot, a read or two each).
+        table, shift, _, _ = self._table()
         maybe = np.flatnonzero(ok & table[grams >> shift])
-        at = np.searchsorted(self.hashes, grams[maybe])
-        found_at = self.hashes[np.minimum(at, self.hashes.size - 1)] == grams[maybe]
+        at = self._first_at(grams[maybe])
+        found_at = at >= 0
         first = dict(zip(maybe[found_at].tolist(), at[found_at].tolist()))
         for g in first:
             doc = int(word_doc[g])
@@ -375,8 +400,41 @@ def _item_text(value: Any) -> str | None:
     return None
 
 
-def _records(f: Any, field: str, options: dict[str, Any]) -> Iterator[tuple[InputRecord, str]]:
-    """(record, its text) of every record of one eval file, in file order."""
+_JSON = json.JSONDecoder()  # what `json.loads` uses
+_JSON_SPACE = " \t\n\r"  # what JSON counts as whitespace
+
+
+def _jsonl_fast(f: Any, field: str, read_options: ReadOptions) -> list[tuple[int, None, str]] | None:
+    """(line, None, text) of every record of a JSON Lines eval file, read without a record
+    object per line: the same lines, values and line numbers as the reader gives. None at the
+    first line the reader would not take as it is (not UTF-8, not JSON, not an object, without
+    the field or text in it): the caller then reads the file again the reader's way, which names
+    the line and the cause."""
+    from guideloom.workers.readers import input_reader
+    from guideloom.workers.sources import Segment
+
+    out: list[tuple[int, None, str]] = []
+    decode = _JSON.raw_decode
+    lines = input_reader("jsonl").lines(f, Segment(0, 0, f.size, True), read_options)  # type: ignore[attr-defined]
+    for line, (_, raw) in enumerate(lines, start=1):
+        try:
+            text = raw.decode("utf-8")
+            if not text.strip():
+                continue  # a blank line: no item (the reader's empty document)
+            obj, end = decode(text, len(text) - len(text.lstrip(_JSON_SPACE)))
+        except (ValueError, RecursionError):  # (JSONDecodeError and UnicodeDecodeError are ValueErrors)
+            return None
+        if text[end:].strip(_JSON_SPACE) or not isinstance(obj, dict) or field not in obj:
+            return None
+        value = _item_text(obj[field])
+        if value is None:
+            return None
+        out.append((line, None, value))
+    return out
+
+
+def _records(f: Any, field: str, options: dict[str, Any]) -> Iterator[tuple[int | None, int | None, str]]:
+    """(line, row, text) of every record of one eval file, in file order."""
     from guideloom.types import Document
     from guideloom.workers.readers import input_reader
     from guideloom.workers.sources import Segment
@@ -388,6 +446,11 @@ def _records(f: Any, field: str, options: dict[str, Any]) -> Iterator[tuple[Inpu
             "(one eval item per record): convert it, or name only .jsonl / .parquet files"
         )
     read_options = ReadOptions(field, False, (), options)
+    if f.kind == "jsonl":
+        fast = _jsonl_fast(f, field, read_options)
+        if fast is not None:
+            yield from fast
+            return
     for item in input_reader(f.kind).read(f, Segment(0, 0, f.size, True), read_options):
         if isinstance(item, Document):  # a blank line
             continue
@@ -408,7 +471,7 @@ def _records(f: Any, field: str, options: dict[str, Any]) -> Iterator[tuple[Inpu
                 f"eval file {shown} {where}: field {field!r} holds {type(item.data[field]).__name__}, "
                 "not text (a string or a list of strings); name a text field with --decontaminate-field"
             )
-        yield item, text
+        yield item.line, item.row, text
 
 
 def build_index(config: Any) -> EvalIndex:
@@ -424,7 +487,7 @@ def build_index(config: Any) -> EvalIndex:
     n = config.decontaminate_ngram
     options = dict(config.input_storage_options)
     items: list[EvalItem] = []
-    texts: list[bytes] = []
+    raw_texts: list[str] = []
     shown_sources = []
     for source in sources_of(config):
         shown_sources.append(f"{redact_url(source.path)}#{source.field}")
@@ -434,9 +497,10 @@ def build_index(config: Any) -> EvalIndex:
             raise IngestError(f"--decontaminate: {err}") from None
         for f in files:
             shown = redact_url(f.url)
-            for record, text in _records(f, source.field, options):
-                items.append(EvalItem(shown, record.line, record.row, source.field))
-                texts.append(normalized(text))
+            for line, row, text in _records(f, source.field, options):
+                items.append(EvalItem(shown, line, row, source.field))
+                raw_texts.append(text)
+    texts = normalized_all(raw_texts)
     paths = ", ".join(redact_url(s.path) for s in sources_of(config))
     if not items:
         raise IngestError(

@@ -1,0 +1,86 @@
+"""Decontamination's fast paths give what the plain ones give: batch normalization, word hashes
+read 8 bytes at a time (words longer than a chunk), the sort order of the eval hashes, and the
+eval JSON Lines read without a record object per line (line numbers, blank lines, bad lines)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from guideloom.errors import IngestError
+from guideloom.workers import decontam
+from guideloom.workers.config import IngestConfig
+
+
+def test_a_batch_normalizes_as_each_text_does():
+    batches = [
+        ["Hello, World!", "Don't\tstop_me.", "", "  spaced  out  "],  # ASCII: one pass
+        ["a\x00b", "c"],  # a NUL in a text: text by text
+        ["Café, “Hello”", "plain text"],  # non-ASCII: text by text
+        ["one"],
+        [],
+    ]
+    for texts in batches:
+        assert decontam.normalized_all(texts) == [decontam.normalized(t) for t in texts], texts
+
+
+def test_long_words_differing_past_a_chunk_do_not_match():
+    # words of 8, 9, 16, 17 and 20 bytes: the hash reads them 8 bytes at a time
+    words = ["abcdefgh", "abcdefghi", "abcdefghijklmnop", "abcdefghijklmnopq", "supercalifragilistic"]
+    item = " ".join(words)
+    index = decontam.EvalIndex(
+        len(words), [decontam.EvalItem("eval.jsonl", 1, None, "q")], [decontam.normalized(item)], ["e#q"]
+    )
+    assert index.check([item])[0] is not None
+    for k, word in enumerate(words):
+        for changed in (word[:-1] + "x", word + "x", word[:-1]):  # last byte, one more, one fewer
+            doc = " ".join([*words[:k], changed, *words[k + 1 :]])
+            assert index.check([doc]) == [None], doc
+
+
+def test_the_eval_hashes_sort_as_argsort_sorts_them():
+    rng = np.random.default_rng(5)
+    top = np.uint64(0xFFFF_FFFF_0000_0000)
+    cases = [
+        rng.integers(0, 2**63, 5000, dtype=np.int64).astype(np.uint64) * np.uint64(3),
+        np.array([7, 7, 3, 2**64 - 1, 0, 3], dtype=np.uint64),  # ties and the extremes
+        (rng.integers(0, 2**63, 3000, dtype=np.int64).astype(np.uint64) & ~top) | top,  # equal top bits
+        np.zeros(0, dtype=np.uint64),
+    ]
+    for hashes in cases:
+        order = decontam._sorting_order(hashes)
+        assert sorted(order.tolist()) == list(range(hashes.size))
+        assert np.array_equal(hashes[order], np.sort(hashes))
+
+
+def _config(tmp_path, path) -> IngestConfig:
+    return IngestConfig(
+        inputs=[str(tmp_path / "x.jsonl")],
+        output=str(tmp_path / "out"),
+        decontaminate=[str(path)],
+        decontaminate_field="q",
+        decontaminate_ngram=1,
+    )
+
+
+def test_eval_lines_are_numbered_as_the_reader_numbers_them(tmp_path):
+    path = tmp_path / "eval.jsonl"
+    path.write_bytes(
+        b"\n"
+        + json.dumps({"q": "first item"}).encode()
+        + b"\r\n   \t\n"
+        + b'  {"q": ["a list", "of texts"], "other": 1}  \n'
+        + json.dumps({"q": "caf\u00e9 last"}, ensure_ascii=False).encode()  # no final newline
+    )
+    index = decontam.build_index(_config(tmp_path, path))
+    assert [item.line for item in index.items] == [2, 4, 5]
+    assert index.texts == [b"first item", b"a list of texts", "café last".encode()]
+    # a bad line after good ones: the reader's named error, with its line number
+    path.write_text(json.dumps({"q": "fine"}) + "\n" + '{"q": "x"} trailing\n')
+    with pytest.raises(IngestError, match=r"eval.jsonl line 2: malformed JSON"):
+        decontam.build_index(_config(tmp_path, path))
+    path.write_bytes(json.dumps({"q": "fine"}).encode() + b'\n{"q": "\xff"}\n')
+    with pytest.raises(IngestError, match=r"eval.jsonl line 2: invalid UTF-8"):
+        decontam.build_index(_config(tmp_path, path))
