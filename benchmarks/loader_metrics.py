@@ -91,25 +91,20 @@ def _loop_thread_us(loader: Any, workers: int, threads: bool) -> tuple[float, fl
                 work += cpu() - t
                 pairs = counted_group(parts, collate_windows, True)
                 t = cpu()
-                for _ in meter.taking(iter(pairs)):
-                    began = clock()
-                    meter.received(clock() - began)
-                loop += cpu() - t
+                received: Any = meter.taking(iter(pairs))
             elif workers:
                 counts = [int(np.count_nonzero(p["loss_mask"])) for p in parts]  # as a process sends
                 t = cpu()
                 meter.expect(counts)
-                for _ in parts:
-                    began = clock()
-                    meter.received(clock() - began)
-                loop += cpu() - t
+                received = parts
             else:
                 t = cpu()
                 meter.parts(parts)
-                for _ in parts:
-                    began = clock()
-                    meter.received(clock() - began)
-                loop += cpu() - t
+                received = parts
+            for _ in received:  # the loop's side of each batch: the wait's clock reads, `received`
+                began = clock()
+                meter.received(clock() - began)
+            loop += cpu() - t
         loops.append(loop)
         works.append(work)
     # the median round: a busy machine's other processes stretch some rounds, not the median
