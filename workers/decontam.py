@@ -54,7 +54,7 @@ CONTAMINATED = "contaminated"  # the reason a dropped document is counted and li
 
 _MASK = (1 << 64) - 1
 _WORD_BASE = 0x9E3779B97F4A7C15  # the golden-ratio constant, odd
-TABLE_MAX_BITS = 26  # the pre-check table: at most 64 MiB of booleans
+TABLE_MAX_BITS = 29  # the pre-check table: at most 64 MiB (one bit per slot)
 
 # ASCII: what a text keeps are letters, digits and whitespace (the non-ASCII path, a regular
 # expression, agrees on every ASCII character: `_ascii_tables` is built from it).
@@ -292,16 +292,23 @@ class EvalIndex:
         }
 
     def _table(self) -> tuple[np.ndarray, np.uint64, np.ndarray, np.uint64]:
-        """A table of booleans indexed by a hash's top bits: True where some eval n-gram's hash
-        has them (about 1 in 16 slots set); and a directory of the sorted hashes by fewer top
-        bits (about one hash a slot): the hashes with top bits ``t`` are
-        ``hashes[start[t]:start[t + 1]]``. Built on first use in each process, never pickled."""
+        """A bitmap indexed by a hash's top bits: set where some eval n-gram's hash has them
+        (about 1 in 16 bits set); and a directory of the sorted hashes by 6 fewer top bits
+        (2-3 hashes a slot): the hashes with top bits ``t`` are ``hashes[start[t]:start[t + 1]]``.
+        Built on first use in each process, never pickled. Both are kept small (a bit per
+        slot, not a byte): what they cost to build is mostly the first touch of fresh memory,
+        which is slow and varies a lot on virtual machines."""
         if self._filter is None:
             bits = max(16, min(TABLE_MAX_BITS, int(np.ceil(np.log2(max(1, self.hashes.size) * 16)))))
             shift = np.uint64(64 - bits)
-            table = np.zeros(1 << bits, dtype=bool)
-            table[self.hashes >> shift] = True
-            slots = bits - 4
+            table = np.zeros(1 << (bits - 3), dtype=np.uint8)
+            if self.hashes.size:
+                top = self.hashes >> shift  # sorted, as the hashes are
+                byte = top >> np.uint64(3)
+                bit = np.left_shift(np.uint8(1), (top & np.uint64(7)).astype(np.uint8))
+                first = np.flatnonzero(np.concatenate(([True], byte[1:] != byte[:-1])))
+                table[byte[first]] = np.bitwise_or.reduceat(bit, first)  # each byte's bits at once
+            slots = bits - 6
             slot_shift = np.uint64(64 - slots)
             start = np.zeros((1 << slots) + 1, dtype=np.int32 if self.hashes.size < 2**31 else np.int64)
             np.cumsum(
@@ -309,6 +316,13 @@ class EvalIndex:
             )
             self._filter = (table, shift, start, slot_shift)
         return self._filter
+
+    def _maybe(self, grams: np.ndarray) -> np.ndarray:
+        """Whether each n-gram hash's bit is set in the table (False: no eval n-gram has it)."""
+        table, shift, _, _ = self._table()
+        top = grams >> shift
+        bits = table[top >> np.uint64(3)] >> (top & np.uint64(7)).astype(np.uint8)
+        return (bits & np.uint8(1)).view(bool)
 
     def _first_at(self, candidates: np.ndarray) -> np.ndarray:
         """For each hash, the index of its first occurrence in the sorted hashes, or -1 (what
@@ -348,8 +362,7 @@ class EvalIndex:
             return out
         # A table of the hashes' top bits first (one random read per n-gram), so that only the
         # few n-grams it lets through are looked up in the sorted hashes (its directory slot, a read or two each).
-        table, shift, _, _ = self._table()
-        maybe = np.flatnonzero(ok & table[grams >> shift])
+        maybe = np.flatnonzero(ok & self._maybe(grams))
         at = self._first_at(grams[maybe])
         found_at = at >= 0
         first = dict(zip(maybe[found_at].tolist(), at[found_at].tolist()))

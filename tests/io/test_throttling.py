@@ -19,7 +19,7 @@ from guideloom.errors import StorageTimeoutError
 from guideloom.io import io_stats
 from guideloom.io.failures import is_throttled, is_transient
 from guideloom.io.stats import merge_stats, subtract_stats
-from guideloom.io.throttle import Concurrency
+from guideloom.io.throttle import Concurrency, concurrency
 
 FMT = StreamNumpyFormat({"tokens": np.uint16})
 WINDOW = 64
@@ -105,10 +105,13 @@ def test_a_burst_of_slowdown_lowers_the_requests_in_flight_and_the_epoch_stays_e
     print(f"requests in flight: before {before}, during the burst {during}, after {after}")
     assert before >= 8, before  # ~20 ranges of a batch at once
     assert during <= before // 2, (before, during)  # the limit fell during the burst
-    assert after > during and after >= before // 2, (before, during, after)  # and came back
-
+    assert after > during, (before, during, after)  # and came back up
     stats = loader.io_stats()
     (store,) = [s for s in stats if fault_s3.url in s]
+    # ...to at least half the peak before: read off the limit itself, since how many requests
+    # the proxy sees at once also depends on how much CPU the reading threads get
+    limit = concurrency(store, 1).limit  # this process's limiter for the store (made already)
+    assert limit >= before // 2, (before, during, after, limit)
     assert stats[store]["throttled"] >= 1
     assert 1 <= stats[store]["concurrency_min"] <= before // 2
 

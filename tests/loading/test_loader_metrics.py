@@ -71,6 +71,20 @@ class Seen:
         self.wall += time.perf_counter() - began
 
 
+def _settled_metrics(loader: Any) -> dict[str, Any]:
+    """``loader.metrics()`` once its I/O counters stand still: thread workers keep reading ahead
+    in this process while the loop is not taking batches (until their queues are full), so a
+    later `io_stats` could otherwise have grown past what `metrics` read a moment before."""
+    last, deadline = None, time.monotonic() + 30
+    while time.monotonic() < deadline:
+        now = io_counters(loader.io_stats())
+        if now == last:
+            break
+        last = now
+        time.sleep(0.1)
+    return loader.metrics()
+
+
 def _check(total: dict[str, Any], loader: Any, seen: Seen, io_before: dict[str, int] | None = None) -> None:
     """``total`` against the loader's own io_stats and source_counts and the batches seen."""
     counts = loader.source_counts()
@@ -102,12 +116,12 @@ def test_totals_are_io_stats_source_counts_and_the_batches_across_a_resume(
     first, seen = _loader(storage, **workers), Seen()
     epoch0 = iter(first)
     seen.take(epoch0, 3)
-    early = first.metrics()
+    early = _settled_metrics(first)
     _check(early["total"], first, seen)
     assert early["since_last"] == early["total"]  # the first call: everything so far
     seen.take(epoch0)  # the rest of epoch 0: every block read once, some answers throttled
     seen.take(iter(first), 5)  # epoch 1 begins: from the cache
-    middle = first.metrics()
+    middle = _settled_metrics(first)
     _check(middle["total"], first, seen)
     for key in ADDITIVE:
         assert early["since_last"][key] + middle["since_last"][key] == middle["total"][key], key
@@ -129,7 +143,7 @@ def test_totals_are_io_stats_source_counts_and_the_batches_across_a_resume(
     assert start["total"]["batches"] == seen.batches and start["since_last"]["batches"] == 0
     assert start["since_last"]["samples"] == 0  # counting restarts where the state was saved
     seen.take(resumed)  # the rest of epoch 1
-    end = resumed.metrics()
+    end = _settled_metrics(resumed)
     _check(end["total"], resumed, seen, io_before={k: saved[k] for k in io_counters({})})
     assert end["since_last"]["batches"] == seen.batches - total["batches"]
     assert resumed.epoch == 1 and seen.batches == 2 * len(resumed)  # two whole epochs, nothing repeated

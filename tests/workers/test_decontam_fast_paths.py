@@ -1,6 +1,7 @@
 """Decontamination's fast paths give what the plain ones give: batch normalization, word hashes
-read 8 bytes at a time (words longer than a chunk), the sort order of the eval hashes, and the
-eval JSON Lines read without a record object per line (line numbers, blank lines, bad lines)."""
+read 8 bytes at a time (words longer than a chunk), the sort order of the eval hashes, the
+pre-check bitmap and directory of the sorted hashes, and the eval JSON Lines read without a
+record object per line (line numbers, blank lines, bad lines)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,30 @@ def test_the_eval_hashes_sort_as_argsort_sorts_them():
         order = decontam._sorting_order(hashes)
         assert sorted(order.tolist()) == list(range(hashes.size))
         assert np.array_equal(hashes[order], np.sort(hashes))
+
+
+def test_the_bitmap_and_directory_find_exactly_the_eval_hashes():
+    # the pre-check bitmap (a bit per slot of the top bits) lets through every eval n-gram's hash
+    # and, of other hashes, exactly those whose top bits some eval hash has; the directory then
+    # finds each eval hash's first place in the sorted array, as searchsorted does
+    rng = np.random.default_rng(11)
+    vocabulary = [f"w{k}" for k in range(3000)]
+    texts = [" ".join(rng.choice(vocabulary, int(rng.integers(5, 60)))) for _ in range(400)]
+    items = [decontam.EvalItem("eval.jsonl", k + 1, None, "q") for k in range(len(texts))]
+    index = decontam.EvalIndex(4, items, [decontam.normalized(t) for t in texts], ["e#q"])
+    table, shift, _, _ = index._table()
+    present = set((index.hashes >> shift).tolist())
+    others = rng.integers(0, 2**63, 50_000, dtype=np.int64).astype(np.uint64) * np.uint64(2)
+    near = index.hashes ^ np.uint64(1)  # the same top bits as an eval hash, another hash
+    for probe in (index.hashes, others, near, np.zeros(0, dtype=np.uint64)):
+        expected = np.array([int(t) in present for t in (probe >> shift).tolist()], dtype=bool)
+        assert np.array_equal(index._maybe(probe), expected)
+    assert index._maybe(index.hashes).all()
+    at = index._first_at(np.concatenate([index.hashes, others]))
+    first = np.searchsorted(index.hashes, index.hashes)
+    assert np.array_equal(at[: index.hashes.size], first)
+    missing = ~np.isin(others, index.hashes)
+    assert (at[index.hashes.size :][missing] == -1).all()
 
 
 def _config(tmp_path, path) -> IngestConfig:
