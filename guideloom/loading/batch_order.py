@@ -315,10 +315,16 @@ class BatchOrder(OrderedBatchSampler):
         return pieces
 
     def _positioned(self, schedule: EpochSchedule | None = None) -> Iterator[tuple[int, list[int]]]:
-        # the pass's batches (and their first positions) without the steps skip_steps left out
+        # the pass's batches (and their first positions) without the steps skip_steps left out;
+        # a pass of one whole piece (no skip_steps: the usual one) is the sampler's own iterator,
+        # with no generator frame around it (one less resume per batch)
         if schedule is not None:
-            yield from OrderedBatchSampler._positioned(self, schedule)
-            return
+            return OrderedBatchSampler._positioned(self, schedule)
+        if len(self._segments) == 1 and self._segments[0][1] < 0:
+            return OrderedBatchSampler._positioned(self, self._segments[0][0])
+        return self._pieces()
+
+    def _pieces(self) -> Iterator[tuple[int, list[int]]]:
         for piece, steps in self._segments:
             batches = OrderedBatchSampler._positioned(self, piece)
             yield from (batches if steps < 0 else islice(batches, steps))

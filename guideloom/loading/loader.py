@@ -836,6 +836,12 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
             else:
                 for part in parts:
                     yield meter.one(finish(part))
+            # Let the group's arrays go before the next group is read: held across that read,
+            # two groups are alive at once and the heap grows and shrinks by a group each time
+            # (glibc returns the top of the heap to the system, and every page of the next
+            # group is then faulted in again: +60 % time per batch with boundaries="records").
+            del parts
+            part = None  # (a part of a column group is a view of the whole group's arrays)
 
     def _thread_batches(self) -> ThreadBatches:
         threads, prefetch, timeout = self._threads  # type: ignore[misc]

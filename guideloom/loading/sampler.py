@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from operator import itemgetter
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -51,6 +52,9 @@ __all__ = [
 _CHUNK_POSITIONS = 16384  # most positions evaluated in one call of the order
 DEFAULT_READ_AHEAD_BYTES = 4 * 2**20  # bytes of batches one group fetches at most
 READ_AHEAD_ENV = "GUIDELOOM_READ_AHEAD_BYTES"
+
+
+_second = itemgetter(1)  # (first position, batch) -> batch
 
 
 class Order(Protocol):
@@ -201,8 +205,7 @@ class OrderedBatchSampler(Sampler[list[int]]):
 
     def _batches(self, schedule: EpochSchedule | None = None) -> Iterator[list[int]]:
         """The batches of ``schedule`` (default: the configured one) in the configured order."""
-        for _, batch in self._positioned(schedule):
-            yield batch
+        return map(_second, self._positioned(schedule))  # no Python frame per batch
 
     def _positioned(self, schedule: EpochSchedule | None = None) -> Iterator[tuple[int, list[int]]]:
         """``(first position, batch)`` of each batch of ``schedule`` (default: the configured
