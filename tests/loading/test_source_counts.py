@@ -268,6 +268,34 @@ def test_source_keys_equal_what_trace_says(streams: Mixture, world_size: int) ->
         assert int(batch["source_index"][row["row"]]) == row["sample_index"]
 
 
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_each_ranks_count_of_one_dataset_is_what_it_received(tmp_path: Any, drop_last: bool) -> None:
+    # one dataset's per-rank count is summed from the schedule in closed form: check it against
+    # the rows each rank's loop received, after every batch of an epoch with a short last batch
+    # (37 windows) or none (drop_last), at the epoch's end, and into the next epoch
+    storage = _stream(str(tmp_path / "one"), 37, 0)
+    for world, batch in ((1, 4), (2, 3), (3, 5)):
+        for rank in range(world):
+            loader = StatefulDataLoader.from_storage(
+                storage,
+                sequence_length=L,
+                batch_size=batch,
+                shuffle=True,
+                seed=2,
+                rank=rank,
+                world_size=world,
+                drop_last=drop_last,
+            )
+            rows = 0
+            for limit in (None, 3):  # all of epoch 0, then 3 batches of epoch 1
+                for k, got in enumerate(loader):
+                    rows += len(got["tokens"])
+                    assert loader.source_counts(scope="rank")[storage.url]["samples"] == rows, (world, rank, k)
+                    if k + 1 == limit:
+                        break
+                assert loader.source_counts(scope="rank")[storage.url]["samples"] == rows, (world, rank)
+
+
 def test_single_dataset_counts_and_refusals(tmp_path: Any, streams: Mixture) -> None:
     storage = _stream(str(tmp_path / "one"), 10, 0)
     loader = StatefulDataLoader.from_storage(storage, sequence_length=L, batch_size=3)
