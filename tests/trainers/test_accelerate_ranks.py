@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from trainer_setup import BATCH, EPOCHS, SEQ, STEPS, accelerate_steps, digest, m
 pytest.importorskip("accelerate")
 
 WORLD = 2
+DEADLINE_S = 240  # one run of the processes takes 5-30 s; a hang must not stall the suite
 
 
 def _free_port() -> int:
@@ -64,6 +67,12 @@ def _process(rank: int, storage: Any, port: int, out: Path, state: Path, load: b
     (out / f"rank{rank}.json").write_text(json.dumps(seen))
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+    # End here, skipping the interpreter's teardown: freeing the DDP reducer that accelerate made
+    # joins a gloo thread, which can wait forever for the other rank once that one has exited
+    # (seen once under load: the rank's results were written, the process never ended).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def windows(batch: Any) -> list[int]:
@@ -75,7 +84,15 @@ def _run(storage: Any, out: Path, state: Path, load: bool = False, stop: int | N
          early: bool = False, world: int = WORLD) -> list[Any]:  # fmt: skip
     """``world`` forked accelerate processes; each rank's (digest, loss, windows) per step."""
     args = (storage, _free_port(), out, state, load, stop, early, world)
-    torch.multiprocessing.start_processes(_process, args=args, nprocs=world, start_method="fork")
+    context = torch.multiprocessing.start_processes(
+        _process, args=args, nprocs=world, join=False, start_method="fork"
+    )
+    deadline = time.monotonic() + DEADLINE_S
+    while not context.join(timeout=1):  # raises if a process failed
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"the {world} accelerate processes did not end within {DEADLINE_S} s")
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
 
 
