@@ -144,17 +144,17 @@ class RankCounts:
         if schedule is None:
             return self.totals
         stop = min(received, schedule.num_steps)
-        if self._single and stop > self._counted:
-            # one source: the steps' batch sizes, summed in closed form (the loop below, per
-            # step, cost 2-3 us a batch at each epoch's end: 6 % of a documents epoch)
-            full = min(stop, schedule.full_steps) - min(self._counted, schedule.full_steps)
-            tail = schedule.last_batch_size if self._counted <= schedule.full_steps < stop else 0
-            self.totals = [self.totals[0] + full * schedule.batch_size + tail]
-        elif not self._single:
+        if not self._single:  # each step's split between the sources comes from the interleave
             for step in range(self._counted, stop):
                 lo, hi = schedule.batch_range(step, self.rank)
                 before, after = delivered(self.view, lo), delivered(self.view, hi)
                 self.totals = [t + b - a for t, a, b in zip(self.totals, before, after)]
+        elif stop > self._counted:
+            # one source: the steps' batch sizes summed in closed form (step by step, as above,
+            # this cost 1.3 us per batch of the pass at each epoch's end)
+            full = min(stop, schedule.full_steps) - min(self._counted, schedule.full_steps)
+            tail = schedule.last_batch_size if self._counted <= schedule.full_steps < stop else 0
+            self.totals = [self.totals[0] + full * schedule.batch_size + tail]
         self._counted = max(self._counted, stop)
         return self.totals
 
