@@ -55,6 +55,7 @@ CONTAMINATED = "contaminated"  # the reason a dropped document is counted and li
 _MASK = (1 << 64) - 1
 _WORD_BASE = 0x9E3779B97F4A7C15  # the golden-ratio constant, odd
 TABLE_MAX_BITS = 29  # the pre-check table: at most 64 MiB (one bit per slot)
+_TABLE_CHUNK = 1 << 14  # hashes (or directory slots) handled at once when the table is built
 
 # ASCII: what a text keeps are letters, digits and whitespace (the non-ASCII path, a regular
 # expression, agrees on every ASCII character: `_ascii_tables` is built from it).
@@ -222,21 +223,28 @@ class Match:
         return f"shares the {n}-gram {self.ngram!r} with eval item {self.item.describe()}"
 
 
-def _sorting_order(hashes: np.ndarray) -> np.ndarray:
-    """The permutation that sorts ``hashes`` (what `numpy.argsort` gives, ties in any order),
-    from a plain sort, several times faster: each hash's low bits are replaced by its index, the
-    keys sorted, and the indices read back; hashes equal in their top bits but not the rest (rare)
-    may come out of order, and then `numpy.argsort` decides."""
+def _sorting_order(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The permutation that sorts ``hashes`` (what `numpy.argsort` gives, ties in any order) and
+    the sorted hashes, from a plain sort, several times faster: each hash's low bits are replaced
+    by its index, the keys sorted in place, and the indices read back; hashes equal in their top
+    bits but not the rest (rare) may come out of order, and then `numpy.argsort` decides. Works in
+    place and in small pieces: large temporaries cost more in page faults than the sort itself."""
     bits = max(1, int(hashes.size).bit_length())
     if hashes.size < 2 or bits > 40:
-        return np.argsort(hashes)
+        order = np.argsort(hashes)
+        return order, hashes[order]
     low = np.uint64((1 << bits) - 1)
-    keys = np.sort((hashes & ~low) | np.arange(hashes.size, dtype=np.uint64))
-    order = (keys & low).astype(np.intp)
+    keys = np.arange(hashes.size, dtype=np.uint64)
+    for c in range(0, hashes.size, _TABLE_CHUNK):
+        keys[c : c + _TABLE_CHUNK] |= hashes[c : c + _TABLE_CHUNK] & ~low
+    keys.sort()
+    keys &= low
+    order = keys.view(np.int64)  # the indices (< 2**40)
     ranked = hashes[order]
     if bool((ranked[1:] < ranked[:-1]).any()):
-        return np.argsort(hashes)
-    return order
+        order = np.argsort(hashes)
+        return order, hashes[order]
+    return order, ranked
 
 
 class EvalIndex:
@@ -264,8 +272,9 @@ class EvalIndex:
             counts.append(np.bincount(batch.word_doc, minlength=j - k))
             k = j
         all_hashes = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
-        order = _sorting_order(all_hashes)  # ties in any order: `check` names the first item that matches
-        self.hashes = all_hashes[order]
+        order, self.hashes = _sorting_order(
+            all_hashes
+        )  # ties in any order: `check` names the first item that matches
         self.owner = (np.concatenate(owners) if owners else np.zeros(0, np.int32))[order]
         self.position = (np.concatenate(positions) if positions else np.zeros(0, np.int32))[order]
         self._filter: tuple[np.ndarray, np.uint64, np.ndarray, np.uint64] | None = None
@@ -302,18 +311,21 @@ class EvalIndex:
             bits = max(16, min(TABLE_MAX_BITS, int(np.ceil(np.log2(max(1, self.hashes.size) * 16)))))
             shift = np.uint64(64 - bits)
             table = np.zeros(1 << (bits - 3), dtype=np.uint8)
-            if self.hashes.size:
-                top = self.hashes >> shift  # sorted, as the hashes are
+            for c in range(0, self.hashes.size, _TABLE_CHUNK):  # small pieces: no large temporaries
+                top = self.hashes[c : c + _TABLE_CHUNK] >> shift  # sorted, as the hashes are
                 byte = top >> np.uint64(3)
                 bit = np.left_shift(np.uint8(1), (top & np.uint64(7)).astype(np.uint8))
                 first = np.flatnonzero(np.concatenate(([True], byte[1:] != byte[:-1])))
-                table[byte[first]] = np.bitwise_or.reduceat(bit, first)  # each byte's bits at once
+                table[byte[first]] |= np.bitwise_or.reduceat(bit, first)  # each byte's bits at once
             slots = bits - 6
             slot_shift = np.uint64(64 - slots)
-            start = np.zeros((1 << slots) + 1, dtype=np.int32 if self.hashes.size < 2**31 else np.int64)
-            np.cumsum(
-                np.bincount((self.hashes >> slot_shift).astype(np.intp), minlength=1 << slots), out=start[1:]
-            )
+            # the sorted hashes' first index at each slot: where the slot's lowest hash would go
+            dtype = np.int32 if self.hashes.size < 2**31 else np.int64
+            start = np.empty((1 << slots) + 1, dtype=dtype)
+            for c in range(0, start.size, _TABLE_CHUNK):
+                lowest = np.arange(c, min(c + _TABLE_CHUNK, start.size), dtype=np.uint64) << slot_shift
+                start[c : c + lowest.size] = np.searchsorted(self.hashes, lowest)
+            start[(1 << slots) :] = self.hashes.size  # past the last slot (its shifted bound wraps to 0)
             self._filter = (table, shift, start, slot_shift)
         return self._filter
 

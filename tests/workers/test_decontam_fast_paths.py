@@ -51,9 +51,10 @@ def test_the_eval_hashes_sort_as_argsort_sorts_them():
         np.zeros(0, dtype=np.uint64),
     ]
     for hashes in cases:
-        order = decontam._sorting_order(hashes)
+        order, ranked = decontam._sorting_order(hashes)
         assert sorted(order.tolist()) == list(range(hashes.size))
         assert np.array_equal(hashes[order], np.sort(hashes))
+        assert np.array_equal(ranked, np.sort(hashes))
 
 
 def test_the_bitmap_and_directory_find_exactly_the_eval_hashes():
