@@ -830,7 +830,7 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         columns = keeps_columns(finish.collate)  # metrics(): masks counted once per group read
         for group in self._groups():
             parts = source.read_group(group)
-            if columns and meter.parts(parts):
+            if (columns and meter.parts(parts)) or (not columns and meter.unmasked(parts, finish.collate)):
                 for part in parts:
                     yield finish(part)
             else:

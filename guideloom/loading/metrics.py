@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from guideloom.errors import ResumeStateError
-from guideloom.loading.collate import collate_windows
+from guideloom.loading.collate import collate_documents, collate_windows
 from guideloom.loading.mixture_sources import SourcedCollate
 
 __all__ = [
@@ -244,6 +244,16 @@ class LoaderMeter:
         self._add(group)
         return True
 
+    def unmasked(self, parts: list[Any], collate: Any) -> bool:
+        """Whether a group's batches have nothing to count and need no entry (so `one` may be
+        skipped for each): documents for the default collate whose records have no
+        ``loss_mask`` (what `mask_tokens` says of such a batch), with nothing queued before."""
+        return (
+            not self._queue
+            and collate is collate_documents
+            and all(type(p[0]) is dict and "loss_mask" not in p[0] for p in parts if p)
+        )
+
     def one(self, batch: Any) -> Any:
         """``batch``, its ``loss_mask`` tokens queued for `received` (a collated CPU batch)."""
         count = mask_tokens(batch)
@@ -380,6 +390,9 @@ class Uncounted(LoaderMeter):
     received = None  # type: ignore[assignment]  # a pass without it reads no clock
 
     def parts(self, parts: list[Any]) -> bool:
+        return True
+
+    def unmasked(self, parts: list[Any], collate: Any) -> bool:
         return True
 
     def one(self, batch: Any) -> Any:

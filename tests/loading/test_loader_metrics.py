@@ -189,6 +189,30 @@ def test_documents_have_no_tokens_and_no_loss_mask(tmp_path: Any, write_dataset:
     assert "guideloom/total/tokens" not in flat and flat["guideloom/total/samples"] == total["samples"]
 
 
+def test_documents_with_a_loss_mask_count_it_in_every_kind_of_loop(tmp_path: Any) -> None:
+    # records with a loss_mask (chat documents) are counted batch by batch; a dataset without
+    # one skips the count per group (nothing to count) and reports None
+    from guideloom import DocumentMsgpackFormat, DocumentStorage
+
+    rng = np.random.default_rng(3)
+    masked = DocumentStorage(str(tmp_path / "chat"), DocumentMsgpackFormat())
+    with masked.writer() as w:
+        for _ in range(37):
+            n = int(rng.integers(1, 30))
+            w.append(
+                {
+                    "tokens": rng.integers(0, 99, n).tolist(),
+                    "loss_mask": (rng.random(n) < 0.5).astype(int).tolist(),
+                }
+            )
+    for kind in ({"num_workers": 0}, {"num_workers": 2, "parallel_method": "thread"}):
+        loader = StatefulDataLoader.from_storage(masked, batch_size=4, shuffle=True, seed=1, **kind)
+        batches = list(loader)
+        expected = sum(int(np.count_nonzero(r["loss_mask"])) for b in batches for r in b)
+        total = loader.metrics()["total"]
+        assert total["batches"] == len(batches) == 10 and total["loss_mask_tokens"] == expected > 0, kind
+
+
 def test_another_ranks_state_starts_this_ranks_counters_from_zero(tmp_path: Any) -> None:
     _write(str(tmp_path / "ds"), records=40)
     storage = StreamStorage(str(tmp_path / "ds"), FMT)
