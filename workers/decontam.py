@@ -247,6 +247,20 @@ def _sorting_order(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, ranked
 
 
+def _batch_bounds(texts: Sequence[bytes]) -> list[tuple[int, int]]:
+    """``(first, end)`` of consecutive batches of ``texts``: each at least one text, and more
+    while their bytes and a separator each stay within `SCREEN_CHARS`."""
+    ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)) + 1)
+    bounds, k = [], 0
+    while k < len(texts):
+        base = int(ends[k - 1]) if k else 0
+        # the texts whose end lies within the budget, counted from this batch's first one
+        j = max(k + 1, int(np.searchsorted(ends, base + SCREEN_CHARS + 1, side="right")))
+        bounds.append((k, j))
+        k = j
+    return bounds
+
+
 class EvalIndex:
     """The n-grams of an eval set: sorted hashes, and for each the item and word position that
     has it, plus each item's words to confirm a candidate. Picklable (Ray sends it to tasks)."""
@@ -257,12 +271,7 @@ class EvalIndex:
         self.texts = texts  # `normalized`: words separated by spaces
         self.sources = sources
         hashes, owners, positions, counts = [], [], [], []
-        k = 0
-        while k < len(texts):  # in batches of about SCREEN_CHARS bytes
-            size, j = 0, k
-            while j < len(texts) and (j == k or size + len(texts[j]) <= SCREEN_CHARS):
-                size += len(texts[j]) + 1
-                j += 1
+        for k, j in _batch_bounds(texts):  # batches of about SCREEN_CHARS bytes
             batch = _batch(texts[k:j], n)
             keep = np.flatnonzero(batch.ok)
             hashes.append(batch.grams[keep])
@@ -270,7 +279,6 @@ class EvalIndex:
             owners.append((doc + k).astype(np.int32))
             positions.append((keep - batch.first_word[doc]).astype(np.int32))
             counts.append(np.bincount(batch.word_doc, minlength=j - k))
-            k = j
         all_hashes = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
         order, self.hashes = _sorting_order(
             all_hashes

@@ -110,3 +110,21 @@ def test_eval_lines_are_numbered_as_the_reader_numbers_them(tmp_path):
     path.write_bytes(json.dumps({"q": "fine"}).encode() + b'\n{"q": "\xff"}\n')
     with pytest.raises(IngestError, match=r"eval.jsonl line 2: invalid UTF-8"):
         decontam.build_index(_config(tmp_path, path))
+
+
+def test_eval_texts_are_indexed_in_batches_within_the_byte_budget() -> None:
+    # each batch: its first text, then each next one while the batch's bytes (a separator after
+    # each text but the last) stay within SCREEN_CHARS; together they cover the texts in order
+    budget = decontam.SCREEN_CHARS
+    rng = np.random.default_rng(7)
+    sizes = [0, 1, 5, budget - 1, budget, budget + 3, budget // 2, budget // 2 - 1]
+    for _ in range(200):
+        texts = [b"w" * int(rng.choice(sizes)) for _ in range(int(rng.integers(0, 40)))]
+        bounds = decontam._batch_bounds(texts)
+        assert [k for k, _ in bounds] == [0, *(j for _, j in bounds[:-1])][: len(bounds)]
+        assert (bounds[-1][1] if bounds else 0) == len(texts)
+        for k, j in bounds:
+            used = sum(len(t) + 1 for t in texts[k:j]) - 1
+            assert j == k + 1 or used <= budget
+            if j < len(texts):  # the next text would not have fitted
+                assert used + 1 + len(texts[j]) > budget
