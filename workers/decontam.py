@@ -319,21 +319,21 @@ class EvalIndex:
             bits = max(16, min(TABLE_MAX_BITS, int(np.ceil(np.log2(max(1, self.hashes.size) * 16)))))
             shift = np.uint64(64 - bits)
             table = np.zeros(1 << (bits - 3), dtype=np.uint8)
+            slots = bits - 6
+            slot_shift = np.uint64(64 - slots)
+            # the directory: each slot's first index in the sorted hashes, from each slot's count
+            dtype = np.int32 if self.hashes.size < 2**31 else np.int64
+            start = np.zeros((1 << slots) + 1, dtype=dtype)
             for c in range(0, self.hashes.size, _TABLE_CHUNK):  # small pieces: no large temporaries
                 top = self.hashes[c : c + _TABLE_CHUNK] >> shift  # sorted, as the hashes are
                 byte = top >> np.uint64(3)
                 bit = np.left_shift(np.uint8(1), (top & np.uint64(7)).astype(np.uint8))
                 first = np.flatnonzero(np.concatenate(([True], byte[1:] != byte[:-1])))
                 table[byte[first]] |= np.bitwise_or.reduceat(bit, first)  # each byte's bits at once
-            slots = bits - 6
-            slot_shift = np.uint64(64 - slots)
-            # the sorted hashes' first index at each slot: where the slot's lowest hash would go
-            dtype = np.int32 if self.hashes.size < 2**31 else np.int64
-            start = np.empty((1 << slots) + 1, dtype=dtype)
-            for c in range(0, start.size, _TABLE_CHUNK):
-                lowest = np.arange(c, min(c + _TABLE_CHUNK, start.size), dtype=np.uint64) << slot_shift
-                start[c : c + lowest.size] = np.searchsorted(self.hashes, lowest)
-            start[(1 << slots) :] = self.hashes.size  # past the last slot (its shifted bound wraps to 0)
+                slot = (top >> np.uint64(6)).astype(np.intp)  # (a slot is 8 bytes of the bitmap)
+                first = np.flatnonzero(np.concatenate(([True], slot[1:] != slot[:-1])))
+                start[slot[first] + 1] += np.diff(first, append=slot.size).astype(dtype)  # runs of a slot
+            np.cumsum(start, out=start)
             self._filter = (table, shift, start, slot_shift)
         return self._filter
 
