@@ -27,7 +27,7 @@ import string
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -190,9 +190,10 @@ def _batch(data: list[bytes], n: int) -> _Batch:
     return _Batch(joined, starts, ends, word_doc, first_word, grams, ok)
 
 
-@dataclass(frozen=True)
-class EvalItem:
-    """Where an eval item is: its file (as shown), line or row, and the field read."""
+class EvalItem(NamedTuple):
+    """Where an eval item is: its file (as shown), line or row, and the field read. A tuple of
+    strings, ints and None: quick to make and to pickle, and not walked by the garbage
+    collector once it has seen it (an eval set has one per item, held for the whole job)."""
 
     file: str
     line: int | None
