@@ -36,6 +36,7 @@ so call it at logging intervals, not every step (the callbacks in `guideloom.int
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -108,6 +109,10 @@ def mask_tokens(batch: Any) -> int:
     if isinstance(batch, list) and batch and isinstance(batch[0], Mapping) and "loss_mask" in batch[0]:
         return sum(_count(r["loss_mask"]) for r in batch if isinstance(r, Mapping) and "loss_mask" in r)
     return _NO_MASK
+
+
+_first = operator.itemgetter(0)
+_has_mask = operator.methodcaller("__contains__", "loss_mask")
 
 
 class Parts(list):  # type: ignore[type-arg]
@@ -248,11 +253,10 @@ class LoaderMeter:
         """Whether a group's batches have nothing to count and need no entry (so `one` may be
         skipped for each): documents for the default collate whose records have no
         ``loss_mask`` (what `mask_tokens` says of such a batch), with nothing queued before."""
-        return (
-            not self._queue
-            and collate is collate_documents
-            and all(type(p[0]) is dict and "loss_mask" not in p[0] for p in parts if p)
-        )
+        if self._queue or collate is not collate_documents:
+            return False
+        firsts = list(map(_first, filter(None, parts)))  # each batch's first record (C loops)
+        return set(map(type, firsts)) <= {dict} and not any(map(_has_mask, firsts))
 
     def one(self, batch: Any) -> Any:
         """``batch``, its ``loss_mask`` tokens queued for `received` (a collated CPU batch)."""
@@ -279,12 +283,12 @@ class LoaderMeter:
     def received(self, seconds: float, batch: bool = True) -> None:
         """The loop waited ``seconds`` in ``next()``; it got a batch (``batch``) or the pass's end."""
         self.wait_s += seconds
-        if not batch:
-            return
-        self.batches += 1
-        self._taken += 1
-        if self._taken == self._size:
-            self._close()
+        if batch:
+            self.batches += 1
+            if self._size:  # a counted group is being received (nothing queued: nothing to close)
+                self._taken += 1
+                if self._taken == self._size:
+                    self._close()
 
     def _close(self) -> None:
         """The first group of the queue is received whole: its count is credited."""
