@@ -286,6 +286,10 @@ def snapshot_claims_path(sequence: int) -> str:
     return f"{SNAPSHOTS_DIR}/claims/{sequence:08d}"
 
 
+_EMPTY_OR_DOTS = frozenset(("", ".", ".."))  # path components check_relative_path refuses
+_CONTROL = re.compile("[\x00-\x1f\x7f]")  # control characters (checked on every read's path)
+
+
 def check_relative_path(path: str, what: str) -> None:
     """``ValueError`` unless ``path`` is a plain relative path of named components: the one rule
     that keeps every path a dataset's metadata names (shard prefixes and files, table pieces)
@@ -298,8 +302,8 @@ def check_relative_path(path: str, what: str) -> None:
         or "://" in path
         or "\\" in path
         or ":" in path.split("/", 1)[0]
-        or any(p in ("", ".", "..") for p in path.split("/"))
-        or any(ord(c) < 32 or ord(c) == 127 for c in path)
+        or not _EMPTY_OR_DOTS.isdisjoint(path.split("/"))
+        or _CONTROL.search(path) is not None
     ):
         raise ValueError(
             f"{what} {excerpt(path)} must be relative to the dataset root: a path of named "

@@ -28,7 +28,7 @@ from guideloom.io.ranges import current_gap_budget, gap_budget
 from guideloom.io.stats import io_stats
 from guideloom.loading.boundaries import with_cu_seqlens
 from guideloom.loading.collate import collate_aligned, collate_documents, collate_windows
-from guideloom.loading.metrics import Parts, mask_tokens
+from guideloom.loading.metrics import Parts, mask_tokens, records_unmasked
 from guideloom.loading.placement import pin
 from guideloom.types import STREAM, DatasetView, GroupReader, Layout
 
@@ -74,7 +74,10 @@ class GroupCollate:
             masks = _whole_masks(group)
         else:
             group = [self.collate(p) for p in parts]
-            masks = [mask_tokens(b) for b in group]
+            if self.collate is collate_documents and records_unmasked(group):
+                masks = [-1] * len(group)  # what mask_tokens says of each, in one pass
+            else:
+                masks = [mask_tokens(b) for b in group]
         return Reported(group, io_stats(), os.getpid(), masks)
 
 

@@ -115,6 +115,13 @@ _first = operator.itemgetter(0)
 _has_mask = operator.methodcaller("__contains__", "loss_mask")
 
 
+def records_unmasked(parts: list[Any]) -> bool:
+    """Whether `mask_tokens` finds no ``loss_mask`` in any of these document batches (lists of
+    records): each batch's first record is a dict without one. C loops, no frame per batch."""
+    firsts = list(map(_first, filter(None, parts)))
+    return set(map(type, firsts)) <= {dict} and not any(map(_has_mask, firsts))
+
+
 class Parts(list):  # type: ignore[type-arg]
     """The parts of a group read as columns (``{field: ndarray}`` row slices of ``whole``, the
     group's own dict of arrays): `column_masks` counts ``whole``'s ``loss_mask`` in one call."""
@@ -253,10 +260,7 @@ class LoaderMeter:
         """Whether a group's batches have nothing to count and need no entry (so `one` may be
         skipped for each): documents for the default collate whose records have no
         ``loss_mask`` (what `mask_tokens` says of such a batch), with nothing queued before."""
-        if self._queue or collate is not collate_documents:
-            return False
-        firsts = list(map(_first, filter(None, parts)))  # each batch's first record (C loops)
-        return set(map(type, firsts)) <= {dict} and not any(map(_has_mask, firsts))
+        return not self._queue and collate is collate_documents and records_unmasked(parts)
 
     def one(self, batch: Any) -> Any:
         """``batch``, its ``loss_mask`` tokens queued for `received` (a collated CPU batch)."""

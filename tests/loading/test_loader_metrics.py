@@ -180,18 +180,19 @@ def test_a_mixture_reports_each_source(tmp_path: Any) -> None:
 
 def test_documents_have_no_tokens_and_no_loss_mask(tmp_path: Any, write_dataset: Any) -> None:
     storage = write_dataset("documents", str(tmp_path / "docs"), {})
-    loader = StatefulDataLoader.from_storage(storage, batch_size=4)
-    batches = list(loader)
-    total = loader.metrics()["total"]
-    assert total["batches"] == len(batches) and total["samples"] == sum(len(b) for b in batches)
-    assert total["tokens"] is None and total["loss_mask_tokens"] is None
+    for workers in (2, 0):  # worker processes, then inline (the loader checked below)
+        loader = StatefulDataLoader.from_storage(storage, batch_size=4, num_workers=workers)
+        batches = list(loader)
+        total = loader.metrics()["total"]
+        assert total["batches"] == len(batches) and total["samples"] == sum(len(b) for b in batches)
+        assert total["tokens"] is None and total["loss_mask_tokens"] is None, workers
     flat = flatten(loader.metrics())
     assert "guideloom/total/tokens" not in flat and flat["guideloom/total/samples"] == total["samples"]
 
 
 def test_documents_with_a_loss_mask_count_it_in_every_kind_of_loop(tmp_path: Any) -> None:
-    # records with a loss_mask (chat documents) are counted batch by batch; a dataset without
-    # one skips the count per group (nothing to count) and reports None
+    # records with a loss_mask (chat documents) are counted batch by batch, inline, by threads
+    # and by worker processes; a dataset without one skips the count per group and reports None
     from guideloom import DocumentMsgpackFormat, DocumentStorage
 
     rng = np.random.default_rng(3)
@@ -205,7 +206,7 @@ def test_documents_with_a_loss_mask_count_it_in_every_kind_of_loop(tmp_path: Any
                     "loss_mask": (rng.random(n) < 0.5).astype(int).tolist(),
                 }
             )
-    for kind in ({"num_workers": 0}, {"num_workers": 2, "parallel_method": "thread"}):
+    for kind in ({"num_workers": 0}, {"num_workers": 2, "parallel_method": "thread"}, {"num_workers": 2}):
         loader = StatefulDataLoader.from_storage(masked, batch_size=4, shuffle=True, seed=1, **kind)
         batches = list(loader)
         expected = sum(int(np.count_nonzero(r["loss_mask"])) for b in batches for r in b)

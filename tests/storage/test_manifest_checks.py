@@ -83,7 +83,8 @@ def test_counts_beyond_int64_are_manifest_errors(tmp_path, value):
 
 
 @pytest.mark.parametrize(
-    "prefix", ["a//b", "shards/./x", "shards\\x", "shards/x\x00", "/abs", "s3://b/x", "../up"]
+    "prefix",
+    ["a//b", "shards/./x", "shards\\x", "shards/x\x00", "sh\x1fards", "shards/x\x7f", "/abs", "s3://b/x", "../up", "x/"],
 )
 def test_prefixes_that_cannot_be_paths_are_manifest_errors(tmp_path, prefix):
     storage = _write_stream(str(tmp_path / "ds"), {})
