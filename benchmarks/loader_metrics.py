@@ -66,12 +66,13 @@ def _loop_thread_us(loader: Any, workers: int, threads: bool) -> tuple[float, fl
     (the median of 20 rounds over one pass's groups, each group read just before, untimed, so
     its arrays are as warm as right after a real read), and the microseconds per batch a worker spends counting the
     ``loss_mask`` (0 for ``num_workers=0``, where the loop's thread does it and it is in the
-    first figure). The loop's thread, per batch: the two clock reads of the wait and `received`;
+    first figure). The loop's thread, per batch: the two clock reads of the wait and two sums;
     with ``num_workers=0`` also its share of the one ``count_nonzero`` over the group's
     ``loss_mask`` (`LoaderMeter.parts`); with thread workers unpacking the worker's
     ``(batch, count)`` pairs; with worker processes queueing each group's counts."""
     from guideloom.loading.collate import collate_windows
     from guideloom.loading.metrics import LoaderMeter, column_masks, counted_group
+    from guideloom.loading.passes import Progress
 
     source = loader.dataset
     groups = list(loader._groups())
@@ -82,7 +83,8 @@ def _loop_thread_us(loader: Any, workers: int, threads: bool) -> tuple[float, fl
     loops, works = [], []
     for _ in range(rounds):
         loop = work = 0.0
-        meter.start_pass()
+        progress = Progress()
+        meter.start_pass(progress)
         for group in groups:
             parts = source.read_group(group)  # untimed: read as the loop would, just before
             if workers and threads:
@@ -101,9 +103,10 @@ def _loop_thread_us(loader: Any, workers: int, threads: bool) -> tuple[float, fl
                 t = cpu()
                 meter.parts(parts)
                 received = parts
-            for _ in received:  # the loop's side of each batch: the wait's clock reads, `received`
+            for _ in received:  # the loop's side of each batch: the wait's clock reads and sums
                 began = clock()
-                meter.received(clock() - began)
+                progress.received += 1
+                progress.wait_s += clock() - began
             loop += cpu() - t
         loops.append(loop)
         works.append(work)

@@ -776,7 +776,7 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
             previous.close()  # a new pass stops the threads of an abandoned one
         progress = Progress()
         current = Pass(
-            lambda: self._open_pass(progress, refused), progress, order.pass_steps(), self._meter.received
+            lambda: self._open_pass(progress, refused), progress, order.pass_steps(), self._meter.timed
         )
         self._live, self._pass = progress, weakref.ref(current)
         return current
@@ -797,7 +797,7 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         closers: list[Any] = []
         batches: Iterator[Any]
         meter = self._meter  # metrics(): each batch's loss_mask tokens, counted by its worker
-        meter.start_pass()
+        meter.start_pass(progress)  # counts what the loop receives of this pass
         if self._schedule.num_steps == 0:
             batches = iter(())  # nothing of this epoch is left (a state at its last batch)
         elif self._threads is not None:
@@ -829,6 +829,7 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         finish, meter = self._finish_batch, self._meter
         columns = keeps_columns(finish.collate)  # metrics(): masks counted once per group read
         for group in self._groups():
+            meter.settle()  # the previous group's counted arrays go too (it is received whole)
             parts = source.read_group(group)
             if (columns and meter.parts(parts)) or (not columns and meter.unmasked(parts, finish.collate)):
                 for part in parts:

@@ -215,34 +215,88 @@ def io_counters(stats: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
 
 class LoaderMeter:
     """This rank's counters of one loader: batches received, ``loss_mask`` tokens, waiting time,
-    and the totals a restored state brought (`load`); `report` makes what `metrics` returns."""
+    and the totals a restored state brought (`load`); `report` makes what `metrics` returns.
+
+    Nothing runs per batch: the pass (`guideloom.loading.passes.Pass`) counts the batches the
+    loop receives and the seconds it waits in its `Progress`, which the meter reads when asked.
+    Counted groups are queued with the position in the pass of their first batch, and credited
+    once the pass has received them whole (`settle`: before each read with ``num_workers=0``, when a group is added, when a
+    total is asked)."""
+
+    timed = True  # the passes read the clock around each ``next`` (`Uncounted`: no)
 
     def __init__(self, rank: int, world_size: int) -> None:
         self.rank, self.world_size = rank, world_size
-        self.batches = 0
         self.mask = 0  # loss_mask tokens of the groups received whole
         self.has_mask = False
-        self.wait_s = 0.0
-        self._queue: deque[Counted] = deque()  # counted groups not yet received whole, in order
-        self._taken = 0  # batches received of the group first in the queue
-        self._size = 0  # that group's batches (0: none queued)
+        self._queue: deque[tuple[int, Counted]] = deque()  # (first batch's position, group), in order
+        self._live: Any = None  # the current pass's Progress (batches received, seconds waited)
+        self._batches_before = 0  # of the passes before it
+        self._wait_before = 0.0
         self._base: dict[str, float] = dict.fromkeys(COUNTERS, 0)  # from a restored state
         self._base_has_mask = False
         self._last: dict[str, Any] | None = None  # the totals at the previous `report`
         self._start_sources: dict[str, dict[str, int | None]] = {}  # source counts when counting began
 
-    # -- per batch (the training loop's thread) ----------------------------------------------
-    def start_pass(self) -> None:
-        """A new pass: counts of batches an abandoned one prefetched never arrive."""
+    @property
+    def batches(self) -> int:
+        """Batches the loop received from this loader (since it was built or restored)."""
+        live = self._live
+        return self._batches_before + (live.received if live is not None else 0)
+
+    @property
+    def wait_s(self) -> float:
+        """Seconds the loop waited in ``next()`` for them (and for each pass's end)."""
+        live = self._live
+        return self._wait_before + (live.wait_s if live is not None else 0.0)
+
+    # -- per group (the training loop's thread) -----------------------------------------------
+    def start_pass(self, progress: Any = None) -> None:
+        """A new pass, counted in ``progress``: the one before is settled (the groups it received
+        whole are credited, and the part it received of the next one) and its counts kept;
+        counts of groups an abandoned pass prefetched and never handed out are dropped."""
+        live = self._live
+        if live is not None:
+            self.settle()
+            mask, has = self._partial()
+            self.mask, self.has_mask = mask, has
+            self._batches_before += live.received
+            self._wait_before += live.wait_s
         self._queue.clear()
-        self._taken = self._size = 0
+        self._live = progress
+
+    def _received(self) -> int:
+        live = self._live
+        return live.received if live is not None else 0
+
+    def settle(self) -> None:
+        """Credit the queued groups the pass has received whole, and let go of their arrays
+        (``num_workers=0`` settles before each read, so a group's masks are not held across the
+        next one)."""
+        queue, received = self._queue, self._received()
+        while queue and queue[0][0] + queue[0][1][0] <= received:
+            total = queue.popleft()[1][1]
+            if total >= 0:
+                self.mask += total
+                self.has_mask = True
+
+    def _pending(self) -> bool:
+        """Whether a queued group is not yet received whole."""
+        if self._queue:
+            self.settle()
+        return bool(self._queue)
 
     def _add(self, group: Counted) -> None:
+        """Queue a group whose batches are handed out next: after the queued ones, or, with none
+        queued, at the next batch the loop receives (batches handed out while nothing was queued
+        had nothing to count)."""
+        self.settle()
         queue = self._queue
-        queue.append(group)
-        if len(queue) == 1:
-            self._size = group[0]
-            self._taken = 0  # batches received while nothing was queued had nothing to count
+        if queue:
+            start, last = queue[-1]
+            queue.append((start + last[0], group))
+        else:
+            queue.append((self._received(), group))
 
     counted_group = staticmethod(counted_group)  # what a thread worker runs (Uncounted: no count)
 
@@ -260,12 +314,12 @@ class LoaderMeter:
         """Whether a group's batches have nothing to count and need no entry (so `one` may be
         skipped for each): documents for the default collate whose records have no
         ``loss_mask`` (what `mask_tokens` says of such a batch), with nothing queued before."""
-        return not self._queue and collate is collate_documents and records_unmasked(parts)
+        return collate is collate_documents and not self._pending() and records_unmasked(parts)
 
     def one(self, batch: Any) -> Any:
         """``batch``, its ``loss_mask`` tokens queued for `received` (a collated CPU batch)."""
         count = mask_tokens(batch)
-        if count != _NO_MASK or self._queue:  # a batch with nothing to count needs no entry
+        if count != _NO_MASK or self._pending():  # a batch with nothing to count needs no entry
             self._add((1, count, None, None, None))
         return batch
 
@@ -284,41 +338,27 @@ class LoaderMeter:
             total = int(sum(n for n in counts if n >= 0)) if counts[0] >= 0 else _NO_MASK
             self._add((len(counts), total, counts, None, None))
 
-    def received(self, seconds: float, batch: bool = True) -> None:
-        """The loop waited ``seconds`` in ``next()``; it got a batch (``batch``) or the pass's end."""
-        self.wait_s += seconds
-        if batch:
-            self.batches += 1
-            if self._size:  # a counted group is being received (nothing queued: nothing to close)
-                self._taken += 1
-                if self._taken == self._size:
-                    self._close()
-
-    def _close(self) -> None:
-        """The first group of the queue is received whole: its count is credited."""
-        total = self._queue.popleft()[1]
-        if total >= 0:
-            self.mask += total
-            self.has_mask = True
-        self._taken = 0
-        self._size = self._queue[0][0] if self._queue else 0
-
-    def _mask_now(self) -> tuple[int, bool]:
+    def _partial(self) -> tuple[int, bool]:
         """``loss_mask`` tokens of every batch received, and whether batches had the field: the
-        groups received whole, plus the part received of the group in progress."""
+        groups received whole (settled), plus the part received of the group in progress."""
         mask, has = self.mask, self.has_mask
-        if self._taken and self._queue:
-            _, total, counts, masks, whole = self._queue[0]
-            if total >= 0:
+        if self._queue:
+            start, (_, total, counts, masks, whole) = self._queue[0]
+            taken = self._received() - start
+            if taken > 0 and total >= 0:
                 has = True
                 if counts is not None:
-                    mask += sum(n for n in counts[: self._taken] if n >= 0)
+                    mask += sum(n for n in counts[:taken] if n >= 0)
                 elif whole is not None and masks is not None:  # the rows not yet received
-                    rows = sum(len(m) for m in masks[: self._taken])
+                    rows = sum(len(m) for m in masks[:taken])
                     mask += total - int(np.count_nonzero(whole[rows:]))
                 elif masks is not None:
-                    mask += total - sum(int(np.count_nonzero(m)) for m in masks[self._taken :])
+                    mask += total - sum(int(np.count_nonzero(m)) for m in masks[taken:])
         return mask, has
+
+    def _mask_now(self) -> tuple[int, bool]:
+        self.settle()
+        return self._partial()
 
     # -- totals ------------------------------------------------------------------------------
     def totals(self, io: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -379,8 +419,9 @@ class LoaderMeter:
         construction)."""
         self._base = dict.fromkeys(COUNTERS, 0)
         self._base_has_mask = False
-        self.batches, self.mask, self.has_mask, self.wait_s = 0, 0, False, 0.0
-        self.start_pass()
+        self.mask, self.has_mask = 0, False
+        self._queue.clear()
+        self._live, self._batches_before, self._wait_before = None, 0, 0.0
         if saved is None:
             return
         if saved.get("rank") != self.rank or saved.get("world_size") != self.world_size:
@@ -395,7 +436,7 @@ class Uncounted(LoaderMeter):
     baseline of the benchmark that measures what counting costs (``make bench``, row
     ``metrics``). Thread workers do not count either; worker processes still do."""
 
-    received = None  # type: ignore[assignment]  # a pass without it reads no clock
+    timed = False  # its passes read no clock
 
     def parts(self, parts: list[Any]) -> bool:
         return True

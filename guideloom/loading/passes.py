@@ -22,6 +22,7 @@ class Progress:
     def __init__(self) -> None:
         self.received = 0
         self.ended = False
+        self.wait_s = 0.0  # seconds the loop spent in ``next()`` (a timed pass only)
 
 
 class Pass:
@@ -38,24 +39,34 @@ class Pass:
         start: Callable[[], tuple[Iterator[Any], list[Any]]],
         progress: Progress,
         length: int,
-        waited: Callable[[float, bool], None] | None = None,
+        timed: bool = False,
     ) -> None:
         """``start()`` -> ``(batches, closers)``, called at the first ``next``: a framework may
         call ``set_epoch`` between ``iter(loader)`` and the first batch (Lightning does), and the
-        pass reads the epoch it set. ``waited(seconds, got_batch)`` hears how long each ``next``
-        took (`guideloom.loading.metrics.LoaderMeter.received`)."""
+        pass reads the epoch it set. ``timed``: add the seconds each ``next`` took to the
+        progress's ``wait_s`` (`guideloom.loading.metrics.LoaderMeter` reads it)."""
         self._start: Callable[[], tuple[Iterator[Any], list[Any]]] | None = start
         self._batches: Iterator[Any] = iter(())
         self._progress = progress
         self._closers: list[Any] = []  # objects whose close/_shutdown_workers ends the pass's workers
         self._length = length
-        self._waited = waited
+        self._timed = timed
 
     def __iter__(self) -> Pass:
         return self
 
     def __next__(self) -> Any:
-        began = perf_counter() if self._waited is not None else 0.0
+        if not self._timed:
+            return self._next()
+        progress = self._progress
+        began = perf_counter()
+        try:
+            batch = self._next()
+        finally:  # a batch, the pass's end (StopIteration) or an error: the loop waited
+            progress.wait_s += perf_counter() - began
+        return batch
+
+    def _next(self) -> Any:
         if self._start is not None:
             start, self._start = self._start, None
             self._batches, self._closers = start()
@@ -63,12 +74,8 @@ class Pass:
             batch = next(self._batches)
         except StopIteration:
             self._progress.ended = True
-            if self._waited is not None:
-                self._waited(perf_counter() - began, False)
             raise
         self._progress.received += 1
-        if self._waited is not None:
-            self._waited(perf_counter() - began, True)
         return batch
 
     def __len__(self) -> int:

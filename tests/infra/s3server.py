@@ -123,7 +123,8 @@ class S3Endpoint:
     def from_json(cls, text: str) -> S3Endpoint:
         """The endpoint another process started (`to_json`); this process cannot stop it."""
         info = json.loads(text)
-        cluster_dir = Path(info.pop("cluster_dir")) if info.get("cluster_dir") else None
+        cluster = info.pop("cluster_dir", None)
+        cluster_dir = Path(cluster) if cluster else None
         return cls(**info, cluster_dir=cluster_dir)
 
     def stop(self) -> None:

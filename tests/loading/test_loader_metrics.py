@@ -214,6 +214,22 @@ def test_documents_with_a_loss_mask_count_it_in_every_kind_of_loop(tmp_path: Any
         assert total["batches"] == len(batches) == 10 and total["loss_mask_tokens"] == expected > 0, kind
 
 
+@pytest.mark.parametrize("workers", WORKERS)
+def test_a_pass_left_inside_a_group_keeps_what_the_loop_received(tmp_path: Any, workers: Any) -> None:
+    # the loop leaves a pass in the middle of a read group, then runs two whole passes: every
+    # batch it received counts (the groups prefetched and never handed out do not)
+    _write(str(tmp_path / "ds"))
+    loader = _loader(StreamStorage(str(tmp_path / "ds"), FMT), **workers)
+    seen = Seen()
+    seen.take(loader, 5)
+    assert loader.metrics()["total"]["loss_mask_tokens"] == seen.mask
+    seen.take(loader)
+    seen.take(loader)
+    total = loader.metrics()["total"]
+    assert total["batches"] == seen.batches and total["loss_mask_tokens"] == seen.mask > 0
+    assert 0 < total["wait_s"] <= seen.wall
+
+
 def test_another_ranks_state_starts_this_ranks_counters_from_zero(tmp_path: Any) -> None:
     _write(str(tmp_path / "ds"), records=40)
     storage = StreamStorage(str(tmp_path / "ds"), FMT)
