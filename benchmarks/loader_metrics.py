@@ -68,8 +68,8 @@ def _loop_thread_us(loader: Any, workers: int, threads: bool) -> tuple[float, fl
     ``loss_mask`` (0 for ``num_workers=0``, where the loop's thread does it and it is in the
     first figure). The loop's thread, per batch: the two clock reads of the wait and two sums;
     with ``num_workers=0`` also its share of the one ``count_nonzero`` over the group's
-    ``loss_mask`` (`LoaderMeter.parts`); with thread workers unpacking the worker's
-    ``(batch, count)`` pairs; with worker processes queueing each group's counts."""
+    ``loss_mask`` (`LoaderMeter.parts`); with thread workers queueing the count a
+    worker made of the group; with worker processes queueing each group's counts."""
     from guideloom.loading.collate import collate_windows
     from guideloom.loading.metrics import LoaderMeter, column_masks, counted_group
     from guideloom.loading.passes import Progress
@@ -91,9 +91,10 @@ def _loop_thread_us(loader: Any, workers: int, threads: bool) -> tuple[float, fl
                 t = cpu()
                 column_masks(parts)
                 work += cpu() - t
-                pairs = counted_group(parts, collate_windows, True)
+                finished, made = counted_group(parts, collate_windows, True)
                 t = cpu()
-                received: Any = meter.taking(iter(pairs))
+                meter.group(made)  # as the loop takes a thread's group
+                received: Any = finished
             elif workers:
                 counts = [int(np.count_nonzero(p["loss_mask"])) for p in parts]  # as a process sends
                 t = cpu()

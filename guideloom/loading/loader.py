@@ -94,6 +94,7 @@ from guideloom.loading.batch_order import (
     iteration_before_restore,
     ranks_refused,
 )
+from guideloom.loading.collate import collate_documents
 from guideloom.loading.fetch import BatchSource, Finish, GroupCollate, batch_path, unrolled
 from guideloom.loading.loader_args import (
     DEFAULT,
@@ -104,7 +105,7 @@ from guideloom.loading.loader_args import (
     refuse_order_settings,
     torchdata_init,
 )
-from guideloom.loading.metrics import METRICS_KEY, LoaderMeter, checked, keeps_columns
+from guideloom.loading.metrics import METRICS_KEY, Counted, LoaderMeter, checked, keeps_columns
 from guideloom.loading.mixture_sources import (
     RankCounts,
     SourcedCollate,
@@ -112,7 +113,7 @@ from guideloom.loading.mixture_sources import (
     source_names,
 )
 from guideloom.loading.order import positive_int
-from guideloom.loading.passes import Pass, Progress
+from guideloom.loading.passes import Pass, Progress, TimedPass
 from guideloom.loading.placement import Placed, accelerator_available
 from guideloom.loading.read_settings import ReadSettings
 from guideloom.loading.sampler import (
@@ -775,9 +776,8 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         if previous is not None and self._threads is not None:
             previous.close()  # a new pass stops the threads of an abandoned one
         progress = Progress()
-        current = Pass(
-            lambda: self._open_pass(progress, refused), progress, order.pass_steps(), self._meter.timed
-        )
+        kind = TimedPass if self._meter.timed else Pass  # metrics(): the loop's waits, timed
+        current = kind(lambda: self._open_pass(progress, refused), progress, order.pass_steps())
         self._live, self._pass = progress, weakref.ref(current)
         return current
 
@@ -801,9 +801,8 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         if self._schedule.num_steps == 0:
             batches = iter(())  # nothing of this epoch is left (a state at its last batch)
         elif self._threads is not None:
-            threaded = self._thread_batches()
-            closers.append(threaded)
-            batches = meter.taking(threaded)  # (batch, loss_mask tokens) pairs
+            batches = self._thread_batches()  # each group's loss_mask counts go to meter.group
+            closers.append(batches)
         elif self.num_workers == 0:
             batches = self._inline_batches()
         else:
@@ -849,17 +848,26 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         if self._copies is None:
             self._copies = SourceCopies(self.dataset)
         copies, finish = self._copies, self._finish_batch
-        columns, count = keeps_columns(finish.collate), self._meter.counted_group  # metrics()
+        meter = self._meter  # metrics(): the loss_mask counts, made in the pool's threads
+        count, columns = meter.counted_group, keeps_columns(finish.collate)
+        documents = finish.collate is collate_documents
 
-        def work(group: list[list[int]]) -> list[Any]:
+        def work(group: list[list[int]]) -> tuple[list[Any], list[Counted]]:
             source = copies.acquire()
             try:
                 parts = source.read_group(group)
             finally:
                 copies.release(source)
-            return count(parts, finish, columns)  # the loss_mask counts, in this thread
+            return count(parts, finish, columns, documents)
 
-        return ThreadBatches(self._groups(), work, threads=threads, depth=threads * prefetch, timeout=timeout)
+        return ThreadBatches(
+            self._groups(),
+            work,
+            threads=threads,
+            depth=threads * prefetch,
+            timeout=timeout,
+            taken=meter.group,
+        )
 
     # -- state -----------------------------------------------------------------------------
     def io_stats(self) -> IOStats:

@@ -12,8 +12,8 @@ source of truth; each figure is the one another part of GuideLoom already keeps:
   process's requests plus what worker processes report with each group of batches they send);
 - batches, ``loss_mask`` tokens and waiting time: counted for every batch the loop *receives*
   (`LoaderMeter`). ``loss_mask`` tokens are counted by the worker that made the batch (a worker
-  process sends the counts with its group of batches, a thread worker hands each count over
-  with its batch; with ``num_workers=0`` the loop's thread, which also reads the batch), before
+  process sends the counts with its group of batches, a thread worker returns them with its
+  group; with ``num_workers=0`` the loop's thread, which also reads the batch), before
   the batch is handed out or copied to a device, and credited when the loop receives that
   batch (the device stage runs one batch ahead), so the counts are those of the batches the
   loop holds, whatever the kind or number of workers. Stream batches of the default collate
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import operator
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -142,20 +142,27 @@ class Parts(list):  # type: ignore[type-arg]
 Counted = tuple[int, int, "list[int] | None", "list[np.ndarray] | None", "np.ndarray | None"]
 
 
-def counted(batch: Any) -> tuple[Any, Counted]:
-    """``(batch, its count)``: a batch counted after its collate (`mask_tokens`)."""
-    return batch, (1, mask_tokens(batch), None, None, None)
+def counted(batch: Any) -> Counted:
+    """The count of one batch, made after its collate (`mask_tokens`)."""
+    return (1, mask_tokens(batch), None, None, None)
 
 
-def counted_group(parts: list[Any], finish: Any, columns: bool) -> list[tuple[Any, Counted | None]]:
-    """``(batch, count)`` of each part of a group, collated by ``finish`` (what a thread worker
-    hands over, `LoaderMeter.taking`): the group's count with its first batch (None with the
-    others) when ``columns`` (the collate keeps the values of column parts, so their masks are
-    counted once per group on the NumPy arrays, `column_masks`), else one count per batch."""
+def counted_group(
+    parts: list[Any], finish: Any, columns: bool, documents: bool = False
+) -> tuple[list[Any], list[Counted]]:
+    """``(batches, counts)`` of a group (what a thread worker returns; the loop queues the counts
+    with `LoaderMeter.group` as it takes the group): ``finish`` collates each part; the counts
+    are one for the whole group when ``columns`` (the collate keeps the values of column parts,
+    so their masks are counted once on the NumPy arrays, `column_masks`) or when the group's
+    document batches (``documents``: ``finish`` is the default documents collate) have no
+    ``loss_mask`` (`records_unmasked`), else one per batch."""
     group = column_masks(parts) if columns else None
-    if group is None:
-        return [counted(finish(part)) for part in parts]
-    return [(finish(part), group if k == 0 else None) for k, part in enumerate(parts)]
+    batches = [finish(part) for part in parts]
+    if group is not None:
+        return batches, [group]
+    if documents and records_unmasked(parts):
+        return batches, [(len(parts), _NO_MASK, None, None, None)]
+    return batches, [counted(batch) for batch in batches]
 
 
 def keeps_columns(collate: Any) -> bool:
@@ -317,20 +324,20 @@ class LoaderMeter:
         return collate is collate_documents and not self._pending() and records_unmasked(parts)
 
     def one(self, batch: Any) -> Any:
-        """``batch``, its ``loss_mask`` tokens queued for `received` (a collated CPU batch)."""
+        """``batch``, its ``loss_mask`` tokens queued until the loop has received it (a collated CPU batch)."""
         count = mask_tokens(batch)
         if count != _NO_MASK or self._pending():  # a batch with nothing to count needs no entry
             self._add((1, count, None, None, None))
         return batch
 
-    def taking(self, pairs: Iterator[tuple[Any, Counted | None]]) -> Iterator[Any]:
-        """The batches of ``(batch, count)`` pairs (`counted_group` by a thread worker), each
-        count queued for `received`."""
-        add = self._add
-        for batch, group in pairs:
-            if group is not None:
-                add(group)
-            yield batch
+    def group(self, counts: list[Counted]) -> None:
+        """Queue the counts a thread worker made of a group (`counted_group`), as the loop takes
+        the group, before its first batch: a group with nothing to count needs no entry when
+        nothing is queued before it."""
+        if len(counts) == 1 and counts[0][1] == _NO_MASK and not self._pending():
+            return
+        for entry in counts:
+            self._add(entry)
 
     def expect(self, counts: list[int]) -> None:
         """Queue the counts of a group's batches (made by a worker process) for `received`."""
@@ -447,15 +454,17 @@ class Uncounted(LoaderMeter):
     def one(self, batch: Any) -> Any:
         return batch
 
-    def taking(self, pairs: Iterator[tuple[Any, Counted | None]]) -> Iterator[Any]:
-        return (batch for batch, _ in pairs)
+    def group(self, counts: list[Counted]) -> None:
+        return None
 
     def expect(self, counts: list[int]) -> None:
         return None
 
     @staticmethod
-    def counted_group(parts: list[Any], finish: Any, columns: bool) -> list[tuple[Any, Counted | None]]:
-        return [(finish(part), None) for part in parts]
+    def counted_group(
+        parts: list[Any], finish: Any, columns: bool, documents: bool = False
+    ) -> tuple[list[Any], list[Counted]]:
+        return [finish(part) for part in parts], []
 
 
 def checked(saved: Any) -> dict[str, Any] | None:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from time import perf_counter
 from typing import Any
 
-__all__ = ["Pass", "Progress"]
+__all__ = ["Pass", "Progress", "TimedPass"]
 
 
 class Progress:
@@ -31,7 +31,8 @@ class Pass:
     ``batches`` is torchdata's iterator (worker processes), the inline generator
     (``num_workers=0``) or a `guideloom.loading.threads.ThreadBatches`, optionally behind the
     device stage (`guideloom.loading.placement.Placed`). Only what the loop has received counts,
-    never what was prefetched or already copied to the device.
+    never what was prefetched or already copied to the device. `TimedPass` also times the loop's
+    waits.
     """
 
     def __init__(
@@ -39,37 +40,27 @@ class Pass:
         start: Callable[[], tuple[Iterator[Any], list[Any]]],
         progress: Progress,
         length: int,
-        timed: bool = False,
     ) -> None:
         """``start()`` -> ``(batches, closers)``, called at the first ``next``: a framework may
         call ``set_epoch`` between ``iter(loader)`` and the first batch (Lightning does), and the
-        pass reads the epoch it set. ``timed``: add the seconds each ``next`` took to the
-        progress's ``wait_s`` (`guideloom.loading.metrics.LoaderMeter` reads it)."""
+        pass reads the epoch it set."""
         self._start: Callable[[], tuple[Iterator[Any], list[Any]]] | None = start
         self._batches: Iterator[Any] = iter(())
         self._progress = progress
         self._closers: list[Any] = []  # objects whose close/_shutdown_workers ends the pass's workers
         self._length = length
-        self._timed = timed
 
     def __iter__(self) -> Pass:
         return self
 
-    def __next__(self) -> Any:
-        if not self._timed:
-            return self._next()
-        progress = self._progress
-        began = perf_counter()
-        try:
-            batch = self._next()
-        finally:  # a batch, the pass's end (StopIteration) or an error: the loop waited
-            progress.wait_s += perf_counter() - began
-        return batch
-
-    def _next(self) -> Any:
-        if self._start is not None:
-            start, self._start = self._start, None
+    def _begin(self) -> None:
+        start, self._start = self._start, None
+        if start is not None:
             self._batches, self._closers = start()
+
+    def __next__(self) -> Any:
+        if self._start is not None:
+            self._begin()
         try:
             batch = next(self._batches)
         except StopIteration:
@@ -90,3 +81,28 @@ class Pass:
                 stop()
 
     _shutdown_workers = close  # the name torch's iterators use
+
+
+class TimedPass(Pass):
+    """A `Pass` that adds the seconds each ``next`` took (a batch, the pass's end or an error:
+    the loop waited) to its progress's ``wait_s``, which `guideloom.loading.metrics.LoaderMeter`
+    reads. The body is `Pass.__next__`'s with the two clock reads: it runs once per batch, so it
+    makes no further call."""
+
+    def __next__(self, _clock: Callable[[], float] = perf_counter) -> Any:
+        began = _clock()
+        if self._start is not None:
+            self._begin()
+        progress = self._progress
+        try:
+            batch = next(self._batches)
+        except StopIteration:
+            progress.ended = True
+            progress.wait_s += _clock() - began
+            raise
+        except BaseException:
+            progress.wait_s += _clock() - began
+            raise
+        progress.received += 1
+        progress.wait_s += _clock() - began
+        return batch

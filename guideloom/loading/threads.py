@@ -70,7 +70,9 @@ class ThreadBatches:
     """An iterator over finished batches, fetched by ``threads`` threads, in the sampler's order.
 
     ``groups`` yields lists of consecutive batches (each a list of sample indexes);
-    ``work(group)`` runs in a pool thread and returns one finished batch per batch of the group.
+    ``work(group)`` runs in a pool thread and returns ``(batches, extra)``: one finished batch per
+    batch of the group, and what ``taken(extra)`` hears as the loop takes the group (before its
+    first batch is handed out; the loader's `guideloom.loading.metrics.LoaderMeter.group`).
     At most ``depth`` groups are queued or running at any time (``threads * prefetch_factor``),
     which bounds the memory held by batches not yet received to ``depth`` groups.
     ``timeout`` (seconds, ``0`` = wait forever) bounds the wait for one group.
@@ -79,19 +81,21 @@ class ThreadBatches:
     def __init__(
         self,
         groups: Iterator[list[list[int]]],
-        work: Callable[[list[list[int]]], list[Any]],
+        work: Callable[[list[list[int]]], tuple[list[Any], Any]],
         threads: int,
         depth: int,
         timeout: float = 0,
+        taken: Callable[[Any], None] | None = None,
     ) -> None:
         self._groups = groups
         self._work = work
+        self._taken = taken
         self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max_workers=threads, thread_name_prefix=THREAD_NAME_PREFIX
         )
         self._depth = max(1, depth)
         self._timeout = timeout or None
-        self._pending: deque[Future[list[Any]]] = deque()
+        self._pending: deque[Future[tuple[list[Any], Any]]] = deque()
         self._ready: deque[Any] = deque()
         self._exhausted = False
         self._fill()
@@ -116,10 +120,12 @@ class ThreadBatches:
             raise StopIteration
         future = self._pending.popleft()
         try:
-            batches = future.result(timeout=self._timeout)
+            batches, extra = future.result(timeout=self._timeout)
         except BaseException:
             self.close()
             raise
+        if self._taken is not None:
+            self._taken(extra)
         self._fill()  # a slot is free again: queue the next group before handing this one out
         self._ready.extend(batches)
         if not self._ready:  # an empty group (never made by the loader): go on to the next one

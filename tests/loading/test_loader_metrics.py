@@ -180,12 +180,13 @@ def test_a_mixture_reports_each_source(tmp_path: Any) -> None:
 
 def test_documents_have_no_tokens_and_no_loss_mask(tmp_path: Any, write_dataset: Any) -> None:
     storage = write_dataset("documents", str(tmp_path / "docs"), {})
-    for workers in (2, 0):  # worker processes, then inline (the loader checked below)
-        loader = StatefulDataLoader.from_storage(storage, batch_size=4, num_workers=workers)
+    # worker processes, thread workers, then inline (the loader checked below)
+    for kind in ({"num_workers": 2}, {"num_workers": 2, "parallel_method": "thread"}, {"num_workers": 0}):
+        loader = StatefulDataLoader.from_storage(storage, batch_size=4, **kind)
         batches = list(loader)
         total = loader.metrics()["total"]
         assert total["batches"] == len(batches) and total["samples"] == sum(len(b) for b in batches)
-        assert total["tokens"] is None and total["loss_mask_tokens"] is None, workers
+        assert total["tokens"] is None and total["loss_mask_tokens"] is None, kind
     flat = flatten(loader.metrics())
     assert "guideloom/total/tokens" not in flat and flat["guideloom/total/samples"] == total["samples"]
 
