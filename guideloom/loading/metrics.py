@@ -194,8 +194,7 @@ def column_masks(parts: list[Any]) -> Counted | None:
     whole = parts.whole.get("loss_mask") if type(parts) is Parts else None
     if type(whole) is np.ndarray:
         return (len(parts), int(np.count_nonzero(whole)), None, masks, whole)
-    nonzero = np.count_nonzero
-    return (len(parts), int(sum(nonzero(m) for m in masks)), None, masks, None)
+    return (len(parts), int(sum(map(np.count_nonzero, masks))), None, masks, None)  # no frame per part
 
 
 def _count(mask: Any) -> int:
