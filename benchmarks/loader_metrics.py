@@ -47,17 +47,21 @@ def _corpus(cfg: Config) -> Any:
     return StreamStorage(url, fmt)
 
 
-def _pass(loader: Any, call_metrics: bool) -> tuple[float, int, float]:
-    """Seconds and batches of one whole pass (every batch's tokens touched, as a loop would),
-    and the CPU seconds of the loop's thread in it (unlike the wall clock, not stretched by
-    other processes of a busy machine)."""
+PASSES = 5  # whole passes per measurement: one pass at num_workers=0 is about 20 ms, too short
+
+
+def _pass(loader: Any, call_metrics: bool, passes: int = PASSES) -> tuple[float, int, float]:
+    """Seconds and batches of ``passes`` whole passes (every batch's tokens touched, as a loop
+    would), and the CPU seconds of the loop's thread in them (unlike the wall clock, not
+    stretched by other processes of a busy machine)."""
     began, cpu = time.perf_counter(), time.thread_time()
     batches = tokens = 0
-    for batch in loader:
-        tokens += count_tokens(batch)
-        batches += 1
-        if call_metrics and batches % EVERY == 0:
-            loader.metrics()
+    for _ in range(passes):
+        for batch in loader:
+            tokens += count_tokens(batch)
+            batches += 1
+            if call_metrics and batches % EVERY == 0:
+                loader.metrics()
     return time.perf_counter() - began, batches, time.thread_time() - cpu
 
 
@@ -137,10 +141,10 @@ def metrics_rows(cfg: Config) -> list[Row]:
         count = {"on": 0}
 
         def timed(loader: Any, key: str, call: bool) -> float:
-            s, n, c = _pass(loader, call)
+            s, n, c = _pass(loader, call, 1 if cfg.quick else PASSES)
             seconds[key].append(s / n)  # noqa: B023
             cpu[key].append(c / n)  # noqa: B023
-            count["on"] = n  # noqa: B023
+            count["on"] = n  # noqa: B023  (batches of the measurement's passes)
             return n / s  # batches per second
 
         g, b = interleaved(
