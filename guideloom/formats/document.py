@@ -16,8 +16,6 @@ import msgpack
 
 from guideloom.formats.base import Format
 
-_UNPACKER_BUFFER = 100 << 20  # msgpack.Unpacker's default buffer limit
-
 __all__ = [
     "DocumentJsonFormat",
     "DocumentMsgpackFormat",
@@ -226,7 +224,8 @@ class DocumentMsgpackFormat(DocumentStorageFormat):
         """
         count = len(bounds) - 1
         if type(self).decode is DocumentMsgpackFormat.decode and count > 1:
-            unpacker = msgpack.Unpacker(raw=False, max_buffer_size=max(len(data), _UNPACKER_BUFFER))
+            # the limits unpackb sets for one record: nothing longer than the bytes at hand
+            unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(data))
             unpacker.feed(data)
             try:
                 records = list(islice(unpacker, count))

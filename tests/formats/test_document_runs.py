@@ -65,6 +65,17 @@ def test_damaged_bytes_give_the_error_decode_gives() -> None:
     shifted = bounds[: k + 1] + [x - (b - a) + len(extra) for x in bounds[k + 1 :]]
     with pytest.raises(msgpack.ExtraData):
         fmt.decode_run(twice, shifted)
+    # a header that claims more items than the bytes hold: refused as decode refuses it alone,
+    # without making room for them first
+    k = max(range(len(records)), key=lambda i: bounds[i + 1] - bounds[i])  # room for the header
+    a, b = bounds[k] - bounds[0], bounds[k + 1] - bounds[0]
+    huge = b"\xdd\xff\xff\xff\xff" + bytes(b - a - 5)
+    with pytest.raises(ValueError) as alone:
+        fmt.decode(huge)
+    claimed = data[:a] + huge + data[b:]
+    with pytest.raises(ValueError) as run:
+        fmt.decode_run(claimed, bounds)
+    assert str(run.value) == str(alone.value)
 
 
 def test_a_subclass_decode_is_used_for_runs(tmp_path: Any) -> None:
