@@ -32,6 +32,7 @@ import numpy as np
 from torch.utils.data import get_worker_info
 
 from guideloom.loading.fetch import BatchSource
+from guideloom.loading.handover import rows
 from guideloom.loading.sampler import Grouping, read_ahead_budget
 
 __all__ = ["ReadAhead"]
@@ -176,6 +177,8 @@ class ReadAhead:
             batches = self._plan(view, key)
             with self.off():
                 parts = source.read_group(batches)
+            # samples as Rows: their collated batch crosses a worker's pipe by value (handover)
+            parts = [rows(p) for p in parts]
             self._cache = {tuple(b): p for b, p in zip(batches[1:], parts[1:])}
             return parts[0]
 
