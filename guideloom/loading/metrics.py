@@ -226,8 +226,8 @@ class LoaderMeter:
     Nothing runs per batch: the pass (`guideloom.loading.passes.Pass`) counts the batches the
     loop receives and the seconds it waits in its `Progress`, which the meter reads when asked.
     Counted groups are queued with the position in the pass of their first batch, and credited
-    once the pass has received them whole (`settle`: before each read with ``num_workers=0``, when a group is added, when a
-    total is asked)."""
+    once the pass has received them whole (`settle`: before each read with ``num_workers=0``,
+    when a group is added, when a total is asked)."""
 
     timed = True  # the passes read the clock around each ``next`` (`Uncounted`: no)
 
@@ -286,29 +286,24 @@ class LoaderMeter:
                 self.mask += total
                 self.has_mask = True
 
-    def _pending(self) -> bool:
-        """Whether a queued group is not yet received whole."""
-        if self._queue:
-            self.settle()
-        return bool(self._queue)
-
     def _add(self, group: Counted) -> None:
         """Queue a group whose batches are handed out next: after the queued ones, or, with none
         queued, at the next batch the loop receives (batches handed out while nothing was queued
-        had nothing to count)."""
+        had nothing to count). A group with nothing to count (no ``loss_mask``) needs no entry
+        when nothing is queued before it."""
         self.settle()
         queue = self._queue
         if queue:
             start, last = queue[-1]
             queue.append((start + last[0], group))
-        else:
+        elif group[1] != _NO_MASK:
             queue.append((self._received(), group))
 
     counted_group = staticmethod(counted_group)  # what a thread worker runs (Uncounted: no count)
 
     def parts(self, parts: list[Any]) -> bool:
         """Queue the count of a group's parts, read as columns and about to be collated by the
-        default collate, for `received` (``num_workers=0``: `column_masks`, once per group);
+        default collate (``num_workers=0``: `column_masks`, once per group);
         False when they are not columns (`one` counts each collated batch instead)."""
         group = column_masks(parts)
         if group is None:
@@ -317,29 +312,29 @@ class LoaderMeter:
         return True
 
     def unmasked(self, parts: list[Any], collate: Any) -> bool:
-        """Whether a group's batches have nothing to count and need no entry (so `one` may be
-        skipped for each): documents for the default collate whose records have no
-        ``loss_mask`` (what `mask_tokens` says of such a batch), with nothing queued before."""
-        return collate is collate_documents and not self._pending() and records_unmasked(parts)
+        """Whether a group's batches have nothing to count: documents for the default collate
+        whose records have no ``loss_mask`` (what `mask_tokens` says of such a batch). Then the
+        group needs one entry at most (`_add`), and `one` need not run for each batch."""
+        if collate is not collate_documents or not records_unmasked(parts):
+            return False
+        self._add((len(parts), _NO_MASK, None, None, None))
+        return True
 
     def one(self, batch: Any) -> Any:
         """``batch``, its ``loss_mask`` tokens queued until the loop has received it (a collated CPU batch)."""
         count = mask_tokens(batch)
-        if count != _NO_MASK or self._pending():  # a batch with nothing to count needs no entry
+        if count != _NO_MASK or self._queue:  # (`_add`'s rule, checked before making the entry)
             self._add((1, count, None, None, None))
         return batch
 
     def group(self, counts: list[Counted]) -> None:
         """Queue the counts a thread worker made of a group (`counted_group`), as the loop takes
-        the group, before its first batch: a group with nothing to count needs no entry when
-        nothing is queued before it."""
-        if len(counts) == 1 and counts[0][1] == _NO_MASK and not self._pending():
-            return
+        the group, before its first batch."""
         for entry in counts:
             self._add(entry)
 
     def expect(self, counts: list[int]) -> None:
-        """Queue the counts of a group's batches (made by a worker process) for `received`."""
+        """Queue the counts of a group's batches (made by a worker process)."""
         if counts:
             total = int(sum(n for n in counts if n >= 0)) if counts[0] >= 0 else _NO_MASK
             self._add((len(counts), total, counts, None, None))
