@@ -55,7 +55,7 @@ CONTAMINATED = "contaminated"  # the reason a dropped document is counted and li
 _MASK = (1 << 64) - 1
 _WORD_BASE = 0x9E3779B97F4A7C15  # the golden-ratio constant, odd
 TABLE_MAX_BITS = 29  # the pre-check table: at most 64 MiB (one bit per slot)
-_TABLE_CHUNK = 1 << 14  # hashes (or directory slots) handled at once when the table is built
+_TABLE_CHUNK = 1 << 14  # hashes handled at once when the index's keys and table are built
 
 # ASCII: what a text keeps are letters, digits and whitespace (the non-ASCII path, a regular
 # expression, agrees on every ASCII character: `_ascii_tables` is built from it).
@@ -281,9 +281,8 @@ class EvalIndex:
             positions.append((keep - batch.first_word[doc]).astype(np.int32))
             counts.append(np.bincount(batch.word_doc, minlength=j - k))
         all_hashes = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
-        order, self.hashes = _sorting_order(
-            all_hashes
-        )  # ties in any order: `check` names the first item that matches
+        # ties in any order: `check` names the first item that matches
+        order, self.hashes = _sorting_order(all_hashes)
         self.owner = (np.concatenate(owners) if owners else np.zeros(0, np.int32))[order]
         self.position = (np.concatenate(positions) if positions else np.zeros(0, np.int32))[order]
         self._filter: tuple[np.ndarray, np.uint64, np.ndarray, np.uint64] | None = None
