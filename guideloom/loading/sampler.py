@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from itertools import chain, islice
 from operator import itemgetter
 from typing import Any, NamedTuple, Protocol
 
@@ -69,6 +70,13 @@ class Group(list):  # type: ignore[type-arg]
     samples a batch holds."""
 
     sizes: list[int] = []
+
+    @classmethod
+    def of(cls, batches: list[list[int]]) -> Group:
+        """The group of ``batches`` (built in C: this runs once per group in the loop's process)."""
+        item = cls(chain.from_iterable(batches))
+        item.sizes = list(map(len, batches))
+        return item
 
 
 class Grouping(NamedTuple):
@@ -114,17 +122,12 @@ def grouped(batches: Iterator[list[int]], size: int, ramp: bool) -> Iterator[lis
     A group's range requests run concurrently, so its first batch costs about one round trip,
     as a lone batch would.
     """
-    group: list[list[int]] = []
+    batches = iter(batches)
     done, target = 0, 1 if ramp else size
-    for batch in batches:
-        group.append(list(batch))
-        if len(group) >= target:
-            yield group
-            done += len(group)
-            group = []
-            target = min(size, max(1, done)) if ramp else size
-    if group:
+    while group := list(map(list, islice(batches, target))):  # a group taken in C, not per batch
         yield group
+        done += len(group)
+        target = min(size, max(1, done)) if ramp else size
 
 
 def read_ahead_budget(value: Any) -> int:
@@ -175,9 +178,7 @@ class OrderedBatchSampler(Sampler[list[int]]):
             yield from self._batches()
             return
         for group in self.groups(self.grouping):
-            item = Group(i for b in group for i in b)
-            item.sizes = [len(b) for b in group]
-            yield item
+            yield Group.of(group)
 
     def groups(self, grouping: Grouping) -> Iterator[list[list[int]]]:
         """The current pass's batches in groups fetched with one read each: by bytes
@@ -247,9 +248,7 @@ class GroupedBatches(Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[list[int]]:
         for group in self.batches.groups(self.grouping):
-            item = Group(i for b in group for i in b)
-            item.sizes = [len(b) for b in group]
-            yield item
+            yield Group.of(group)
 
     def __len__(self) -> int:
         schedule = self.batches.schedule
