@@ -47,6 +47,26 @@ def test_a_run_decodes_to_each_record_decoded_alone(fmt: Any) -> None:
         assert fmt.decode_run(memoryview(data), bounds) == alone
 
 
+def test_a_run_longer_than_the_decoders_buffer_is_decoded_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run is fed in pieces (records cut at a piece's end, one record larger than the
+    buffer) and still decoded by the streaming pass alone: record-by-record decoding would raise."""
+    from guideloom.formats import document
+
+    fmt = DocumentMsgpackFormat()
+    rng = random.Random(5)
+    records: list[Any] = [{"id": i, "text": "y" * rng.randrange(0, 9000)} for i in range(120)]
+    records.insert(60, {"id": -1, "text": "z" * (3 * document._RUN_BUFFER)})
+    data, bounds = _run(fmt, records)
+    assert len(data) > 8 * document._RUN_BUFFER
+
+    def record_by_record(self: Any, data: Any) -> Any:
+        raise AssertionError("the run fell back to decoding record by record")
+
+    monkeypatch.setattr(DocumentMsgpackFormat, "decode", record_by_record)
+    assert fmt.decode_run(data, bounds) == records
+    assert fmt.decode_run(memoryview(data)[: bounds[-1] - bounds[0]], bounds) == records
+
+
 def test_damaged_bytes_give_the_error_decode_gives() -> None:
     fmt = DocumentMsgpackFormat()
     records = _records(20, 3)
