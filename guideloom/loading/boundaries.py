@@ -63,15 +63,16 @@ def boundary_arrays(
     total = rows * length
     # Every start and every row start, sorted and distinct (starts at a row start dropped).
     inner = starts[starts % length != 0]
-    heads = np.sort(np.concatenate((np.arange(0, total, length, dtype=np.int64), inner)))
+    heads = np.concatenate((np.arange(0, total, length, dtype=np.int64), inner))
+    heads.sort()  # (in place, by the method: np.sort copies, through a Python-level wrapper)
     sizes = np.empty(len(heads), np.int64)
     np.subtract(heads[1:], heads[:-1], out=sizes[:-1])
     sizes[-1] = total - heads[-1]
     if total <= _COUNTING_MAX:
-        position_ids = np.subtract(_counting(total), np.repeat(heads, sizes))
+        position_ids = np.subtract(_counting(total), heads.repeat(sizes))
     else:  # a whole group: one array less of that size
         position_ids = np.arange(total, dtype=np.int64)
-        position_ids -= np.repeat(heads, sizes)
+        position_ids -= heads.repeat(sizes)
     out = {"position_ids": position_ids.reshape(rows, length)}
     if labels:
         lab = np.empty((rows, length), np.int64)
@@ -103,8 +104,11 @@ def _counting(n: int) -> np.ndarray:
 def cu_seqlens_of(position_ids: np.ndarray) -> tuple[np.ndarray, int]:
     """``(cu_seqlens, max_seqlen)`` of a batch from its ``(B, L)`` ``position_ids`` (NumPy)."""
     flat = position_ids.reshape(-1)
-    cu = np.append(np.flatnonzero(flat == 0), flat.size).astype(np.int32)
-    return cu, int(np.diff(cu).max()) if len(cu) > 1 else 0
+    heads = np.flatnonzero(flat == 0)
+    cu = np.empty(len(heads) + 1, np.int32)  # (np.append and np.diff cost more in Python than here)
+    cu[:-1] = heads
+    cu[-1] = flat.size
+    return cu, int((cu[1:] - cu[:-1]).max()) if len(cu) > 1 else 0
 
 
 def with_cu_seqlens(batch: dict[str, Any]) -> dict[str, Any]:
@@ -192,7 +196,7 @@ def flat_starts(
     rows, length = tokens.shape
     if boundaries == "records":
         positions, counts = record_starts()
-        return positions + np.repeat(np.arange(rows, dtype=np.int64) * length, counts)  # type: ignore[no-any-return]
+        return positions + (np.arange(rows, dtype=np.int64) * length).repeat(counts)  # type: ignore[no-any-return]
     if boundaries == "eos":
         after = np.flatnonzero(tokens[:, :-1] == eos_id)
     else:
