@@ -289,8 +289,9 @@ class EvalIndex:
         words = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
         self.usable = int((words >= n).sum())
         digest = hashlib.sha256(f"ngram={n}\n".encode())
-        if texts:
-            digest.update(b"\n".join(texts) + b"\n")  # each text and a newline, as one update
+        if texts:  # each text and a newline (the join, and its last newline apart: no second copy)
+            digest.update(b"\n".join(texts))
+            digest.update(b"\n")
         self.sha256 = digest.hexdigest()
 
     @property
