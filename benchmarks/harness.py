@@ -114,16 +114,45 @@ class Row:
         return out
 
 
+MIN_MEASURE_S = 0.25  # a measurement shorter than this is repeated, and its median taken
+
+
+def _at_least(measure: Callable[[], float], seconds: float) -> Callable[[], float]:
+    """``measure`` made one figure of at least ``seconds`` of wall time: called again while the
+    calls so far took less, and the median of the calls' figures returned (as `timeit`'s
+    autorange does). A pass over the default corpus can take 50 ms, where one slow spell of a
+    shared 2-core machine moves a single figure by 20 %."""
+
+    def run() -> float:
+        began = time.perf_counter()
+        figures = [measure()]
+        while time.perf_counter() - began < seconds:
+            figures.append(measure())
+        return statistics.median(figures)
+
+    return run
+
+
 def interleaved(
-    guideloom: Callable[[], float], baseline: Callable[[], float], repeats: int, warmup: bool = True
+    guideloom: Callable[[], float],
+    baseline: Callable[[], float],
+    repeats: int,
+    warmup: bool = True,
+    min_seconds: float = MIN_MEASURE_S,
 ) -> tuple[Stats, Stats]:
     """Run both measurements ``repeats`` times, alternating; each call returns one figure.
 
     With ``warmup`` each runs once first, unrecorded (page cache, imports, connection pools).
+    With ``warmup``, a call that takes less than ``min_seconds`` is also repeated until they add
+    up to that much, and counts as one measurement, the median of its calls' figures
+    (`_at_least`). Without it each measurement is one call: ``--quick`` smoke runs, and rows
+    whose calls change what they measure (an append grows the dataset) pass ``warmup=False``.
     """
     if warmup:
         guideloom()
         baseline()
+        if min_seconds > 0:
+            guideloom, baseline = _at_least(guideloom, min_seconds), _at_least(baseline, min_seconds)
     ours: list[float] = []
     theirs: list[float] = []
     for k in range(repeats):

@@ -73,7 +73,7 @@ def mix_rows(cfg: Config) -> list[Row]:
         )
         # tokens per CPU second, ours over theirs, over the timed passes (a warm-up came first)
         per_cpu = [
-            windows / statistics.median(cpu[-cfg.repeats :])
+            windows / statistics.median(cpu[0 if cfg.quick else 1 :])  # every pass but the warm-up
             for windows, cpu in ((ours.view.plan.epoch_length, cpu_ours), (len(theirs.view), cpu_theirs))
         ]
         cpu_ratio = per_cpu[0] / per_cpu[1]
