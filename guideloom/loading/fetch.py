@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 from torch.utils.data import Dataset
 
-from guideloom.io.ranges import current_gap_budget, gap_budget
+from guideloom.io.ranges import current_gap_budget, reset_gap_budget, set_gap_budget
 from guideloom.io.stats import io_stats
 from guideloom.loading.boundaries import with_cu_seqlens
 from guideloom.loading.collate import collate_aligned, collate_documents, collate_windows
@@ -166,8 +166,18 @@ class BatchSource(Dataset):  # type: ignore[type-arg]
 
     def read_group(self, batches: list[list[int]]) -> list[Any]:
         """Several batches fetched with one read; one uncollated result per batch, in order."""
-        with gap_budget(self.gap_budget):
-            return self._read_group(batches)
+        return self._budgeted(self._read_group, batches)
+
+    def _budgeted(self, read: Callable[[Any], Any], arg: Any) -> Any:
+        """``read(arg)`` with this fetcher's gap budget in the reads' context. Set only where the
+        context has another (once set, every read looks it up); per group: no context manager."""
+        if current_gap_budget() == self.gap_budget:
+            return read(arg)
+        token = set_gap_budget(self.gap_budget)
+        try:
+            return read(arg)
+        finally:
+            reset_gap_budget(token)
 
     def _read_group(self, batches: list[list[int]]) -> list[Any]:
         if len(batches) == 1:
@@ -189,8 +199,7 @@ class BatchSource(Dataset):  # type: ignore[type-arg]
                 return ahead.fetch(self.view, indexes, self)
             return self._read(list(indexes))
         if self.columns:
-            with gap_budget(self.gap_budget):
-                return Whole(self._read(list(indexes)), list(sizes))
+            return Whole(self._budgeted(self._read, list(indexes)), list(sizes))
         bounds = np.cumsum([0, *sizes]).tolist()
         flat = list(indexes)
         return self.read_group([flat[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])])

@@ -122,15 +122,16 @@ class RankCounts:
     """Samples of each source that one rank's loader has received since it was built (in memory,
     not in the state: after a change of world size a rank's own history has no meaning).
 
-    Counted from the schedule in closed form (two `delivered` calls per new step), only when asked:
-    `start` at every pass, `update` with the batches the loop has received of it.
+    Counted from the schedule in closed form (the interleave's counts at the ends of the rank's
+    positions: once for the pass's received steps with one rank, per step with several), only when
+    asked: `start` at every pass, `update` with the batches the loop has received of it.
     """
 
     def __init__(self, view: Any, rank: int) -> None:
         self.view = view
         self.rank = rank
         self.totals = [0] * len(source_names(view))
-        self._single = as_mixture(view) is None  # one source: every position is its sample
+        self._mixture = as_mixture(view)  # None: one source, every position is its sample
         self._schedule: EpochSchedule | None = None
         self._counted = 0  # steps of the current pass already in the totals
 
@@ -144,12 +145,19 @@ class RankCounts:
         if schedule is None:
             return self.totals
         stop = min(received, schedule.num_steps)
-        if not self._single:  # each step's split between the sources comes from the interleave
-            for step in range(self._counted, stop):
-                lo, hi = schedule.batch_range(step, self.rank)
-                before, after = delivered(self.view, lo), delivered(self.view, hi)
-                self.totals = [t + b - a for t, a, b in zip(self.totals, before, after)]
-        elif stop > self._counted:
+        if stop <= self._counted:
+            return self.totals
+        if self._mixture is not None:  # each step's split between the sources: the interleave's
+            counts = self._mixture.plan.interleave.counts
+            if schedule.world_size == 1:  # one rank's steps are one run of positions: its ends
+                spans = [(schedule.batch_range(self._counted, 0)[0], schedule.batch_range(stop - 1, 0)[1])]
+            else:  # a rank's share of each step, apart (a pass's worth once per pass)
+                spans = [schedule.batch_range(step, self.rank) for step in range(self._counted, stop)]
+            totals = self.totals
+            for lo, hi in spans:
+                totals = [t + b - a for t, a, b in zip(totals, counts(lo), counts(hi))]
+            self.totals = totals
+        else:
             # one source: the steps' batch sizes summed in closed form (step by step, as above,
             # this cost 1.3 us per batch of the pass at each epoch's end)
             full = min(stop, schedule.full_steps) - min(self._counted, schedule.full_steps)

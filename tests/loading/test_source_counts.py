@@ -402,3 +402,18 @@ def test_rank_scope_counts_this_ranks_rows(streams: Mixture, num_workers: int) -
         assert ld.source_counts(scope="rank") == _expected(Counter(), names, True)
     batch = next(iter(resumed[1]))
     assert resumed[1].source_counts(scope="rank") == _expected(Counter(batch["source"].tolist()), names, True)
+
+
+def test_one_ranks_counts_in_closed_form_equal_its_rows(streams: Mixture) -> None:
+    # one rank: the pass's received steps are one run of positions, counted from its two ends
+    loader = StatefulDataLoader.from_storage(
+        streams, sequence_length=L, batch_size=3, shuffle=True, seed=5, sources=True
+    )
+    own: Counter[int] = Counter()
+    for epoch in range(2):  # the last batch of each epoch is short (drop_last=False)
+        for k, batch in enumerate(loader):
+            own.update(s for s, _ in _rows(batch, streams.names))
+            if k % 4 == epoch:  # asked mid-pass, not every step: the rest comes as one run
+                assert loader.source_counts(scope="rank") == _expected(own, streams.names, True)
+        assert loader.source_counts(scope="rank") == _expected(own, streams.names, True)
+        assert loader.source_counts(scope="rank") == loader.source_counts()
