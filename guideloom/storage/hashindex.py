@@ -98,7 +98,8 @@ def index_of(location: Location, snap: Snapshot) -> HashIndex | None:
     if raw is None:
         return None
     try:
-        return HashIndex.model_validate(raw)
+        # strict, as JSON (the metadata's dict too): a count is an integer, never true or "1"
+        return HashIndex.model_validate_json(json.dumps(raw), strict=True)
     except ValueError as err:
         first = str(err).splitlines()[:3]
         raise HashIndexError(

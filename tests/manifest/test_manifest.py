@@ -46,6 +46,10 @@ def test_round_trip_and_lazy_shards(manifest_dict):
             "greater than or equal to 0",
         ),
         (lambda d: d.__setitem__("surprise", 1), "Extra inputs are not permitted"),
+        # a count is a JSON integer: not true, 4.0 or "4" (parsed strictly, in pydantic's core)
+        (lambda d: d["shard_table"]["tokens"].__setitem__(0, True), r"shard_table.tokens.0: .*integer"),
+        (lambda d: d["shard_table"]["files"]["data"]["size"].__setitem__(2, 10.0), r"size.2: .*integer"),
+        (lambda d: d.__setitem__("total_tokens", "20"), r"total_tokens: .*integer"),
         (lambda d: d["shard_table"]["files"]["data"].__setitem__("kind", "exe"), "unknown kind"),
     ],
 )
