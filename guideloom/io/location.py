@@ -31,6 +31,7 @@ number of times; throttling that lasts the whole deadline fails with a message s
 from __future__ import annotations
 
 import builtins
+import functools
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -76,6 +77,17 @@ def endpoint_of(fs: Any, url: str, options: dict[str, Any]) -> str | None:
     if backend is DEFAULT_BACKEND and fs is not None:
         backend = backend_of_fs(fs)
     return backend.endpoint(fs, url, options)
+
+
+@functools.lru_cache(maxsize=8192)
+def _plain_relative(rel: str) -> bool:
+    """Whether `guideloom.layout.check_relative_path` accepts ``rel``, remembered: a loader
+    joins the same shard paths again and again (its checks cost more than the join)."""
+    try:
+        layout.check_relative_path(rel, "path")
+    except ValueError:
+        return False
+    return True
 
 
 class Location(Reads, Writes):
@@ -169,10 +181,11 @@ class Location(Reads, Writes):
         _ = self.fs
         if not rel:
             return self._root
-        try:
-            layout.check_relative_path(rel, "path")
-        except ValueError as err:
-            raise ManifestError(f"refusing a path outside {self.display_url}: {err}") from None
+        if type(rel) is not str or not _plain_relative(rel):
+            try:
+                layout.check_relative_path(rel, "path")
+            except ValueError as err:
+                raise ManifestError(f"refusing a path outside {self.display_url}: {err}") from None
         return f"{self._root}/{rel}"
 
     def describe(self, rel: str) -> str:

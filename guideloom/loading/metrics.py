@@ -461,6 +461,10 @@ class Uncounted(LoaderMeter):
         return [finish(part) for part in parts], []
 
 
+_NUMBERS = (int, float)
+_SAVED_NUMBERS = (*COUNTERS, "rank", "world_size")
+
+
 def checked(saved: Any) -> dict[str, Any] | None:
     """A state's ``"metrics"`` section (None: a state saved without one), checked before the
     loader changes anything.
@@ -470,9 +474,10 @@ def checked(saved: Any) -> dict[str, Any] | None:
     """
     if saved is None:
         return None
-    if not isinstance(saved, dict) or not all(
-        isinstance(saved.get(k, 0), (int, float)) and not isinstance(saved.get(k, 0), bool)
-        for k in (*COUNTERS, "rank", "world_size")
+    values = [saved.get(k, 0) for k in _SAVED_NUMBERS] if isinstance(saved, dict) else None
+    if values is None or not (
+        all(type(v) in _NUMBERS for v in values)  # plain ints and floats (a bool's type is bool)
+        or all(isinstance(v, _NUMBERS) and not isinstance(v, bool) for v in values)
     ):
         raise ResumeStateError(
             f"corrupt loader state: {METRICS_KEY!r} should be a dict of counters "

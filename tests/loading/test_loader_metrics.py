@@ -253,9 +253,15 @@ def test_another_ranks_state_starts_this_ranks_counters_from_zero(tmp_path: Any)
     older.load_state_dict(old)
     assert older.metrics()["total"]["batches"] == 0
 
-    state["metrics"]["batches"] = "many"
-    with pytest.raises(ResumeStateError, match="delete that key"):
-        _loader(storage, rank=0, world_size=2).load_state_dict(state)
+    waited = state["metrics"]["wait_s"]
+    state["metrics"]["wait_s"] = np.float64(waited)  # a NumPy float (a float) is a number too
+    again = _loader(storage, rank=0, world_size=2)
+    again.load_state_dict(state)
+    assert again.metrics()["total"]["batches"] == 4
+    for bad in ("many", True, None):  # not numbers (JSON's true is not 1)
+        state["metrics"]["batches"] = bad
+        with pytest.raises(ResumeStateError, match="delete that key"):
+            _loader(storage, rank=0, world_size=2).load_state_dict(state)
 
 
 def test_a_plain_torch_dataset_has_no_metrics() -> None:
