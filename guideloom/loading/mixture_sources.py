@@ -128,7 +128,6 @@ class RankCounts:
     """
 
     def __init__(self, view: Any, rank: int) -> None:
-        self.view = view
         self.rank = rank
         self.totals = [0] * len(source_names(view))
         self._mixture = as_mixture(view)  # None: one source, every position is its sample
