@@ -200,8 +200,7 @@ class _PartWriter:
             self._append(kept)
 
     def _append(self, kept: list[tuple[np.ndarray, np.ndarray | None, Any, _Pending]]) -> None:
-        for _, _, _, item in kept:
-            self.origins.add(item.url, *item.where)
+        self.origins.extend([k[3].url for k in kept], [k[3].where for k in kept])
         if self.config.layout == DOCUMENTS:
             for ids, _, _, item in kept:
                 self.writer.append({"tokens": ids.tolist(), **item.fields})
@@ -219,19 +218,11 @@ class _PartWriter:
             first = (self.part << 32) + self.documents
             numbers = np.arange(first, first + len(kept), dtype=np.uint64)
             record["doc_index"] = np.repeat(numbers, lengths)
-        if self.config.layout == STREAM_WITH_META:
-            # One record per document, as in a plain stream (trace, records and windows name
-            # documents): each with its own spans, in its own tokens' coordinates.
-            ends = np.cumsum(lengths)
-            for k, doc_spans in enumerate(self._spans(kept)):
-                start, stop = int(ends[k] - lengths[k]), int(ends[k])
-                self.writer.append(
-                    {name: column[start:stop] for name, column in record.items()}, spans=doc_spans
-                )
-        else:
-            # Each document is its own record (its start goes into the record-start file); the
-            # batch fills the shard as a whole, so the shards' token bytes are those of one record.
-            self.writer.append_batch(record, lengths=lengths)
+        # Each document is its own record (its start goes into the record-start file; trace,
+        # records and windows name documents), with its own spans in its own tokens'
+        # coordinates in a stream with metadata; the batch is appended at once.
+        spans = self._spans(kept) if self.config.layout == STREAM_WITH_META else None
+        self.writer.append_batch(record, lengths=lengths, spans=spans)
         self.documents += len(kept)
         self.tokens += int(tokens.size)
 
@@ -289,6 +280,7 @@ class _Preparer:
             tuple(config.passthrough),
             passthrough_defaults=dict(config.passthrough_defaults),
         )
+        self.id_field = config.id_field
         self.plain = self.transform is None and not config.chat and config.layout != STREAM_WITH_META
 
     def __call__(self, raw: InputRecord | Document | BadRecord, url: str) -> _Pending | Bad | None:
@@ -297,7 +289,14 @@ class _Preparer:
                 doc = document(raw, self.doc_options)
                 if isinstance(doc, BadRecord):
                     return doc
-                return _Pending(url, doc.text, doc.fields, where=self._where(raw, raw.data))
+                line = raw.line  # self._where, inline: once per record
+                ident = raw.data.get(self.id_field) if self.id_field else None
+                return _Pending(
+                    url,
+                    doc.text,
+                    doc.fields,
+                    where=(line, raw.offset if line is None else None, raw.row, ident),
+                )
             return raw if isinstance(raw, BadRecord) else _Pending(url, raw.text, raw.fields)
         if isinstance(raw, BadRecord):
             return raw
@@ -431,14 +430,14 @@ def write_part(
         # part's decisions arrive (guideloom.workers.dedup.PartDedup).
         found = records() if drop is None else drop.prepared(records())
         for f, seg, shown, index, raw, item in found:
-            if isinstance(item, _Pending) and drop is not None and drop(shown):
-                pass  # an exact duplicate (guideloom.workers.dedup): counted by `drop`
-            elif isinstance(item, _Pending):
-                if screen is None:
-                    out.add(item)
-                else:
-                    screen.add(item, (f, seg, index, raw))
-                text_bytes += len(item.text) + 1
+            if isinstance(item, _Pending):
+                # (an exact duplicate, guideloom.workers.dedup, is skipped: counted by `drop`)
+                if drop is None or not drop(shown):
+                    if screen is None:
+                        out.add(item)
+                    else:
+                        screen.add(item, (f, seg, index, raw))
+                    text_bytes += len(item.text) + 1
             elif item is None:
                 filtered[shown] += 1
             elif config.on_bad_record == "skip":

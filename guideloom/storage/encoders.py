@@ -23,10 +23,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 import guideloom.layout as layout
-from guideloom.errors import RecordError
+from guideloom.errors import RecordError, SpanError
 from guideloom.formats import (
     DocumentStorageFormat,
     Format,
+    Span,
     StreamNumpyFormat,
     StreamWithMetaStorageFormat,
     check_spans,
@@ -387,6 +388,55 @@ class StreamWithMetaEncoder(_RecordStarts):
         shard.add("data", elements.data.cast("B"))
         shard.tokens += len(elements)
 
+    def batch_spans(self, spans: Sequence[Any], lens: np.ndarray, where: str, first: int) -> list[_Checked]:
+        """Each record's spans of a batch checked and their annotations encoded, nothing added
+        yet (a refused span leaves the shard as it was): for `add_elements`.
+
+        Raises:
+            RecordError: ``spans`` is not one list per record, or an annotation's encoding fails.
+            SpanError: A record's spans are invalid (the record is named).
+        """
+        if len(spans) != len(lens):
+            raise RecordError(
+                f"{where}{first}..: spans= holds {len(spans)} lists for {len(lens)} records; give "
+                "one list (empty for none) per record"
+            )
+        out: list[_Checked] = []
+        for k, (record_spans, length) in enumerate(zip(spans, lens.tolist())):
+            if not record_spans:
+                out.append(_NO_SPANS)
+                continue
+            try:  # the record's name is made only for an error (most batches have none)
+                checked = check_spans(record_spans, length, "")
+                metas = [bytes(_encoded(self._encode_meta, a, "", "encode_meta")) for _, _, a in checked]
+            except (RecordError, SpanError):
+                here = f"{where}{first + k}"
+                checked = check_spans(record_spans, length, here)  # raises, naming the record
+                metas = [
+                    bytes(_encoded(self._encode_meta, annotation, f"{here} span {j}", "encode_meta"))
+                    for j, (_, _, annotation) in enumerate(checked)
+                ]
+            out.append((checked, metas))
+        return out
+
+    def add_elements(
+        self, shard: ShardBuffer, elements: np.ndarray, lens: np.ndarray, spans: Sequence[_Checked] = ()
+    ) -> None:
+        """`_RecordStarts.add_elements`, with each record's spans (from `batch_spans`; none
+        when empty) placed at the record's start in the shard."""
+        at = shard.tokens
+        super().add_elements(shard, elements, lens)
+        if not spans:
+            return
+        rows, size = self._span_rows, self._meta_size
+        for (checked, metas), start in zip(spans, (at + np.cumsum(lens) - lens).tolist()):
+            for (a, b, _), meta in zip(checked, metas):
+                rows.append((start + a, start + b, size, size + len(meta)))
+                size += len(meta)
+                shard.add("meta", meta)
+            shard.spans += len(checked)
+        self._meta_size = size
+
     def finish(self, shard: ShardBuffer) -> None:
         self._finish_starts(shard)
         table = np.array(self._span_rows, dtype=np.uint64).reshape(-1, 4)
@@ -396,6 +446,10 @@ class StreamWithMetaEncoder(_RecordStarts):
         shard.add("spans", spans.data.cast("B"))
         directory = layout.span_directory(spans, shard.tokens, self._meta_size)
         shard.add("span_dir", directory.data.cast("B"))
+
+
+_Checked = tuple[list[Span], list[bytes]]  # a record's checked spans and encoded annotations
+_NO_SPANS: _Checked = ([], [])
 
 
 ENCODERS: dict[Layout, type[ShardEncoder]] = {

@@ -182,7 +182,7 @@ class Writer:
         if buf.nbytes >= self.shard_size:
             self._flush()
 
-    def append_batch(self, records: Any, lengths: Any = None) -> int:
+    def append_batch(self, records: Any, lengths: Any = None, spans: Sequence[Any] | None = None) -> int:
         """Append many records at once: the same as `append` of each in turn, with one copy per
         buffer for streams.
 
@@ -191,28 +191,37 @@ class Writer:
         a list of records (dicts of 1-D arrays, as `append` takes them). Each record's start is
         recorded (the stream's record starts); the batch fills shards as appending its records
         one by one would: a shard is written out after the record that brings it to `shard_size`
-        bytes, and the batch's next records start the next shard (a record is never split). Documents: a list of records, appended one
-        by one. Streams with metadata: records without spans (use `append` for spans).
+        bytes, and the batch's next records start the next shard (a record is never split).
+        Documents: a list of records, appended one by one. Streams with metadata: the same, and
+        ``spans``, one list per record as `append` takes them.
 
         Args:
             records: A dict of flat arrays (streams, with ``lengths``) or a sequence of records.
             lengths: Tokens per record (a 1-D array of non-negative ints summing to the length
                 of the flat arrays); only with a dict of flat arrays.
+            spans: Streams with metadata only: per record, its `(start, stop, annotation)`
+                triples in its own tokens (as `append`'s ``spans``; empty for none). None: no
+                record has spans.
 
         Returns:
             How many records were appended.
 
         Raises:
             RecordError: The format refuses a record (named by its number), ``lengths`` is
-                missing, not 1-D non-negative ints, or does not add up to the fields' length.
-                For streams nothing of the batch is added then; for documents the records
-                before the refused one stay appended.
+                missing, not 1-D non-negative ints, or does not add up to the fields' length,
+                ``spans`` is given to a storage class that does not store them or does not
+                hold one list per record, or an annotation's encoding fails. For streams
+                nothing of the batch is added then; for documents the records before the
+                refused one stay appended.
+            SpanError: A record's spans are invalid (nothing of the batch is added then).
             StorageAccessError: Writing a full shard failed.
             RuntimeError: The writer is closed.
         """
         if self._closed:
             raise RuntimeError("this writer is closed; open a new one with storage.writer()")
         encoder = self._encoder
+        if spans is not None and not encoder.takes_spans:
+            raise RecordError(f"{self._where}{self._records}: spans are only stored by StreamWithMetaStorage")
         if not encoder.takes_batches:
             if lengths is not None:
                 raise RecordError(
@@ -226,22 +235,32 @@ class Writer:
             return count
         elements, lens = encoder.batch_elements(records, lengths, self._where, self._records)  # type: ignore[attr-defined]
         count = len(lens)
-        ends = np.cumsum(lens)  # each record's end, in tokens of the batch
         itemsize = encoder.element_size
+        ends = np.cumsum(lens)  # each record's end, in tokens of the batch
+        checked = None
+        bytes_end = ends * itemsize  # each record's end, in bytes of the batch (data, annotations)
+        if spans is not None:
+            checked = encoder.batch_spans(spans, lens, self._where, self._records)  # type: ignore[attr-defined]
+            bytes_end += np.cumsum(np.fromiter((sum(map(len, m)) for _, m in checked), np.int64, count))
         done = tok = 0
         while done < count:
             # the records that fill the shard being written: up to the first whose end reaches
             # shard_size (at least one), as appending them one by one would cut
-            room = max(1, -(-(self.shard_size - self._buffer.nbytes) // itemsize))
-            stop = min(count, max(int(np.searchsorted(ends, tok + room)), done) + 1)
-            end = int(ends[stop - 1])
             buf = self._buffer
+            before = int(bytes_end[done - 1]) if done else 0
+            room = before + self.shard_size - buf.nbytes
+            stop = min(count, max(int(np.searchsorted(bytes_end, room)), done) + 1)
+            end = int(ends[stop - 1])
             piece = elements[tok:end]
-            full = buf.nbytes + piece.nbytes >= self.shard_size
+            full = buf.nbytes + int(bytes_end[stop - 1]) - before >= self.shard_size
             # `elements` may be the caller's own array: a piece that fills a shard is written
             # before this call returns; one that stays buffered is copied (the caller may reuse
             # its array as soon as the call returns).
-            encoder.add_elements(buf, piece if full else piece.copy(), lens[done:stop])  # type: ignore[attr-defined]
+            kept = piece if full else piece.copy()
+            if checked is None:
+                encoder.add_elements(buf, kept, lens[done:stop])  # type: ignore[attr-defined]
+            else:
+                encoder.add_elements(buf, kept, lens[done:stop], checked[done:stop])  # type: ignore[attr-defined]
             buf.records += stop - done
             self._records += stop - done
             if full:

@@ -171,6 +171,51 @@ def test_streams_with_metadata_record_starts_too(tmp_path) -> None:
     assert view[1]["spans"] == [(4, 11, ["b"])]
 
 
+def test_a_batch_with_spans_writes_the_shards_its_records_appended_one_by_one_write(tmp_path) -> None:
+    """append_batch(spans=) (how ingestion writes a stream with metadata): the same data, starts,
+    span tables and annotations, cut into the same shards (annotation bytes count towards
+    shard_size), as append of each record with its spans; bad spans refuse the whole batch."""
+    from storage_helpers import ConceptsFormat
+
+    from guideloom.errors import SpanError
+
+    fmt = ConceptsFormat(StreamNumpyFormat({"tokens": np.uint16}))
+    lengths = [7, 3, 12, 1, 9, 5, 4]
+    spans = [[(0, 2, ["a"]), (4, 7, ["b" * 30])], [], [(1, 12, ["c"])], [(0, 1, [])], [], [(2, 5, ["d"])], []]
+    flat = {"tokens": np.arange(sum(lengths), dtype=np.uint16)}
+    ends = np.cumsum(lengths)
+    one = StreamWithMetaStorage(tmp_path / "one", fmt)
+    batch = StreamWithMetaStorage(tmp_path / "batch", fmt)
+    with one.writer(shard_size=40) as w:
+        for _ in range(3):
+            for k, n in enumerate(lengths):
+                w.append({"tokens": flat["tokens"][ends[k] - n : ends[k]]}, spans=spans[k])
+    with batch.writer(shard_size=40) as w:
+        for _ in range(3):
+            w.append_batch(flat, lengths=lengths, spans=spans)
+        with pytest.raises(
+            SpanError, match=r"record 22: span 0 \[1, 12\) must satisfy 0 <= start < stop <= 11"
+        ):
+            w.append_batch({"tokens": np.arange(20)}, lengths=[9, 11], spans=[[], [(1, 12, ["x"])]])
+        with pytest.raises(RecordError, match=r"record 22 span 1: ConceptsFormat.encode_meta failed"):
+            w.append_batch(
+                {"tokens": np.arange(20)}, lengths=[9, 11], spans=[[], [(0, 1, []), (2, 3, object())]]
+            )
+        with pytest.raises(RecordError, match="spans= holds 1 lists for 2 records"):
+            w.append_batch({"tokens": np.arange(20)}, lengths=[9, 11], spans=[[]])
+        assert w.records_written == 21
+    a, b = one.manifest.shard_table, batch.manifest.shard_table
+    assert len(a) > 3 and (b.records, b.tokens) == (a.records, a.tokens)
+    for name in ("data", "starts", "meta", "spans", "span_dir"):
+        assert b.files[name].checksum == a.files[name].checksum, name
+    view = StreamWithMetaDataset(batch, 8)
+    assert view[0]["spans"] == [(0, 2, ["a"]), (4, 7, ["b" * 30])]
+    with StreamStorage(tmp_path / "plain", FORMAT).writer() as w:
+        with pytest.raises(RecordError, match="spans are only stored by StreamWithMetaStorage"):
+            w.append_batch([_record(2, 0)], spans=[[(0, 1, "x")]])
+        w.append_batch([_record(2, 0)])
+
+
 def test_bad_batches_are_refused_and_leave_the_writer_as_it_was(tmp_path) -> None:
     storage = StreamStorage(tmp_path / "s", FORMAT)
     with storage.writer() as w:

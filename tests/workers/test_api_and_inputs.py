@@ -86,6 +86,31 @@ def test_a_tasks_argument_does_not_grow_with_the_number_of_input_files(ingest_co
     assert sizes[10_000] == sizes[1000] == sizes[10], sizes
 
 
+def test_a_task_config_pickles_as_the_options_that_differ_from_their_defaults():
+    """Ray pickles the config once per part task: the options left at their defaults are not
+    sent, the config comes back equal (eval index included), and no two copies share a list."""
+    from ray import cloudpickle
+
+    from guideloom.workers.config import validate_config
+
+    config = validate_config(
+        {"inputs": ["a.jsonl"], "output": "s3://b/out", "layout": "document", "passthrough": ["id"]}
+    )
+    sent = task_config(config)
+    sent._eval_index = {"ngrams": [1, 2, 3]}  # as guideloom.workers.decontam.attach
+    data = pickle.dumps(sent)
+    assert b"decontaminate_ngram" not in data and b"max_retries" not in data and b"passthrough" in data
+    for back in (pickle.loads(data), cloudpickle.loads(cloudpickle.dumps(sent))):
+        assert back == sent and back.layout == "documents" and back.passthrough == ["id"]
+        assert back._eval_index == {"ngrams": [1, 2, 3]} and back.max_retries == 3
+    one, two = pickle.loads(data), pickle.loads(data)
+    assert one.meta_fields == [] and one.meta_fields is not two.meta_fields
+    # a default given explicitly (True is not 1) and a value that differs are both kept
+    other = validate_config({"inputs": ["a"], "output": "o", "max_retries": 0, "bos": False})
+    assert pickle.loads(pickle.dumps(other)) == other
+    assert len(pickle.dumps(other)) > len(pickle.dumps(validate_config({"inputs": ["a"], "output": "o"})))
+
+
 def test_the_manifest_records_inputs_compactly():
     from guideloom.workers.ingest import _metadata
     from guideloom.workers.tokenizer import load_tokenizer

@@ -79,3 +79,31 @@ def test_parquet_rows_are_kept(ray_local, ingest_config, tmp_path):
     storage = open_storage(config, load_tokenizer("bytes"))
     got = RecordOrigins(storage)(range(20))
     assert [(o["row"], o["id"]) for o in got] == [(i + 1, f"k{i}") for i in range(20)]
+
+
+def test_origins_kept_per_batch_decode_per_record():
+    """The builder takes a batch at a time (files in runs, ids on some records only): each
+    record's origin decodes as it was given, whatever file, id or missing field it had."""
+    from guideloom.storage.origins import OriginsBuilder, decode_origins
+
+    built = OriginsBuilder()
+    built.extend(
+        ["a.jsonl", "a.jsonl", "b.parquet"],
+        [(1, None, None, None), (2, None, None, "x7"), (None, None, 5, 9)],
+    )
+    built.extend([], [])
+    built.extend(["a.jsonl"], [(None, 4096, None, None)])
+    built.add("b.parquet", None, None, 6, None)
+    assert len(built) == 5
+    got = [o.describe() if o else None for o in decode_origins(built.encode(), [0, 1, 2, 3, 4, 5])]
+    assert got == [
+        "a.jsonl line 1",
+        "a.jsonl line 2 id=x7",
+        "b.parquet row 5 id=9",
+        "a.jsonl byte 4096",
+        "b.parquet row 6",
+        None,
+    ]
+    plain = OriginsBuilder()
+    plain.extend(["c.txt"] * 3, [(k, None, None, None) for k in (1, 2, 3)])
+    assert [o.id for o in decode_origins(plain.encode(), [0, 2]) if o] == [None, None]
