@@ -134,6 +134,7 @@ def _preferred_order(plan: Plan, first: set[int] | frozenset[int]) -> list[int]:
 _write_part_task = ray.remote(_task)
 
 TASK_CPUS = 1  # what each part task asks Ray for (`_task_options`)
+CANCEL_GRACE_S = 0.5  # on an interruption, how long replies on their way may take to land
 
 
 def _size_thread_pool(threads: int) -> None:
@@ -404,10 +405,15 @@ def _run_parts(
                     continue
                 progress.running([c for k, c in running.items() if k in pending.values()])
     finally:
-        for ref in pending:
-            # Not force=True: a force-cancelled task whose reply is already on its way makes
-            # Ray 2.60 abort the driver ("Tried to complete task that was not pending").
-            ray.cancel(ref, force=False)
+        if pending:
+            # A task cancelled while its reply is on its way makes Ray abort the driver ("Tried
+            # to complete task that was not pending": the cancel races the reply's callback;
+            # ray-project/ray#54798). An interruption often comes just as a part ends (`ray job
+            # stop` after a part shows up): such replies get CANCEL_GRACE_S to land, and only
+            # the tasks still running are cancelled, not forcibly (force=True widens the race).
+            landed, _ = ray.wait(list(pending), num_returns=len(pending), timeout=CANCEL_GRACE_S)
+            for ref in set(pending) - set(landed):
+                ray.cancel(ref, force=False)
         if tally is not None:
             try:
                 ray.kill(tally)

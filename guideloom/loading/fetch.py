@@ -158,8 +158,11 @@ class BatchSource(Dataset):  # type: ignore[type-arg]
     def _read(self, indexes: list[int]) -> Any:
         ahead = _read_ahead(self.view)  # a BatchOrder's read-ahead: not for this read
         if ahead is not None:
-            with ahead.off():
+            before = ahead.pause()  # (ahead.off() without a context manager's frames)
+            try:
                 return self.view.read_batch(indexes) if self.batched else self.view.__getitems__(indexes)
+            finally:
+                ahead.resume(before)
         if self.batched:
             return self.view.read_batch(indexes)
         return self.view.__getitems__(indexes)

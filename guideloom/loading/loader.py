@@ -79,6 +79,7 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -144,6 +145,20 @@ def _weak_call(method: Callable[[], None]) -> Callable[[], None]:
             bound()
 
     return call
+
+
+def _named_counts(view: Any, before: list[int], now: list[int]) -> dict[str, dict[str, int | None]]:
+    """`StatefulDataLoader.source_counts`' figures: ``before + now`` samples of each source."""
+    length = view.sequence_length
+    out: dict[str, dict[str, int | None]] = {}
+    for name, a, b in zip(source_names(view), before, now):
+        out[name] = {"samples": a + b, "tokens": (a + b) * length if length else None}
+    return out
+
+
+def _counts_at(view: Any, before: list[int], handed: int) -> dict[str, dict[str, int | None]]:
+    """The global source counts with ``handed`` positions of the current epoch handed out."""
+    return _named_counts(view, before, delivered(view, handed))
 
 
 class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
@@ -984,7 +999,9 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
         self._start_handed = handed
         self.next_iter_state = None  # torchdata must never fast-forward: its own state stays empty
         self._meter.load(counters)
-        self._meter.mark_start(self.source_counts())
+        # the source counts at the restored position, made if a report asks (no loader inside:
+        # the meter must not keep its loader alive)
+        self._meter.mark_start(partial(_counts_at, self.view, list(before), self._handed_out()))
 
     def skip_steps(self, steps: range) -> None:
         """Leave out global steps ``steps.start .. steps.stop - 1``: the next pass yields step
@@ -1073,14 +1090,8 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
             )
         if scope == "rank":
             totals = self._rank_counts.update(self._live.received if self._live is not None else 0)
-        else:
-            now = delivered(self.view, self._handed_out())
-            totals = [before + current for before, current in zip(self._samples_before, now)]
-        length = self.view.sequence_length
-        out: dict[str, dict[str, int | None]] = {}
-        for name, samples in zip(source_names(self.view), totals):
-            out[name] = {"samples": samples, "tokens": samples * length if length else None}
-        return out
+            return _named_counts(self.view, [0] * len(totals), totals)
+        return _counts_at(self.view, self._samples_before, self._handed_out())
 
     def __len__(self) -> int:
         """A whole epoch's batches of this rank, also after a resume (``len(iter(loader))`` is the

@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import operator
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -242,7 +243,8 @@ class LoaderMeter:
         self._base: dict[str, float] = dict.fromkeys(COUNTERS, 0)  # from a restored state
         self._base_has_mask = False
         self._last: dict[str, Any] | None = None  # the totals at the previous `report`
-        self._start_sources: dict[str, dict[str, int | None]] = {}  # source counts when counting began
+        # the source counts when counting began (made when a report first needs them)
+        self._start_sources: Callable[[], Mapping[str, Mapping[str, int | None]]] = dict
 
     @property
     def batches(self) -> int:
@@ -392,12 +394,13 @@ class LoaderMeter:
     def _start(self) -> dict[str, Any]:
         """The totals when this loader began counting (a fresh one: zero; a restored one: the
         state's own counters and the source counts at the restored position)."""
-        return _with_sources({k: self._base[k] for k in COUNTERS}, self._start_sources)
+        return _with_sources({k: self._base[k] for k in COUNTERS}, self._start_sources())
 
-    def mark_start(self, sources: Mapping[str, Mapping[str, int | None]]) -> None:
-        """Where counting starts for the first report's ``since_last`` (the restored position's
-        source counts)."""
-        self._start_sources = {k: dict(v) for k, v in sources.items()}
+    def mark_start(self, sources: Callable[[], Mapping[str, Mapping[str, int | None]]]) -> None:
+        """Where counting starts for the first report's ``since_last``: ``sources()`` gives the
+        restored position's source counts (called when a report first needs them: most resumed
+        runs never ask, and a resume should cost what it did before counting existed)."""
+        self._start_sources = sources
         self._last = None
 
     # -- state -------------------------------------------------------------------------------
@@ -427,8 +430,7 @@ class LoaderMeter:
             return
         if saved.get("rank") != self.rank or saved.get("world_size") != self.world_size:
             return  # another rank's requests and waits are not this rank's
-        for key in COUNTERS:
-            self._base[key] = saved.get(key, 0)
+        self._base.update(zip(COUNTERS, map(saved.get, COUNTERS, repeat(0))))  # saved.get(key, 0)
         self._base_has_mask = bool(saved.get("loss_mask", False))
 
 
@@ -462,6 +464,7 @@ class Uncounted(LoaderMeter):
 
 
 _NUMBERS = (int, float)
+_NUMBER_TYPES = frozenset(_NUMBERS)
 _SAVED_NUMBERS = (*COUNTERS, "rank", "world_size")
 
 
@@ -474,9 +477,10 @@ def checked(saved: Any) -> dict[str, Any] | None:
     """
     if saved is None:
         return None
-    values = [saved.get(k, 0) for k in _SAVED_NUMBERS] if isinstance(saved, dict) else None
+    # (map and set calls: once per resume, without a Python frame per counter)
+    values = list(map(saved.get, _SAVED_NUMBERS, repeat(0))) if isinstance(saved, dict) else None
     if values is None or not (
-        all(type(v) in _NUMBERS for v in values)  # plain ints and floats (a bool's type is bool)
+        _NUMBER_TYPES.issuperset(map(type, values))  # plain ints and floats (a bool's type is bool)
         or all(isinstance(v, _NUMBERS) and not isinstance(v, bool) for v in values)
     ):
         raise ResumeStateError(

@@ -138,12 +138,23 @@ class ReadAhead:
     @contextmanager
     def off(self) -> Iterator[None]:
         """Reads in this block go straight to the view (this thread)."""
-        before = getattr(self._local, "off", False)
-        self._local.off = True
+        before = self.pause()
         try:
             yield
         finally:
-            self._local.off = before
+            self.resume(before)
+
+    def pause(self) -> bool:
+        """`off` without a context manager (once per batch read: no generator frames): reads go
+        straight to the view in this thread until `resume` with what this returned."""
+        local = self._local
+        before = getattr(local, "off", False)
+        local.off = True
+        return before
+
+    def resume(self, before: bool) -> None:
+        """Undo `pause` (``before``: what it returned)."""
+        self._local.off = before
 
     def items(self, view: Any, indexes: Any) -> Any:
         """``view.__getitems__(indexes)``, through the read-ahead.
