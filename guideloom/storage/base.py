@@ -395,6 +395,9 @@ class Storage:
             StorageAccessError: The storage refused the request or could not be reached.
             ValueError: `part` is not a non-negative int, `run` is not a valid run name or is
                 given without `part`, or `shard_size` is not positive.
+            RecordError: As the ``with`` block ends: a single writer (no `part`) that is not an
+                append was closed without a record appended (nothing is committed; a dataset
+                already there is unchanged). An append without a record commits nothing.
         """
         self._writable("write")
         if self.exists() and not overwrite and not append:

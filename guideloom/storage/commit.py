@@ -44,6 +44,7 @@ from guideloom.errors import (
     GuideLoomError,
     IncompletePartsError,
     ManifestError,
+    RecordError,
     SchemaMismatchError,
     ShardCorruptError,
     ShardNotFoundError,
@@ -242,6 +243,15 @@ class Committer:
         """A single writer's completion: commit a snapshot of its one part (appended, or the
         whole dataset), with the record's metadata as the snapshot's, and return the record
         without it (the part keeps no record of its own)."""
+        if not record.shards:  # nothing appended: nothing to commit
+            if append:
+                return record.model_copy(update={"metadata": {}})  # the dataset stays as it was
+            kept = "the dataset committed there is unchanged" if expected is not None else "no dataset"
+            raise RecordError(
+                f"{self.location.display_url}: the writer was closed without a record appended, so "
+                f"nothing was committed ({kept}): append at least one record before the writer "
+                "closes (a dataset holds one record or more)"
+            )
         builder = ShardTableBuilder()
         builder.add_part(record)
         try:

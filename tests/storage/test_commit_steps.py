@@ -72,3 +72,30 @@ def test_bad_steps_are_refused_with_the_fix(tmp_path: Path) -> None:
         storage.commit(num_parts=4, run="job", first_part=2, append=True)
     assert "has 1 part (" in str(info.value) and "Commit the run's parts from part 0" in str(info.value)
     assert StreamStorage(str(tmp_path / "ds"), FMT).manifest.num_parts == 1  # nothing committed
+
+
+def test_a_writer_closed_without_a_record_commits_nothing_and_says_so(tmp_path: Path) -> None:
+    """A single writer with no record appended: a write or an overwrite is refused by name (a
+    dataset holds one record or more; pydantic's own message about a shard table without a
+    'data' column came out before), an append leaves the dataset as it was."""
+    from guideloom.errors import RecordError
+
+    storage = StreamStorage(tmp_path / "s", FMT)
+    with pytest.raises(
+        RecordError, match=r"closed without a record appended, so nothing was committed \(no dataset\)"
+    ):
+        with storage.writer():
+            pass
+    assert not storage.exists()
+    with storage.writer() as writer:
+        writer.append({"tokens": np.arange(5)})
+    first = storage.current_snapshot.id
+    with storage.writer(append=True):
+        pass
+    with pytest.raises(
+        RecordError, match=r"the dataset committed there is unchanged\): append at least one record"
+    ):
+        with storage.writer(overwrite=True):
+            pass
+    assert storage.current_snapshot.id == first and [err for _, err in storage.verify()] == [None]
+    assert StreamDataset(storage, 5)[0]["tokens"].tolist() == [0, 1, 2, 3, 4]
