@@ -280,7 +280,6 @@ class _Preparer:
             tuple(config.passthrough),
             passthrough_defaults=dict(config.passthrough_defaults),
         )
-        self.id_field = config.id_field
         self.plain = self.transform is None and not config.chat and config.layout != STREAM_WITH_META
 
     def __call__(self, raw: InputRecord | Document | BadRecord, url: str) -> _Pending | Bad | None:
@@ -289,14 +288,7 @@ class _Preparer:
                 doc = document(raw, self.doc_options)
                 if isinstance(doc, BadRecord):
                     return doc
-                line = raw.line  # self._where, inline: once per record
-                ident = raw.data.get(self.id_field) if self.id_field else None
-                return _Pending(
-                    url,
-                    doc.text,
-                    doc.fields,
-                    where=(line, raw.offset if line is None else None, raw.row, ident),
-                )
+                return _Pending(url, doc.text, doc.fields, where=self._where(raw, raw.data))
             return raw if isinstance(raw, BadRecord) else _Pending(url, raw.text, raw.fields)
         if isinstance(raw, BadRecord):
             return raw

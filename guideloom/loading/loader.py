@@ -147,18 +147,18 @@ def _weak_call(method: Callable[[], None]) -> Callable[[], None]:
     return call
 
 
-def _named_counts(view: Any, before: list[int], now: list[int]) -> dict[str, dict[str, int | None]]:
-    """`StatefulDataLoader.source_counts`' figures: ``before + now`` samples of each source."""
+def _named_counts(view: Any, totals: list[int]) -> dict[str, dict[str, int | None]]:
+    """`StatefulDataLoader.source_counts`' figures: ``totals`` samples of each source."""
     length = view.sequence_length
     out: dict[str, dict[str, int | None]] = {}
-    for name, a, b in zip(source_names(view), before, now):
-        out[name] = {"samples": a + b, "tokens": (a + b) * length if length else None}
+    for name, samples in zip(source_names(view), totals):
+        out[name] = {"samples": samples, "tokens": samples * length if length else None}
     return out
 
 
 def _counts_at(view: Any, before: list[int], handed: int) -> dict[str, dict[str, int | None]]:
     """The global source counts with ``handed`` positions of the current epoch handed out."""
-    return _named_counts(view, before, delivered(view, handed))
+    return _named_counts(view, [a + b for a, b in zip(before, delivered(view, handed))])
 
 
 class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
@@ -1090,7 +1090,7 @@ class StatefulDataLoader(SnapshotMoves, _TorchdataLoader):
             )
         if scope == "rank":
             totals = self._rank_counts.update(self._live.received if self._live is not None else 0)
-            return _named_counts(self.view, [0] * len(totals), totals)
+            return _named_counts(self.view, totals)
         return _counts_at(self.view, self._samples_before, self._handed_out())
 
     def __len__(self) -> int:

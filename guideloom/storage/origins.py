@@ -78,10 +78,9 @@ class OriginsBuilder:
         self._offset: list[int | None] = []
         self._row: list[int | None] = []
         self._id: list[Any] = []
-        self._records = 0
 
     def __len__(self) -> int:
-        return self._records
+        return len(self._line)
 
     def extend(
         self, files: Sequence[str], wheres: Sequence[tuple[int | None, int | None, int | None, Any]]
@@ -107,21 +106,6 @@ class OriginsBuilder:
         self._offset += offsets
         self._row += rows
         self._id += ids
-        self._records += len(wheres)
-
-    def add(
-        self, file: str, line: int | None, offset: int | None, row: int | None, ident: Any = None
-    ) -> None:
-        """One record's origin (the next record of the part): `extend` with one record.
-
-        Args:
-            file: The input file's URL (credentials removed).
-            line: Its line, 1-based, or None.
-            offset: The byte offset of its line, or None.
-            row: Its row, 1-based, or None.
-            ident: The input's own id of it, or None.
-        """
-        self.extend([file], [(line, offset, row, ident)])
 
     def encode(self) -> bytes:
         """The ``.npz`` bytes of the origins added (see the module)."""

@@ -93,7 +93,7 @@ def test_origins_kept_per_batch_decode_per_record():
     )
     built.extend([], [])
     built.extend(["a.jsonl"], [(None, 4096, None, None)])
-    built.add("b.parquet", None, None, 6, None)
+    built.extend(["b.parquet"], [(None, None, 6, None)])
     assert len(built) == 5
     got = [o.describe() if o else None for o in decode_origins(built.encode(), [0, 1, 2, 3, 4, 5])]
     assert got == [
