@@ -48,6 +48,26 @@ def test_import_guideloom_loads_neither_torch_nor_ray():
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
+def test_public_names_load_on_first_use_and_the_writing_side_leaves_the_loader_out():
+    # ``import guideloom`` is a few milliseconds: no storage, manifest or loading module (nor
+    # pydantic) until a name is used; a Ray ingestion worker imports the writing side only.
+    code = (
+        "import sys, guideloom\n"
+        "early = sorted(m for m in sys.modules if m.startswith('guideloom.') or m == 'pydantic')\n"
+        "import guideloom.workers.driver\n"
+        "loading = sorted(m for m in sys.modules if m.startswith('guideloom.loading'))\n"
+        "names = [n for n in guideloom.__all__ if getattr(guideloom, n) is None]\n"
+        "missing = sorted(set(guideloom.__all__) - set(dir(guideloom)))\n"
+        "print(early, loading, names, missing, guideloom.open.__name__, sep='|')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    early, loading, unresolved, missing, opened = out.stdout.strip().split("|")
+    assert early == "['guideloom._version', 'guideloom.errors']", out.stdout
+    assert loading == "[]", loading
+    assert unresolved == "[]" and missing == "[]", out.stdout
+    assert opened == "open_data"
+
+
 def test_loader_is_loaded_lazily():
     code = (
         "import sys, guideloom\n"
