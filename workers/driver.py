@@ -304,8 +304,10 @@ class _Steps:
         if self.config.dedup is not None:
             dedup.record_dedup(recorded, upto, self.hash_index if point == n else None)
         if point < n:
-            if recorded[METADATA_KEY]["documents"] == 0:
-                return None  # nothing to read yet: the next step commits these parts too
+            if recorded[METADATA_KEY]["job"]["documents"] == 0:
+                # nothing of this job to read yet (an append's parts that held only documents
+                # the dataset has, say): the next step commits these parts too
+                return None
             recorded[METADATA_KEY][COMMITTED_PARTS] = point
         elif recorded[METADATA_KEY]["documents"] == 0:
             raise IngestError(

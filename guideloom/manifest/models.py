@@ -590,6 +590,11 @@ class ShardTableBuilder:
             self._cols[key].append(getattr(shard, key))
         self._cols["part"][-1] += base
 
+    @property
+    def shards(self) -> int:
+        """Shards added so far (0: the parts hold no record, and `build` has no table to make)."""
+        return len(self._cols["part"])
+
     def build(self) -> ShardTable:
         return ShardTable(
             **self._cols,

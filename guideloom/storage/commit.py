@@ -216,6 +216,8 @@ class Committer:
                         )
                         identity.update(str(sum(s.records for s in record.shards)).encode())
                         finished = max(finished, record.created_at)
+        if not builder.shards:  # parts without a record: the job is which parts they are
+            identity.update(f"parts {first_part}..{num_parts - 1}".encode())
         if bad:
             listing = "; ".join(f"part {k}: {why}" for k, why in bad[:20])
             more = f" (and {len(bad) - 20} more)" if len(bad) > 20 else ""
@@ -283,11 +285,15 @@ class Committer:
         ``expected`` (default: the one current when this call starts). ``first_part``: the
         rows are parts ``first_part ..`` of a run whose earlier parts the current snapshot ends
         with (an append of a run's next parts)."""
-        table = parts.build()
+        # Parts that hold no record (every document of an append step was a duplicate, say):
+        # an append records them as parts that added nothing; a write has no dataset to make.
+        table = parts.build() if parts.shards else None
         if expected is _CURRENT and not append:
             expected = self.history.current()
         for _ in range(_CAS_RETRIES):
             current = self.history.current()
+            if table is None and (not append or current is None):
+                self._refuse_empty(parts.num_parts, current, append)
             if append:
                 if job is not None and current is not None:
                     landed = self._landed(job, current, job_since)
@@ -321,6 +327,21 @@ class Committer:
         raise CommitConflictError(
             f"cannot append to {self.location.display_url}: {_CAS_RETRIES} other commits landed "
             "while this one retried; run it again (its shards are kept and reused)"
+        )
+
+    def _refuse_empty(self, num_parts: int, current: Snapshot | None, append: bool) -> None:
+        """`RecordError` for a commit of parts that hold no record with no dataset to add to."""
+        held = f"the {num_parts} part{'' if num_parts == 1 else 's'} committed hold no record"
+        if append:
+            raise RecordError(
+                f"{self.location.display_url}: nothing to append: {held} and no dataset is "
+                "committed there, so nothing was committed. Write at least one record in some part, "
+                "then commit again (a dataset holds one record or more)"
+            )
+        kept = "the dataset committed there is unchanged" if current is not None else "no dataset"
+        raise RecordError(
+            f"{self.location.display_url}: {held}, so nothing was committed ({kept}): write at "
+            "least one record in some part, then commit again (a dataset holds one record or more)"
         )
 
     def rollback(self, target: Snapshot, expected: Snapshot) -> Snapshot:
@@ -425,17 +446,18 @@ class Committer:
     def _next(
         self,
         current: Snapshot | None,
-        table: ShardTable,
+        table: ShardTable | None,
         num_parts: int,
         metadata: dict[str, Any] | None,
         *,
         append: bool,
         job: str | None,
         first_part: int = 0,
-    ) -> tuple[Snapshot, ShardTable]:
+    ) -> tuple[Snapshot, ShardTable | None]:
         """The snapshot that follows ``current`` with ``table`` (its rows, parts ``first_part
         ..`` of their run, shifted after the current parts for an append), its pieces written;
-        and the rows as shifted."""
+        and the rows as shifted. No table (parts without a record, appended): the parts are
+        counted, the pieces are the current ones, and no rows are returned."""
         from guideloom._version import __version__
 
         seq = current.sequence + 1 if current is not None else 1
@@ -448,6 +470,29 @@ class Committer:
                 f"top of its earlier parts: the dataset has {have} (it was rolled back or "
                 "overwritten since). Commit the run's parts from part 0 instead"
             )
+        if append and current is not None and table is None:  # parts that added nothing
+            summary = current.summary.model_copy(
+                update={"added_shards": 0, "removed_shards": 0, "added_records": 0, "added_tokens": 0}
+            )
+            return (
+                Snapshot(
+                    id=snapshot_id(seq, new_token()),
+                    sequence=seq,
+                    parent=current.id,
+                    time=now_iso(),
+                    operation="append",
+                    summary=summary,
+                    storage_class=self.storage_class,
+                    format=self._spec(),
+                    num_parts=current.num_parts + num_parts,
+                    guideloom_version=__version__,
+                    metadata=dict(current.metadata if metadata is None else metadata),
+                    pieces=current.pieces,
+                    job=job,
+                ),
+                None,
+            )
+        assert table is not None  # `publish` refused a write of parts without a record
         if append and current is not None:
             rows = _shifted(table, current.num_parts - first_part)
             piece = self.history.write_piece(rows, num_parts)

@@ -99,3 +99,56 @@ def test_a_writer_closed_without_a_record_commits_nothing_and_says_so(tmp_path: 
             pass
     assert storage.current_snapshot.id == first and [err for _, err in storage.verify()] == [None]
     assert StreamDataset(storage, 5)[0]["tokens"].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_parts_without_a_record_append_nothing_and_a_write_of_them_is_refused(tmp_path: Path) -> None:
+    """``commit(num_parts=...)`` of parts that hold no record (pydantic's "shard table has no
+    'data' column" came out before): a write is refused by name and commits nothing; an append
+    on a dataset records the parts as adding nothing (the run's later steps number on from
+    them); an append where no dataset is committed is refused by name."""
+    from guideloom.errors import RecordError
+
+    def empty_parts(storage: StreamStorage, run: str, parts: range, **mode: bool) -> None:
+        for k in parts:
+            with storage.writer(part=k, run=run, **mode):
+                pass
+
+    storage = StreamStorage(tmp_path / "ds", FMT)
+    empty_parts(storage, "none", range(2))
+    with pytest.raises(
+        RecordError, match=r"the 2 parts committed hold no record, so nothing was committed \(no dataset\)"
+    ):
+        storage.commit(num_parts=2, run="none")
+    with pytest.raises(
+        RecordError, match="nothing to append: the 2 parts committed hold no record and no dataset"
+    ):
+        storage.commit(num_parts=2, run="none", append=True)
+    assert not storage.exists()
+
+    with storage.writer() as writer:
+        writer.append({"tokens": np.arange(7)})
+    first = storage.current_snapshot.id
+    empty_parts(storage, "over", range(1), overwrite=True)
+    with pytest.raises(
+        RecordError, match=r"the 1 part committed hold no record.*the dataset committed there is unchanged"
+    ):
+        storage.commit(num_parts=1, run="over")
+    assert storage.current_snapshot.id == first
+
+    # A run in two steps whose first step's parts are empty: the second step's part 2 lands as
+    # the dataset's part 3 (1 + 2), as a one-shot commit of all four parts would place it.
+    empty_parts(storage, "steps", range(2), append=True)
+    nothing = storage.commit(num_parts=2, run="steps", append=True)
+    assert nothing.num_parts == 3 and nothing.total_tokens == 7
+    step = storage.current_snapshot
+    assert step.operation == "append" and step.summary.added_shards == 0 and step.summary.added_records == 0
+    again = storage.commit(num_parts=2, run="steps", append=True)  # the same step: already landed
+    assert again.num_parts == 3 and storage.current_snapshot.id == step.id
+    for k in (2, 3):
+        with storage.writer(part=k, run="steps", append=True) as writer:
+            writer.append({"tokens": np.arange(10 * k, 10 * k + 5)})
+    rest = storage.commit(num_parts=4, run="steps", append=True, first_part=2)
+    assert rest.num_parts == 5 and list(rest.shard_table.part) == [0, 3, 4]
+    assert [s.operation for s in storage.snapshots()] == ["write", "append", "append"]
+    assert StreamDataset(storage, 17)[0]["tokens"].tolist() == [*range(7), *range(20, 25), *range(30, 35)]
+    assert [err for _, err in storage.verify()] == [None, None, None]

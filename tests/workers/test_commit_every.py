@@ -212,3 +212,36 @@ def test_cli_flag_and_job_file_take_commit_every(tmp_path):
     config = load_job_file(job)
     assert config.commit_rule == ("bytes", 2 * 2**30)
     assert "commit_every" not in config.identity()  # the same job whenever it commits
+
+
+def test_a_deduplicated_append_whose_first_steps_hold_only_duplicates_commits_them_as_empty(
+    ingest_config, write_jsonl, doc_rows, tmp_path
+):
+    """An append with ``dedup="exact"`` and ``commit_every=1`` whose first parts hold only
+    documents the dataset has: those steps fold into the first step with a new document (before,
+    the first step's commit failed with pydantic's "shard table has no 'data' column"), and the
+    dataset ends with every document once, as the same append in one commit gives. The same
+    append run again adds nothing: one snapshot that appends no shard, with the counts of what
+    it dropped."""
+    held = doc_rows(12)
+    base = write_jsonl("base.jsonl", held)
+    again = write_jsonl("again.jsonl", held)  # parts 0..2 of the append: all already held
+    new = write_jsonl("new.jsonl", doc_rows(8, start=100))
+    for name, extra in (("once", {}), ("steps", {"commit_every": 1})):
+        inline = {"dedup": "exact", "runner": "inline", **OPTS}  # the commits are the same on Ray
+        run_ingest(ingest_config([base], tmp_path / name, **inline))
+        run_ingest(ingest_config([again, new], tmp_path / name, append=True, **inline, **extra))
+    once = _storage(ingest_config([base], tmp_path / "once", **OPTS))
+    steps = _storage(ingest_config([base], tmp_path / "steps", **OPTS))
+    added = [s.summary.added_records for s in steps.snapshots()[1:]]
+    # no step before the last adds nothing (the last commits the job's remaining parts whatever
+    # they hold: it records the job's whole metadata)
+    assert 0 not in added[:-1] and sum(added) == 8 and len(added) < steps.manifest.num_parts - 3
+    assert _table(steps.manifest) == _table(once.manifest)
+    assert _tokens(steps) == _tokens(once)
+    assert steps.manifest.total_records == once.manifest.total_records == 20
+    run_ingest(ingest_config([again], tmp_path / "steps", append=True, **inline, commit_every=1))
+    last = steps.current_snapshot
+    assert last.operation == "append" and last.summary.added_shards == 0
+    assert last.metadata["ingest"]["dedup"]["already_held"] == 12
+    assert _tokens(steps) == _tokens(once)
