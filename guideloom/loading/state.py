@@ -83,7 +83,6 @@ mixture epoch's length). It must match too; a mismatch names the source that dif
 from __future__ import annotations
 
 import copy
-import dataclasses
 import datetime
 import json
 from collections.abc import Callable, Sequence
@@ -396,6 +395,15 @@ class LoaderState:
             source_snapshots=_source_snapshots(inner.get("source_snapshots")),
             files=_files(inner.get("files")),
         )
+        # the optional sections parsed first and the state made once (dataclasses.replace
+        # costs as much as the rest of a resume's parsing)
+        samples: tuple[int, ...] | None = None
+        positions: int | None = None
+        if "delivered" in inner:
+            sources = len(identity.mixture["sources"]) if identity.mixture is not None else 1
+            samples, positions = _delivered_section(
+                inner["delivered"], sources, inner["position"], identity.num_samples
+            )
         result = cls(
             identity,
             epoch=inner["epoch"],
@@ -404,17 +412,10 @@ class LoaderState:
             world_size=inner["world_size"],
             drop_last=inner["drop_last"],
             finished=inner["finished"] if version >= 3 else None,
+            samples_before=samples,
+            handed_out=positions,
+            skipped=_skipped_section(inner["skipped"], identity.num_samples) if "skipped" in inner else (),
         )
-        if "delivered" in inner:
-            sources = len(identity.mixture["sources"]) if identity.mixture is not None else 1
-            samples, positions = _delivered_section(
-                inner["delivered"], sources, result.position, identity.num_samples
-            )
-            result = dataclasses.replace(result, samples_before=samples, handed_out=positions)
-        if "skipped" in inner:
-            result = dataclasses.replace(
-                result, skipped=_skipped_section(inner["skipped"], identity.num_samples)
-            )
         if result.epoch < 0 or not 0 <= result.position <= identity.num_samples:
             raise ResumeStateError(
                 f"corrupt loader state: epoch={result.epoch}, position={result.position} "

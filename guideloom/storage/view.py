@@ -24,6 +24,8 @@ from guideloom.types import LAYOUTS, Layout, ShardReader
 
 __all__ = ["View", "run_lengths"]
 
+_INT = {int}  # the one type of a batch of plain indexes
+
 
 class View:
     """Base of the dataset views: see `DocumentDataset`, `StreamDataset`, `StreamWithMetaDataset`."""
@@ -131,6 +133,14 @@ class View:
         """``indexes`` checked as `_indexes` does: a list of Python ints for a small batch (cheaper
         to plan with), an int64 array for a larger one."""
         if len(indexes) <= self.small_batch:
+            if (
+                type(indexes) is list
+                and indexes
+                and set(map(type, indexes)) == _INT  # what an order yields: Python ints
+                and min(indexes) >= 0
+                and max(indexes) < self._len
+            ):
+                return indexes  # already what the loop below would make (C-level checks only)
             index = self._index
             return [index(i) for i in indexes]
         return self._indexes(indexes)

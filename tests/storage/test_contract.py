@@ -111,6 +111,13 @@ def test_stream_windows_cross_records_and_shards(dataset_url):
     windows = ds.read_windows(idx)
     assert windows["tokens"].shape == (5, 7) and windows["tokens"].dtype == np.uint32
     assert ds.__getitems__([]) == []
+    # a batch of plain in-range ints is taken as it is; anything else is checked one by one
+    same = [ds.__getitems__(b)[0]["tokens"].tolist() for b in ([-1, 0], [len(ds) - 1], [np.int64(-1)])]
+    assert same[0] == same[1] == same[2] == joined[(len(ds) - 1) * 7 : len(ds) * 7].tolist()
+    assert ds.__getitems__([True])[0]["tokens"].tolist() == joined[7:14].tolist()
+    for bad in ([0, len(ds)], [-len(ds) - 1], [1.0]):
+        with pytest.raises((IndexError, TypeError)):
+            ds.__getitems__(bad)
 
 
 @pytest.mark.parametrize("fmt", [DocumentPickleFormat(), DocumentJsonFormat(), DocumentMsgpackFormat()])
