@@ -20,7 +20,7 @@ resumes on ``W'`` ranks: the remaining positions ``[position, N)`` are split the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["EpochSchedule"]
 
@@ -35,28 +35,24 @@ class EpochSchedule:
     drop_last: bool
     start: int = 0
 
+    # Derived once here (read many times a pass: plain attributes, not properties)
+    step_size: int = field(init=False, repr=False, compare=False)
+    """Positions one full step takes over all ranks."""
+    full_steps: int = field(init=False, repr=False, compare=False)
+    """Steps of ``step_size`` positions from ``start``."""
+    last_batch_size: int = field(init=False, repr=False, compare=False)
+    """Batch size of the final short step (0: there is none)."""
+
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.world_size < 1:
             raise ValueError("batch_size and world_size must be positive")
         if not 0 <= self.start <= self.num_samples:
             raise ValueError(f"start position {self.start} is outside [0, {self.num_samples}]")
-
-    @property
-    def step_size(self) -> int:
-        """Positions one full step takes over all ranks."""
-        return self.batch_size * self.world_size
-
-    @property
-    def full_steps(self) -> int:
-        return (self.num_samples - self.start) // self.step_size
-
-    @property
-    def last_batch_size(self) -> int:
-        """Batch size of the final short step (0: there is none)."""
-        if self.drop_last:
-            return 0
-        rest = self.num_samples - self.start - self.full_steps * self.step_size
-        return rest // self.world_size
+        step = self.batch_size * self.world_size
+        full, rest = divmod(self.num_samples - self.start, step)
+        derived = self.__dict__  # a frozen dataclass: its own fields set once, here
+        derived["step_size"], derived["full_steps"] = step, full
+        derived["last_batch_size"] = 0 if self.drop_last else rest // self.world_size
 
     @property
     def num_steps(self) -> int:
