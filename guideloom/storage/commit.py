@@ -331,7 +331,7 @@ class Committer:
 
     def _refuse_empty(self, num_parts: int, current: Snapshot | None, append: bool) -> None:
         """`RecordError` for a commit of parts that hold no record with no dataset to add to."""
-        held = f"the {num_parts} part{'' if num_parts == 1 else 's'} committed hold no record"
+        held = f"the {num_parts} part{'' if num_parts == 1 else 's'} committed hold{'s' if num_parts == 1 else ''} no record"
         if append:
             raise RecordError(
                 f"{self.location.display_url}: nothing to append: {held} and no dataset is "

@@ -130,7 +130,7 @@ def test_parts_without_a_record_append_nothing_and_a_write_of_them_is_refused(tm
     first = storage.current_snapshot.id
     empty_parts(storage, "over", range(1), overwrite=True)
     with pytest.raises(
-        RecordError, match=r"the 1 part committed hold no record.*the dataset committed there is unchanged"
+        RecordError, match=r"the 1 part committed holds no record.*the dataset committed there is unchanged"
     ):
         storage.commit(num_parts=1, run="over")
     assert storage.current_snapshot.id == first

@@ -227,8 +227,8 @@ def test_a_deduplicated_append_whose_first_steps_hold_only_duplicates_commits_th
     base = write_jsonl("base.jsonl", held)
     again = write_jsonl("again.jsonl", held)  # parts 0..2 of the append: all already held
     new = write_jsonl("new.jsonl", doc_rows(8, start=100))
+    inline = {"dedup": "exact", "runner": "inline", **OPTS}  # the commits are the same on Ray
     for name, extra in (("once", {}), ("steps", {"commit_every": 1})):
-        inline = {"dedup": "exact", "runner": "inline", **OPTS}  # the commits are the same on Ray
         run_ingest(ingest_config([base], tmp_path / name, **inline))
         run_ingest(ingest_config([again, new], tmp_path / name, append=True, **inline, **extra))
     once = _storage(ingest_config([base], tmp_path / "once", **OPTS))
