@@ -470,51 +470,33 @@ class Committer:
                 f"top of its earlier parts: the dataset has {have} (it was rolled back or "
                 "overwritten since). Commit the run's parts from part 0 instead"
             )
-        if append and current is not None and table is None:  # parts that added nothing
-            summary = current.summary.model_copy(
+        if append and current is not None:
+            rows: ShardTable | None = None
+            pieces = list(current.pieces)
+            summary = current.summary.model_copy(  # parts that added nothing (no table)
                 update={"added_shards": 0, "removed_shards": 0, "added_records": 0, "added_tokens": 0}
             )
-            return (
-                Snapshot(
-                    id=snapshot_id(seq, new_token()),
-                    sequence=seq,
-                    parent=current.id,
-                    time=now_iso(),
-                    operation="append",
-                    summary=summary,
-                    storage_class=self.storage_class,
-                    format=self._spec(),
-                    num_parts=current.num_parts + num_parts,
-                    guideloom_version=__version__,
-                    metadata=dict(current.metadata if metadata is None else metadata),
-                    pieces=current.pieces,
-                    job=job,
-                ),
-                None,
-            )
-        assert table is not None  # `publish` refused a write of parts without a record
-        if append and current is not None:
-            rows = _shifted(table, current.num_parts - first_part)
-            piece = self.history.write_piece(rows, num_parts)
-            pieces = [*current.pieces, piece]
-            merge = merge_plan([p.shards for p in pieces])
-            if merge > 1:
-                olds = pieces[-merge:-1]
-                joined = ShardTable.concat([*(self.history.read_piece(p) for p in olds), rows])
-                merged = self.history.write_piece(joined, sum(p.parts for p in olds) + num_parts)
-                pieces = [*pieces[:-merge], merged]
-            base = current.summary
-            added_records, added_tokens = sum(rows.records), sum(rows.tokens)
-            summary = SnapshotSummary(
-                records=base.records + added_records,
-                tokens=base.tokens + added_tokens,
-                shards=base.shards + len(rows),
-                bytes=base.bytes + sum(sum(c.size) for c in rows.files.values()),
-                added_shards=len(rows),
-                removed_shards=0,
-                added_records=added_records,
-                added_tokens=added_tokens,
-            )
+            if table is not None:
+                rows = _shifted(table, current.num_parts - first_part)
+                pieces.append(self.history.write_piece(rows, num_parts))
+                merge = merge_plan([p.shards for p in pieces])
+                if merge > 1:
+                    olds = pieces[-merge:-1]
+                    joined = ShardTable.concat([*(self.history.read_piece(p) for p in olds), rows])
+                    merged = self.history.write_piece(joined, sum(p.parts for p in olds) + num_parts)
+                    pieces = [*pieces[:-merge], merged]
+                base = current.summary
+                added_records, added_tokens = sum(rows.records), sum(rows.tokens)
+                summary = SnapshotSummary(
+                    records=base.records + added_records,
+                    tokens=base.tokens + added_tokens,
+                    shards=base.shards + len(rows),
+                    bytes=base.bytes + sum(sum(c.size) for c in rows.files.values()),
+                    added_shards=len(rows),
+                    removed_shards=0,
+                    added_records=added_records,
+                    added_tokens=added_tokens,
+                )
             return (
                 Snapshot(
                     id=snapshot_id(seq, new_token()),
@@ -533,6 +515,7 @@ class Committer:
                 ),
                 rows,
             )
+        assert table is not None  # `publish` refused a write of parts without a record
         piece = self.history.write_piece(table, num_parts)
         op: Operation = "write" if current is None else "overwrite"
         if append:
