@@ -371,22 +371,34 @@ class StreamWithMetaEncoder(_RecordStarts):
 
     def append(self, shard: ShardBuffer, record: Any, spans: Sequence[Any] | None, where: str) -> None:
         elements = self._to_elements(record, where)
-        checked = check_spans(spans or [], len(elements), where)
         # Encode every annotation before touching the shard buffer: a failure leaves no trace.
-        metas = [
-            _encoded(self._encode_meta, annotation, f"{where} span {j}", "encode_meta")
-            for j, (_, _, annotation) in enumerate(checked)
-        ]
+        checked, metas = self._checked(spans or [], len(elements), where)
         at = shard.tokens
-        for (start, stop, _), meta in zip(checked, metas):
-            size = len(meta)
-            self._span_rows.append((at + start, at + stop, self._meta_size, self._meta_size + size))
-            self._meta_size += size
-            shard.add("meta", bytes(meta))
-        shard.spans += len(checked)
+        self._place(shard, at, checked, metas)
         self._starts.append(at)
         shard.add("data", elements.data.cast("B"))
         shard.tokens += len(elements)
+
+    def _checked(self, spans: Sequence[Any], length: int, where: str) -> _Checked:
+        """A record's spans checked and their annotations encoded, errors naming ``where`` and
+        the span; nothing is added to a shard."""
+        checked = check_spans(spans, length, where)
+        metas = [
+            bytes(_encoded(self._encode_meta, annotation, f"{where} span {j}", "encode_meta"))
+            for j, (_, _, annotation) in enumerate(checked)
+        ]
+        return checked, metas
+
+    def _place(self, shard: ShardBuffer, at: int, checked: list[Span], metas: list[bytes]) -> None:
+        """A record's checked spans and encoded annotations into ``shard``, the record starting
+        at token ``at`` of the shard."""
+        size = self._meta_size
+        for (start, stop, _), meta in zip(checked, metas):
+            self._span_rows.append((at + start, at + stop, size, size + len(meta)))
+            size += len(meta)
+            shard.add("meta", meta)
+        shard.spans += len(checked)
+        self._meta_size = size
 
     def batch_spans(self, spans: Sequence[Any], lens: np.ndarray, where: str, first: int) -> list[_Checked]:
         """Each record's spans of a batch checked and their annotations encoded, nothing added
@@ -410,12 +422,9 @@ class StreamWithMetaEncoder(_RecordStarts):
                 checked = check_spans(record_spans, length, "")
                 metas = [bytes(_encoded(self._encode_meta, a, "", "encode_meta")) for _, _, a in checked]
             except (RecordError, SpanError):
-                here = f"{where}{first + k}"
-                checked = check_spans(record_spans, length, here)  # raises, naming the record
-                metas = [
-                    bytes(_encoded(self._encode_meta, annotation, f"{here} span {j}", "encode_meta"))
-                    for j, (_, _, annotation) in enumerate(checked)
-                ]
+                checked, metas = self._checked(
+                    record_spans, length, f"{where}{first + k}"
+                )  # raises, naming it
             out.append((checked, metas))
         return out
 
@@ -428,14 +437,8 @@ class StreamWithMetaEncoder(_RecordStarts):
         super().add_elements(shard, elements, lens)
         if not spans:
             return
-        rows, size = self._span_rows, self._meta_size
         for (checked, metas), start in zip(spans, (at + np.cumsum(lens) - lens).tolist()):
-            for (a, b, _), meta in zip(checked, metas):
-                rows.append((start + a, start + b, size, size + len(meta)))
-                size += len(meta)
-                shard.add("meta", meta)
-            shard.spans += len(checked)
-        self._meta_size = size
+            self._place(shard, start, checked, metas)
 
     def finish(self, shard: ShardBuffer) -> None:
         self._finish_starts(shard)
