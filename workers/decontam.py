@@ -24,6 +24,7 @@ import hashlib
 import json
 import re
 import string
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -66,7 +67,8 @@ def _ascii_tables() -> tuple[bytes, bytes, np.ndarray]:
     """What the ASCII path deletes, its table (every whitespace character becomes a space, as
     ``str.split`` sees whitespace), and which bytes are spaces."""
     deleted = bytes(c for c in range(128) if _NOT_WORD.fullmatch(chr(c)))
-    table = bytes(32 if chr(c).isspace() else c for c in range(256))
+    # (capitals become small letters here too: one pass over the bytes, not str.lower first)
+    table = bytes(32 if chr(c).isspace() else ord(chr(c).lower()) if c < 128 else c for c in range(256))
     space = np.zeros(256, dtype=bool)
     space[32] = True
     return deleted, table, space
@@ -80,7 +82,7 @@ def normalized(text: str) -> bytes:
     """The text as matching sees it: lowercased, punctuation and symbols deleted, UTF-8; words
     are separated by spaces (every whitespace character becomes one)."""
     if text.isascii():
-        return text.lower().encode("ascii").translate(_TABLE, _DELETED)
+        return text.encode("ascii").translate(_TABLE, _DELETED)
     return " ".join(_NOT_WORD.sub("", text.lower()).split()).encode("utf-8", "surrogatepass")
 
 
@@ -92,7 +94,7 @@ def normalized_all(texts: Sequence[str]) -> list[bytes]:
     batch joined by NULs (which `normalized` would delete, so kept here as the separator)."""
     joined = "\x00".join(texts)
     if len(texts) > 1 and joined.isascii() and joined.count("\x00") == len(texts) - 1:
-        return joined.lower().encode("ascii").translate(_TABLE, _DELETED_BUT_NUL).split(b"\x00")
+        return joined.encode("ascii").translate(_TABLE, _DELETED_BUT_NUL).split(b"\x00")
     return [normalized(t) for t in texts]
 
 
@@ -145,16 +147,46 @@ def _word_hashes(data: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarra
     return h
 
 
+_POWERS_LOCK = threading.Lock()
+_powers = (np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.uint64))  # B**k and B**-k, k = 0, 1, ...
+
+
+def _base_powers(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``B**k`` and ``B**-k`` (mod 2**64) for ``k < size`` at least; ``B`` is odd, so it has an
+    inverse mod 2**64. Grown by doubling and kept (a few MiB at the largest batches)."""
+    global _powers
+    up, down = _powers
+    if up.size < size:
+        with _POWERS_LOCK:
+            up, down = _powers
+            if up.size < size:
+                grown = max(size, 2 * up.size)
+                up, down = np.empty(grown, dtype=np.uint64), np.empty(grown, dtype=np.uint64)
+                up[0] = down[0] = 1
+                up[1:] = np.uint64(_WORD_BASE)
+                down[1:] = np.uint64(pow(_WORD_BASE, -1, 1 << 64))
+                np.multiply.accumulate(up, out=up)  # (uint64 products wrap: mod 2**64)
+                np.multiply.accumulate(down, out=down)
+                _powers = (up, down)
+    return up, down
+
+
 def _combine(word_hashes: np.ndarray, n: int) -> np.ndarray:
-    """The hash of each run of ``n`` consecutive words (``len - n + 1`` of them)."""
-    count = word_hashes.size - n + 1
+    """The hash of each run of ``n`` consecutive words (``len - n + 1`` of them): for the run
+    at ``i``, ``sum(h[i + j] * B**(n - 1 - j) for j < n)`` mod 2**64. Computed from one prefix
+    sum of ``h[k] * B**-k``: the run's sum is a difference of two prefix sums, times
+    ``B**(i + n - 1)``; four passes over the words, whatever ``n``."""
+    size = word_hashes.size
+    count = size - n + 1
     if count <= 0:
         return np.zeros(0, dtype=np.uint64)
-    out = word_hashes[:count].copy()
-    base = np.uint64(_WORD_BASE)
-    for j in range(1, n):
-        out *= base
-        out += word_hashes[j : j + count]
+    up, down = _base_powers(size)
+    prefix = np.empty(size + 1, dtype=np.uint64)
+    prefix[0] = 0
+    np.multiply(word_hashes, down[:size], out=prefix[1:])
+    np.cumsum(prefix, out=prefix)
+    out = prefix[n:] - prefix[:count]
+    out *= up[n - 1 : n - 1 + count]
     return out
 
 
@@ -167,15 +199,18 @@ def ngram_hashes(data: bytes, n: int) -> np.ndarray:
 @dataclass
 class _Batch:
     """Normalized texts joined by spaces, their words, and their n-grams: ``grams[g]`` is the
-    n-gram that starts at word ``g``; ``ok[g]`` where it lies inside one text (``word_doc``)."""
+    n-gram that starts at word ``g``; ``ok[g]`` where it lies inside one text."""
 
     joined: bytes
     starts: np.ndarray
     ends: np.ndarray
-    word_doc: np.ndarray
     first_word: np.ndarray  # each text's first word
     grams: np.ndarray
     ok: np.ndarray
+
+    def text_of(self, word: np.ndarray) -> np.ndarray:
+        """The text each of ``word`` (word indices) belongs to."""
+        return np.searchsorted(self.first_word, word, side="right") - 1
 
 
 def _batch(data: list[bytes], n: int) -> _Batch:
@@ -183,11 +218,13 @@ def _batch(data: list[bytes], n: int) -> _Batch:
     _, starts, ends = _word_spans(joined)
     doc_starts = np.cumsum([0] + [len(d) + 1 for d in data[:-1]])
     first_word = np.searchsorted(starts, doc_starts)
-    # each word's text: the words from one text's first word to the next one's are its own
-    word_doc = np.repeat(np.arange(len(data)), np.diff(first_word, append=starts.size))
     grams = _combine(_word_hashes(joined, starts, ends), n)
-    ok = word_doc[: grams.size] == word_doc[n - 1 :] if grams.size else np.zeros(0, dtype=bool)
-    return _Batch(joined, starts, ends, word_doc, first_word, grams, ok)
+    # An n-gram crosses into the next text when that text's first word is one of its last n - 1
+    ok = np.ones(grams.size, dtype=bool)
+    if grams.size and len(data) > 1:
+        crossing = (first_word[1:, None] - np.arange(1, n)).ravel()
+        ok[crossing[(crossing >= 0) & (crossing < grams.size)]] = False
+    return _Batch(joined, starts, ends, first_word, grams, ok)
 
 
 class EvalItem(NamedTuple):
@@ -276,10 +313,10 @@ class EvalIndex:
             batch = _batch(texts[k:j], n)
             keep = np.flatnonzero(batch.ok)
             hashes.append(batch.grams[keep])
-            doc = batch.word_doc[keep]
+            doc = batch.text_of(keep)
             owners.append((doc + k).astype(np.int32))
             positions.append((keep - batch.first_word[doc]).astype(np.int32))
-            counts.append(np.bincount(batch.word_doc, minlength=j - k))
+            counts.append(np.diff(batch.first_word, append=batch.starts.size))  # words per text
         all_hashes = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
         # ties in any order: `check` names the first item that matches
         order, self.hashes = _sorting_order(all_hashes)
@@ -377,7 +414,7 @@ class EvalIndex:
         if not texts or self.hashes.size == 0:
             return out
         batch = _batch(normalized_all(texts), self.n)
-        grams, ok, word_doc = batch.grams, batch.ok, batch.word_doc
+        grams, ok = batch.grams, batch.ok
         starts, ends, joined = batch.starts, batch.ends, batch.joined
         if grams.size == 0:
             return out
@@ -386,9 +423,9 @@ class EvalIndex:
         maybe = np.flatnonzero(ok & self._maybe(grams))
         at = self._first_at(grams[maybe])
         found_at = at >= 0
-        first = dict(zip(maybe[found_at].tolist(), at[found_at].tolist()))
-        for g in first:
-            doc = int(word_doc[g])
+        hits = maybe[found_at]
+        first = dict(zip(hits.tolist(), at[found_at].tolist()))
+        for g, doc in zip(first, batch.text_of(hits).tolist()):
             if out[doc] is not None:
                 continue
             found = [joined[s:e] for s, e in zip(starts[g : g + self.n], ends[g : g + self.n])]

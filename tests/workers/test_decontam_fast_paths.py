@@ -1,7 +1,8 @@
 """Decontamination's fast paths give what the plain ones give: batch normalization, word hashes
 read 8 bytes at a time (words longer than a chunk), the sort order of the eval hashes, the
 pre-check bitmap and directory of the sorted hashes, and the eval JSON Lines read without a
-record object per line (line numbers, blank lines, bad lines)."""
+record object per line (line numbers, blank lines, bad lines); n-gram hashes from prefix sums,
+and which of a batch's n-grams lie inside one text."""
 
 from __future__ import annotations
 
@@ -39,6 +40,30 @@ def test_long_words_differing_past_a_chunk_do_not_match():
         for changed in (word[:-1] + "x", word + "x", word[:-1]):  # last byte, one more, one fewer
             doc = " ".join([*words[:k], changed, *words[k + 1 :]])
             assert index.check([doc]) == [None], doc
+
+
+def test_n_gram_hashes_from_prefix_sums_equal_the_polynomial_and_stay_within_a_text():
+    rng = np.random.default_rng(9)
+    base, mask = decontam._WORD_BASE, (1 << 64) - 1
+    for n in (1, 2, 5, 13, 40):
+        for size in (0, 1, n - 1, n, n + 1, 300):
+            words = rng.integers(0, 2**63, size, dtype=np.int64).astype(np.uint64) * np.uint64(3)
+            expected = []
+            for i in range(size - n + 1):  # the definition, one n-gram at a time
+                h = 0
+                for j in range(n):
+                    h = (h * base + int(words[i + j])) & mask
+                expected.append(h)
+            assert decontam._combine(words, n).tolist() == expected, (n, size)
+    # texts of 0, 1, 3 and 6 words (and empty ones between): an n-gram that reaches into the
+    # next text is not one of a text's own
+    texts = [b"", b"a b c d e f", b"", b"g", b"h i j", b""]
+    batch = decontam._batch(texts, 3)
+    owner = batch.text_of(np.arange(batch.starts.size))
+    assert owner.tolist() == [1] * 6 + [3] + [4] * 3
+    own = [bool(owner[g] == owner[g + 2]) for g in range(batch.grams.size)]
+    assert batch.ok.tolist() == own
+    assert batch.ok.sum() == 4 + 1  # a-b-c .. d-e-f, and h-i-j
 
 
 def test_the_eval_hashes_sort_as_argsort_sorts_them():
