@@ -15,7 +15,6 @@ from guideloom import BatchOrder, StatefulDataLoader
 from guideloom.errors import ResumeStateError
 from guideloom.testing import batch_keys
 
-SEQUENCE_LENGTH = 8  # the window length of tests/loading/conftest.py's datasets (imported by name, 'conftest' is ambiguous: tests/loading/torchdata has one too)
 SEQUENCE_LENGTH = 8  # tests/loading/conftest.py's window length ('from conftest import' is ambiguous here)
 WINDOWS, BATCH = 48, 4  # 12 batches an epoch
 
@@ -34,11 +33,11 @@ def _keys(batches: Any) -> list[Any]:
     return [batch_keys(b) for b in batches]
 
 
-def _rebuilt(loader: Any, cls: Any = TorchdataLoader, num_workers: int = 0) -> Any:
+def _rebuilt(loader: Any, cls: Any = TorchdataLoader, num_workers: int = 0, **kwargs: Any) -> Any:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*set_vital.*")
         return cls(loader.dataset, batch_sampler=loader.batch_sampler, collate_fn=loader.collate_fn,
-                   num_workers=num_workers)  # fmt: skip
+                   num_workers=num_workers, **kwargs)  # fmt: skip
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
@@ -75,6 +74,25 @@ def test_a_rebuilt_torchdata_loader_resumes_exactly(
     passes = [_keys(resumed) for _ in range(3)]
     assert all(len(p) > 0 for p in passes)  # a state at the epoch's last batch: never an empty pass
     got += [k for p in passes for k in p]
+    assert got[: len(whole)] == whole
+
+
+def test_a_rebuilt_loader_with_persistent_workers_reads_and_resumes_the_same_epochs(stream: Any) -> None:
+    # (the workers live across epochs: each one's read-ahead follows the order into the next)
+    own = _loader(stream)
+    whole = [k for _ in range(3) for k in _keys(own)]
+    kept = _rebuilt(_loader(stream), num_workers=2, persistent_workers=True)
+    assert [k for _ in range(3) for k in _keys(kept)] == whole
+    first = _rebuilt(_loader(stream), num_workers=2, persistent_workers=True)
+    got = []
+    for i, batch in enumerate(first):
+        got.append(batch_keys(batch))
+        if i + 1 == 5:
+            state = first.state_dict()
+            break
+    resumed = _rebuilt(_loader(stream), num_workers=2, persistent_workers=True)
+    resumed.load_state_dict(state)
+    got += [k for _ in range(3) for k in _keys(resumed)]
     assert got[: len(whole)] == whole
 
 
