@@ -151,9 +151,13 @@ _POWERS_LOCK = threading.Lock()
 _powers = (np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.uint64))  # B**k and B**-k, k = 0, 1, ...
 
 
+_COMBINE_CHUNK = 1 << 20  # n-grams hashed at once: the powers kept are at most this many, plus n
+
+
 def _base_powers(size: int) -> tuple[np.ndarray, np.ndarray]:
     """``B**k`` and ``B**-k`` (mod 2**64) for ``k < size`` at least; ``B`` is odd, so it has an
-    inverse mod 2**64. Grown by doubling and kept (a few MiB at the largest batches)."""
+    inverse mod 2**64. Grown by doubling and kept (at most `_COMBINE_CHUNK` + n of each: 16 MiB
+    in all for the default n)."""
     global _powers
     up, down = _powers
     if up.size < size:
@@ -175,11 +179,19 @@ def _combine(word_hashes: np.ndarray, n: int) -> np.ndarray:
     """The hash of each run of ``n`` consecutive words (``len - n + 1`` of them): for the run
     at ``i``, ``sum(h[i + j] * B**(n - 1 - j) for j < n)`` mod 2**64. Computed from one prefix
     sum of ``h[k] * B**-k``: the run's sum is a difference of two prefix sums, times
-    ``B**(i + n - 1)``; four passes over the words, whatever ``n``."""
+    ``B**(i + n - 1)``; four passes over the words, whatever ``n``. A text of more words is
+    hashed `_COMBINE_CHUNK` n-grams at a time."""
     size = word_hashes.size
     count = size - n + 1
     if count <= 0:
         return np.zeros(0, dtype=np.uint64)
+    if count > _COMBINE_CHUNK:
+        return np.concatenate(
+            [
+                _combine(word_hashes[c : c + _COMBINE_CHUNK + n - 1], n)
+                for c in range(0, count, _COMBINE_CHUNK)
+            ]
+        )
     up, down = _base_powers(size)
     prefix = np.empty(size + 1, dtype=np.uint64)
     prefix[0] = 0
@@ -222,8 +234,12 @@ def _batch(data: list[bytes], n: int) -> _Batch:
     # An n-gram crosses into the next text when that text's first word is one of its last n - 1
     ok = np.ones(grams.size, dtype=bool)
     if grams.size and len(data) > 1:
-        crossing = (first_word[1:, None] - np.arange(1, n)).ravel()
-        ok[crossing[(crossing >= 0) & (crossing < grams.size)]] = False
+        if (len(data) - 1) * (n - 1) <= 4 * grams.size:
+            crossing = (first_word[1:, None] - np.arange(1, n)).ravel()
+            ok[crossing[(crossing >= 0) & (crossing < grams.size)]] = False
+        else:  # many short texts and a long n: compare each n-gram's first and last word's text
+            word_text = np.repeat(np.arange(len(data)), np.diff(first_word, append=starts.size))
+            ok = word_text[: grams.size] == word_text[n - 1 :]
     return _Batch(joined, starts, ends, first_word, grams, ok)
 
 

@@ -64,6 +64,20 @@ def test_n_gram_hashes_from_prefix_sums_equal_the_polynomial_and_stay_within_a_t
     own = [bool(owner[g] == owner[g + 2]) for g in range(batch.grams.size)]
     assert batch.ok.tolist() == own
     assert batch.ok.sum() == 4 + 1  # a-b-c .. d-e-f, and h-i-j
+    # many one-word texts and a long n-gram: the other way of finding the crossings agrees
+    many = [b"w%d" % k for k in range(50)] + [b" ".join(b"x%d" % k for k in range(30))]
+    wide = decontam._batch(many, 20)
+    words_text = wide.text_of(np.arange(wide.starts.size))
+    assert wide.ok.tolist() == [bool(words_text[g] == words_text[g + 19]) for g in range(wide.grams.size)]
+    assert wide.ok.sum() == 30 - 20 + 1
+
+
+def test_a_text_longer_than_a_chunk_is_hashed_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(4)
+    words = rng.integers(0, 2**63, 1000, dtype=np.int64).astype(np.uint64)
+    whole = decontam._combine(words, 13)
+    monkeypatch.setattr(decontam, "_COMBINE_CHUNK", 37)  # 988 n-grams: 27 chunks, the last one short
+    assert np.array_equal(decontam._combine(words, 13), whole)
 
 
 def test_the_eval_hashes_sort_as_argsort_sorts_them():
