@@ -329,10 +329,11 @@ class EvalIndex:
             batch = _batch(texts[k:j], n)
             keep = np.flatnonzero(batch.ok)
             hashes.append(batch.grams[keep])
-            doc = batch.text_of(keep)
+            words = np.diff(batch.first_word, append=batch.starts.size)  # words per text
+            doc = np.repeat(np.arange(j - k), words)[keep]  # (all of them: one gather, no search)
             owners.append((doc + k).astype(np.int32))
             positions.append((keep - batch.first_word[doc]).astype(np.int32))
-            counts.append(np.diff(batch.first_word, append=batch.starts.size))  # words per text
+            counts.append(words)
         all_hashes = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
         # ties in any order: `check` names the first item that matches
         order, self.hashes = _sorting_order(all_hashes)
