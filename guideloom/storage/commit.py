@@ -472,13 +472,14 @@ class Committer:
             )
         if append and current is not None:
             rows: ShardTable | None = None
-            pieces = list(current.pieces)
-            summary = current.summary.model_copy(  # parts that added nothing (no table)
-                update={"added_shards": 0, "removed_shards": 0, "added_records": 0, "added_tokens": 0}
-            )
-            if table is not None:
+            if table is None:  # parts that added nothing: the current pieces and totals
+                pieces = list(current.pieces)
+                summary = current.summary.model_copy(
+                    update={"added_shards": 0, "removed_shards": 0, "added_records": 0, "added_tokens": 0}
+                )
+            else:
                 rows = _shifted(table, current.num_parts - first_part)
-                pieces.append(self.history.write_piece(rows, num_parts))
+                pieces = [*current.pieces, self.history.write_piece(rows, num_parts)]
                 merge = merge_plan([p.shards for p in pieces])
                 if merge > 1:
                     olds = pieces[-merge:-1]
