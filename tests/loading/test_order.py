@@ -34,9 +34,30 @@ def test_feistel_handles_huge_domains_at_any_position() -> None:
     assert perm.inverse(values).tolist() == positions.tolist()
 
 
+@pytest.mark.parametrize("n", [2, 5, 33, 1000, 9570, 4097, 10**10])
+def test_feistel_few_positions_map_as_in_a_large_call(n: int) -> None:
+    """Up to 20 positions are walked one by one with Python integers, more with NumPy arrays:
+    both must be the same permutation, forwards and backwards (a resume's first batch takes
+    the first way, the rest of its epoch the second)."""
+    perm = FeistelPermutation(n, key=98765)
+    rng = np.random.default_rng(n % 1000)
+    positions = rng.integers(0, n, size=300)
+    images = perm(positions)  # one array call
+    assert [int(perm(positions[i : i + 1])[0]) for i in range(0, 300, 7)] == images[::7].tolist()
+    for size in (1, 8, 20, 21):
+        assert perm(positions[:size]).tolist() == images[:size].tolist()
+        assert perm.inverse(images[:size]).tolist() == positions[:size].tolist()
+    assert perm.inverse(images).tolist() == positions.tolist()
+    assert perm(positions[:4].reshape(2, 2)).shape == (2, 2)
+
+
 def test_feistel_rejects_positions_outside_the_domain() -> None:
     with pytest.raises(IndexError):
         FeistelPermutation(10, key=0)(np.array([10]))
+    with pytest.raises(IndexError):
+        FeistelPermutation(10, key=0).inverse(np.array([-1]))
+    with pytest.raises(IndexError):
+        FeistelPermutation(10, key=0)(np.array([3] * 40 + [10]))
 
 
 @pytest.mark.parametrize("mode", ["none", "full", "block"])
