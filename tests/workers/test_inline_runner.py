@@ -142,3 +142,53 @@ def test_an_inline_deduplicated_job_drops_what_ray_drops(ray_local: Any, tmp_pat
     assert inline.metadata == on_ray.metadata
     meta = inline.metadata["ingest"]
     assert meta["documents"] == 3 * 120 + 3  # the copy's 120 repeats were dropped, its 3 new kept
+
+
+def _kind_rows(kind: str) -> list[dict[str, Any]]:
+    """Documents of a chat or annotated job, with repeats inside a part and across parts."""
+    if kind == "chat":
+        rows = [
+            {
+                "messages": [
+                    {"role": "user", "content": f"question {i % 7}"},
+                    {"role": "assistant", "content": "answer " + "a" * (i % 5)},
+                ]
+            }
+            for i in range(60)  # 35 distinct conversations
+        ]
+    else:
+        rows = []
+        for i in range(60):
+            text = f"visit city {i % 9} in spring"  # 9 distinct texts (the source is not compared)
+            rows.append(
+                {"text": text, "source": f"s{i % 2}", "spans": [{"start": 6, "end": 10, "type": "city"}]}
+            )
+    return rows
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("kind", ["chat", "spans"])
+def test_a_deduplicated_chat_or_annotated_job_on_ray_writes_what_the_inline_runner_writes(
+    ray_local: Any, tmp_path: Path, kind: str
+) -> None:
+    """Deduplication of conversations (the rendered chat is compared) and of annotated text (the
+    text is compared, not its annotations) keeps the same documents, loss masks and spans on Ray
+    as in one process."""
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _kind_rows(kind)))
+    settings: dict[str, Any] = {"dedup": "exact", "part_size": 700, "shard_size": 1500, "progress": "none"}
+    if kind == "chat":
+        settings.update(input_format="chat", chat_template="chatml", tokenizer="bytes")
+    else:
+        settings.update(
+            layout="stream-with-meta", meta_fields=["source"], spans_field="spans", tokenizer="bytes"
+        )
+    job = {"inputs": [str(path)], **settings}
+    on_ray = run_ingest({**job, "output": str(tmp_path / "ray"), "num_workers": 2})
+    inline = run_ingest({**job, "output": str(tmp_path / "inline"), "runner": "inline"})
+    assert on_ray.metadata["ingest"]["parts"] >= 5  # several parts, later ones repeats only
+    assert _contents(inline) == _contents(on_ray)
+    assert inline.metadata == on_ray.metadata
+    distinct = 35 if kind == "chat" else 9
+    assert on_ray.metadata["ingest"]["documents"] == distinct
+    assert on_ray.metadata["ingest"]["dedup"]["duplicates"] == 60 - distinct
