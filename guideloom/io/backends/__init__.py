@@ -45,6 +45,9 @@ BACKENDS: tuple[Backend, ...] = (
 DEFAULT_BACKEND = Backend()  # any other fsspec protocol
 
 _BY_PROTOCOL: dict[str, Backend] = {p: b for b in BACKENDS for p in b.protocols}
+# Whose texts word the errors of a store with none of its own (`texts_for`): found once, not per
+# request (every read of a local file asks, before it knows whether it fails).
+_DEFAULT_TEXTS: Backend = next(b for b in BACKENDS if b.key == "s3")
 
 
 def protocol_of(url: str) -> str:
@@ -69,6 +72,4 @@ def backend_of_fs(fs: Any) -> Backend:
 def texts_for(backend: Backend) -> Backend:
     """The backend whose texts word ``backend``'s errors: its own, or, for a store with none of
     its own (memory://, another fsspec protocol), S3's (GuideLoom's default wording)."""
-    if backend.generic_hint is not None:
-        return backend
-    return next(b for b in BACKENDS if b.key == "s3")
+    return backend if backend.generic_hint is not None else _DEFAULT_TEXTS
