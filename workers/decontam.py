@@ -5,12 +5,21 @@ but letters, digits and whitespace: ``"Don't!"`` is ``dont``), split at whitespa
 written over a line break or in another case still matches. A document is dropped when any
 ``n`` consecutive words of it (default 13) are ``n`` consecutive words of an eval item.
 
-Matching is exact: n-grams are hashed to 64 bits only to find candidates fast (a sorted array
-of the eval set's n-gram hashes, reached through a table and a directory of their top bits),
+Matching is exact: runs of words are hashed to 64 bits only to find candidates fast (a sorted
+array of hashes from the eval set, reached through a table and a directory of their top bits),
 and every candidate is compared word for word with the eval item's n-gram before a document is
 dropped. A hash collision therefore costs one comparison and never drops a document (a Bloom
-filter, as Dolma's, drops on a false positive); equal n-grams always hash equal, so no leak is
+filter, as Dolma's, drops on a false positive); equal runs always hash equal, so no leak is
 missed.
+
+The index holds a sample, not every n-gram: with a stride ``s`` (`_stride`, 3 for n = 13), the
+runs of ``m = n - s + 1`` words that start at every s-th word of the eval texts. Any n words an
+eval item has contain one of those runs whole (the one that starts at the first sampled word
+among their first ``s``), so a document that shares an n-gram shares that run, at some word of
+the document: every run of m words of a document is looked up, and each one found is widened
+back by 0 to ``s - 1`` words and compared as n-grams. The index is ``s`` times smaller to
+build, sort and send, and its table small enough to stay in a core's cache while documents are
+looked up.
 
 The hashes are computed with NumPy over a batch of documents at once (uint64 arithmetic wraps):
 a word's from its bytes, read 8 at a time and mixed; an n-gram's from its words' hashes,
@@ -103,10 +112,14 @@ def words(data: bytes) -> list[bytes]:
     return data.split()
 
 
-# _LOW[k]: a mask of the low k bytes of a uint64 (k = 0..8): the bytes of a word read 8 at a time
+# _LOW[k]: a mask of the low k bytes of a uint64 (k = 0..8; read with mode="clip", so any k > 8
+# is 8): the bytes of a word read 8 at a time
 _LOW = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [_MASK], dtype=np.uint64)
 _CHUNK_BASE = np.uint64(0x100000001B3)  # FNV's 64-bit prime: a word's 8-byte chunks are combined by it
-_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # splitmix64's finalizer
+# splitmix64's two multipliers: a word's hash is multiplied by the first and its high half folded
+# into its low half; the n-gram's sum is multiplied by the second (`_combine`, inside its powers)
+_MIX1, _MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+_PAD = 8  # spaces after a text whose words are hashed: a word's last 8-byte load stays inside it
 
 
 def _word_spans(data: bytes) -> tuple[bytes, np.ndarray, np.ndarray]:
@@ -122,42 +135,41 @@ def _word_spans(data: bytes) -> tuple[bytes, np.ndarray, np.ndarray]:
 def _word_hashes(data: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """One 64-bit hash per word, from its bytes read 8 at a time (unaligned little-endian
     uint64 loads at the word's start, the bytes past its end masked off), the chunks of a longer
-    word combined polynomially, then the length mixed in and the bits spread (splitmix64's
-    finalizer). A normalized text holds no zero byte, so equal hashes before the mixing mean
-    equal words except for 64-bit overflow; matching compares words anyway."""
+    word combined polynomially, then the length mixed in, the whole multiplied by an odd
+    constant and its high half folded into its low half. Each step after the loads is one-to-one,
+    and a normalized text holds no zero byte, so words of up to 8 bytes hash apart; a longer
+    word can collide (64-bit overflow), and matching compares words anyway. ``data`` ends with at
+    least `_PAD` - 1 bytes after its last word (spaces), where that word's loads may read."""
     if starts.size == 0:
         return np.zeros(0, dtype=np.uint64)
-    padded = data + bytes(8)  # a load at the last byte reads 7 more
-    loads = np.ndarray((len(data),), dtype="<u8", buffer=padded, strides=(1,))
+    loads = np.ndarray((len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
     lengths = ends - starts
-    h = loads[starts] & _LOW[np.minimum(lengths, 8)]
+    h = loads[starts]
+    h &= _LOW.take(lengths, mode="clip")
     offset = 8
     longer = np.flatnonzero(lengths > offset)
     while longer.size:  # words of more than 8 bytes, one more chunk a round
         rest = lengths[longer] - offset
-        h[longer] = h[longer] * _CHUNK_BASE + (loads[starts[longer] + offset] & _LOW[np.minimum(rest, 8)])
+        h[longer] = h[longer] * _CHUNK_BASE + (loads[starts[longer] + offset] & _LOW.take(rest, mode="clip"))
         offset += 8
         longer = longer[rest > 8]
-    h ^= lengths.astype(np.uint64) << np.uint64(56)
-    h ^= h >> np.uint64(30)
-    h *= _MIX1
-    h ^= h >> np.uint64(27)
-    h *= _MIX2
-    h ^= h >> np.uint64(31)
+    h ^= lengths.view(np.uint64) << np.uint64(56)
+    h *= np.uint64(_MIX1)
+    h ^= h >> np.uint64(32)
     return h
 
 
 _POWERS_LOCK = threading.Lock()
-_powers = (np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.uint64))  # B**k and B**-k, k = 0, 1, ...
+_powers = (np.ones(0, dtype=np.uint64), np.ones(0, dtype=np.uint64))  # B**k and M * B**-k, k = 0, 1, ...
 
 
 _COMBINE_CHUNK = 1 << 20  # n-grams hashed at once: the powers kept are at most this many, plus n
 
 
 def _base_powers(size: int) -> tuple[np.ndarray, np.ndarray]:
-    """``B**k`` and ``B**-k`` (mod 2**64) for ``k < size`` at least; ``B`` is odd, so it has an
-    inverse mod 2**64. Grown by doubling and kept (at most `_COMBINE_CHUNK` + n of each: 16 MiB
-    in all for the default n)."""
+    """``B**k`` and ``M * B**-k`` (mod 2**64) for ``k < size`` at least, ``M`` = `_MIX2`; ``B``
+    is odd, so it has an inverse mod 2**64. Grown by doubling and kept (at most
+    `_COMBINE_CHUNK` + n of each: 16 MiB in all for the default n)."""
     global _powers
     up, down = _powers
     if up.size < size:
@@ -169,6 +181,7 @@ def _base_powers(size: int) -> tuple[np.ndarray, np.ndarray]:
                 up[0] = down[0] = 1
                 up[1:] = np.uint64(_WORD_BASE)
                 down[1:] = np.uint64(pow(_WORD_BASE, -1, 1 << 64))
+                down[0] = _MIX2
                 np.multiply.accumulate(up, out=up)  # (uint64 products wrap: mod 2**64)
                 np.multiply.accumulate(down, out=down)
                 _powers = (up, down)
@@ -177,8 +190,9 @@ def _base_powers(size: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _combine(word_hashes: np.ndarray, n: int) -> np.ndarray:
     """The hash of each run of ``n`` consecutive words (``len - n + 1`` of them): for the run
-    at ``i``, ``sum(h[i + j] * B**(n - 1 - j) for j < n)`` mod 2**64. Computed from one prefix
-    sum of ``h[k] * B**-k``: the run's sum is a difference of two prefix sums, times
+    at ``i``, ``M * sum(h[i + j] * B**(n - 1 - j) for j < n)`` mod 2**64, ``M`` = `_MIX2` (the
+    last multiply of the words' mixing, shared by the run). Computed from one prefix sum of
+    ``h[k] * M * B**-k``: the run's sum is a difference of two prefix sums, times
     ``B**(i + n - 1)``; four passes over the words, whatever ``n``. A text of more words is
     hashed `_COMBINE_CHUNK` n-grams at a time."""
     size = word_hashes.size
@@ -204,7 +218,7 @@ def _combine(word_hashes: np.ndarray, n: int) -> np.ndarray:
 
 def ngram_hashes(data: bytes, n: int) -> np.ndarray:
     """The hash of every n-gram of one normalized text, in order."""
-    data, starts, ends = _word_spans(data)
+    data, starts, ends = _word_spans(data + b" " * _PAD)
     return _combine(_word_hashes(data, starts, ends), n)
 
 
@@ -225,8 +239,11 @@ class _Batch:
         return np.searchsorted(self.first_word, word, side="right") - 1
 
 
+_PADDING = [b""] * _PAD  # joined after a batch's texts: `_PAD` spaces after its last word
+
+
 def _batch(data: list[bytes], n: int) -> _Batch:
-    joined = b" ".join(data)
+    joined = b" ".join(data + _PADDING)
     _, starts, ends = _word_spans(joined)
     doc_starts = np.cumsum([0] + [len(d) + 1 for d in data[:-1]])
     first_word = np.searchsorted(starts, doc_starts)
@@ -315,33 +332,45 @@ def _batch_bounds(texts: Sequence[bytes]) -> list[tuple[int, int]]:
     return bounds
 
 
+def _stride(n: int) -> int:
+    """Every how many words of the eval texts a run is indexed, for n-grams of ``n`` words: the
+    runs indexed are ``n - stride + 1`` words long (10 of 13 would allow a stride of 4; 3 keeps
+    runs of 11 words, long enough that runs shared by chance stay rare)."""
+    return max(1, n // 4)
+
+
 class EvalIndex:
-    """The n-grams of an eval set: sorted hashes, and for each the item and word position that
-    has it, plus each item's words to confirm a candidate. Picklable (Ray sends it to tasks)."""
+    """A sample of an eval set's runs of words (see the module's docstring): sorted hashes, and
+    for each where it starts (a word of the eval texts, counted through all of them), plus each
+    item's words to confirm a candidate. Picklable (Ray sends it to tasks)."""
 
     def __init__(self, n: int, items: list[EvalItem], texts: list[bytes], sources: list[str]) -> None:
         self.n = n
+        self.stride = _stride(n)
+        self.run = n - self.stride + 1  # the words of each run indexed and looked up
         self.items = items
         self.texts = texts  # `normalized`: words separated by spaces
         self.sources = sources
-        hashes, owners, positions, counts = [], [], [], []
+        hashes, starts, counts = [], [], []
+        before = 0  # words of the batches before
         for k, j in _batch_bounds(texts):  # batches of about SCREEN_CHARS bytes
-            batch = _batch(texts[k:j], n)
-            keep = np.flatnonzero(batch.ok)
+            batch = _batch(texts[k:j], self.run)
+            sampled = np.arange(-before % self.stride, batch.grams.size, self.stride)
+            keep = sampled[batch.ok[sampled]]  # (runs inside one text)
             hashes.append(batch.grams[keep])
-            words = np.diff(batch.first_word, append=batch.starts.size)  # words per text
-            doc = np.repeat(np.arange(j - k), words)[keep]  # (all of them: one gather, no search)
-            owners.append((doc + k).astype(np.int32))
-            positions.append((keep - batch.first_word[doc]).astype(np.int32))
-            counts.append(words)
+            starts.append(keep + before)
+            counts.append(np.diff(batch.first_word, append=batch.starts.size))  # words per text
+            before += batch.starts.size
         all_hashes = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
         # ties in any order: `check` names the first item that matches
         order, self.hashes = _sorting_order(all_hashes)
-        self.owner = (np.concatenate(owners) if owners else np.zeros(0, np.int32))[order]
-        self.position = (np.concatenate(positions) if positions else np.zeros(0, np.int32))[order]
-        self._filter: tuple[np.ndarray, np.uint64, np.ndarray, np.uint64] | None = None
+        where = np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64)
+        self.word = where[order].astype(np.int32 if before < 2**31 else np.int64)
         words = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
+        self.first_word = np.concatenate(([0], np.cumsum(words)))  # each text's, through them all
+        self._filter: tuple[np.ndarray, np.uint64, np.ndarray, np.uint64] | None = None
         self.usable = int((words >= n).sum())
+        self._ngrams = int(np.maximum(words - (n - 1), 0).sum())
         digest = hashlib.sha256(f"ngram={n}\n".encode())
         if texts:  # each text and a newline (the join, and its last newline apart: no second copy)
             digest.update(b"\n".join(texts))
@@ -350,7 +379,8 @@ class EvalIndex:
 
     @property
     def ngrams(self) -> int:
-        return int(self.hashes.size)
+        """How many n-grams the eval items have (more than the runs indexed)."""
+        return self._ngrams
 
     def describe(self) -> dict[str, Any]:
         """What the manifest records of the eval set (and the plan digest hashes)."""
@@ -379,15 +409,14 @@ class EvalIndex:
             # the directory: each slot's first index in the sorted hashes, from each slot's count
             dtype = np.int32 if self.hashes.size < 2**31 else np.int64
             start = np.zeros((1 << slots) + 1, dtype=dtype)
-            for c in range(0, self.hashes.size, _TABLE_CHUNK):  # small pieces: no large temporaries
+            for c in range(0, self.hashes.size, _TABLE_CHUNK):  # pieces: no large temporaries
                 top = self.hashes[c : c + _TABLE_CHUNK] >> shift  # sorted, as the hashes are
-                byte = top >> np.uint64(3)
                 bit = np.left_shift(np.uint8(1), (top & np.uint64(7)).astype(np.uint8))
-                first = np.flatnonzero(np.concatenate(([True], byte[1:] != byte[:-1])))
-                table[byte[first]] |= np.bitwise_or.reduceat(bit, first)  # each byte's bits at once
+                np.bitwise_or.at(table, top >> np.uint64(3), bit)
                 slot = (top >> np.uint64(6)).astype(np.intp)  # (a slot is 8 bytes of the bitmap)
-                first = np.flatnonzero(np.concatenate(([True], slot[1:] != slot[:-1])))
-                start[slot[first] + 1] += np.diff(first, append=slot.size).astype(dtype)  # runs of a slot
+                first = int(slot[0])
+                counts = np.bincount(slot - first)  # the slots this piece spans, from its first
+                start[first + 1 : first + 1 + counts.size] += counts.astype(dtype)
             np.cumsum(start, out=start)
             self._filter = (table, shift, start, slot_shift)
         return self._filter
@@ -422,38 +451,57 @@ class EvalIndex:
         state["_filter"] = None
         return state
 
-    def _ngram_words(self, k: int, position: int) -> list[bytes]:
-        return self.texts[k].split()[position : position + self.n]
+    def _run_at(self, i: int) -> tuple[int, int]:
+        """The eval item whose run is the ``i``-th sorted hash, and the word it starts at."""
+        word = int(self.word[i])
+        k = int(np.searchsorted(self.first_word, word, side="right")) - 1
+        return k, word - int(self.first_word[k])
 
     def check(self, texts: Sequence[str]) -> list[Match | None]:
-        """For each text, the first n-gram (in text order) that an eval item has, or None."""
+        """For each text, the first n-gram (in text order) that an eval item has, or None; of
+        the eval items that have it, the first is named."""
         out: list[Match | None] = [None] * len(texts)
         if not texts or self.hashes.size == 0:
             return out
-        batch = _batch(normalized_all(texts), self.n)
+        batch = _batch(normalized_all(texts), self.run)
         grams, ok = batch.grams, batch.ok
         starts, ends, joined = batch.starts, batch.ends, batch.joined
         if grams.size == 0:
             return out
-        # A table of the hashes' top bits first (one random read per n-gram), so that only the
-        # few n-grams it lets through are looked up in the sorted hashes (its directory slot, a read or two each).
+        # A table of the hashes' top bits first (one random read per run), so that only the few
+        # runs it lets through are looked up in the sorted hashes (its directory slot, a read or two each).
         maybe = np.flatnonzero(ok & self._maybe(grams))
         at = self._first_at(grams[maybe])
         found_at = at >= 0
         hits = maybe[found_at]
-        first = dict(zip(hits.tolist(), at[found_at].tolist()))
-        for g, doc in zip(first, batch.text_of(hits).tolist()):
-            if out[doc] is not None:
-                continue
-            found = [joined[s:e] for s, e in zip(starts[g : g + self.n], ends[g : g + self.n])]
-            i, matched = first[g], None
+        if hits.size == 0:
+            return out
+        n, back = self.n, self.stride - 1
+
+        def words_at(p: int) -> list[bytes]:  # the document's n words from word p
+            return [joined[s:e] for s, e in zip(starts[p : p + n].tolist(), ends[p : p + n].tolist())]
+
+        text_end = np.append(batch.first_word[1:], starts.size)  # each text's words end there
+        best: dict[int, tuple[int, int]] = {}  # text -> (first word of its first n-gram, item)
+        for g, i, doc in zip(hits.tolist(), at[found_at].tolist(), batch.text_of(hits).tolist()):
+            prior = best.get(doc)
+            if prior is not None and g - back > prior[0]:
+                continue  # what this run is part of starts after the n-gram found
+            first, end = int(batch.first_word[doc]), int(text_end[doc])
             while i < self.hashes.size and self.hashes[i] == grams[g]:
-                k, p = int(self.owner[i]), int(self.position[i])
-                if (matched is None or k < matched) and self._ngram_words(k, p) == found:
-                    matched = k  # the first eval item that has it is named
-                i += 1  # (a hash collision is compared, never dropped)
-            if matched is not None:
-                out[doc] = Match(self.items[matched], b" ".join(found).decode("utf-8", "replace"))
+                k, start = self._run_at(i)
+                item = self.texts[k].split()
+                for a in range(min(back, g - first, start) + 1):  # n-grams with this run a words in
+                    p, r = g - a, start - a
+                    if p + n > end or r + n > len(item) or (prior is not None and (p, k) >= prior):
+                        continue
+                    if words_at(p) == item[r : r + n]:
+                        prior = (p, k)  # (a hash collision is compared, never dropped)
+                i += 1
+            if prior is not None:
+                best[doc] = prior
+        for doc, (p, k) in best.items():
+            out[doc] = Match(self.items[k], b" ".join(words_at(p)).decode("utf-8", "replace"))
         return out
 
 

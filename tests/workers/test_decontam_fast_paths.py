@@ -53,7 +53,7 @@ def test_n_gram_hashes_from_prefix_sums_equal_the_polynomial_and_stay_within_a_t
                 h = 0
                 for j in range(n):
                     h = (h * base + int(words[i + j])) & mask
-                expected.append(h)
+                expected.append(h * decontam._MIX2 & mask)  # the words' last multiply, shared
             assert decontam._combine(words, n).tolist() == expected, (n, size)
     # texts of 0, 1, 3 and 6 words (and empty ones between): an n-gram that reaches into the
     # next text is not one of a text's own
@@ -96,15 +96,19 @@ def test_the_eval_hashes_sort_as_argsort_sorts_them():
         assert np.array_equal(ranked, np.sort(hashes))
 
 
-def test_the_bitmap_and_directory_find_exactly_the_eval_hashes():
+@pytest.mark.parametrize("piece", [decontam._TABLE_CHUNK, 1000, 7])
+def test_the_bitmap_and_directory_find_exactly_the_eval_hashes(monkeypatch: pytest.MonkeyPatch, piece: int):
     # the pre-check bitmap (a bit per slot of the top bits) lets through every eval n-gram's hash
     # and, of other hashes, exactly those whose top bits some eval hash has; the directory then
-    # finds each eval hash's first place in the sorted array, as searchsorted does
+    # finds each eval hash's first place in the sorted array, as searchsorted does (built in
+    # pieces of `piece` hashes: a slot's hashes may lie in two pieces)
+    monkeypatch.setattr(decontam, "_TABLE_CHUNK", piece)
     rng = np.random.default_rng(11)
     vocabulary = [f"w{k}" for k in range(3000)]
     texts = [" ".join(rng.choice(vocabulary, int(rng.integers(5, 60)))) for _ in range(400)]
     items = [decontam.EvalItem("eval.jsonl", k + 1, None, "q") for k in range(len(texts))]
     index = decontam.EvalIndex(4, items, [decontam.normalized(t) for t in texts], ["e#q"])
+    index.hashes = np.sort(np.concatenate([index.hashes, index.hashes[::5]]))  # some equal hashes
     table, shift, _, _ = index._table()
     present = set((index.hashes >> shift).tolist())
     others = rng.integers(0, 2**63, 50_000, dtype=np.int64).astype(np.uint64) * np.uint64(2)

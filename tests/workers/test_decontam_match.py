@@ -92,12 +92,12 @@ def test_a_shorter_ngram_matches_more():
 def test_a_hash_collision_is_compared_not_dropped():
     index = _index()
     doc = "some twenty words that are not in the eval set at all but hash like one of its n grams"
-    grams = decontam.ngram_hashes(decontam.normalized(doc), 13)
-    # make the eval set's first n-gram hash like this document's first n-gram: a collision
+    grams = decontam.ngram_hashes(decontam.normalized(doc), index.run)
+    assert index.run < index.n  # (the index holds runs shorter than n, every stride-th one)
+    # make the eval set's first run hash like this document's first run: a collision
     index.hashes = np.sort(np.concatenate([index.hashes, grams[:1]]))
     at = int(np.searchsorted(index.hashes, grams[0]))
-    index.owner = np.insert(index.owner, at, 0)
-    index.position = np.insert(index.position, at, 0)
+    index.word = np.insert(index.word, at, 0)  # the first item's first n-gram
     assert index.check([doc]) == [None]
     assert index.check([LEAKS["inside"]])[0] is not None  # the real ones still match
 
@@ -159,3 +159,77 @@ def test_bad_eval_sets_are_named_with_the_fix(tmp_path):
     numbers = _write_jsonl(tmp_path / "numbers.jsonl", [{"text": 12}])
     with pytest.raises(IngestError, match=r"numbers.jsonl line 1: field 'text' holds int, not text"):
         decontam.build_index(_config(tmp_path, decontaminate=[str(numbers)]))
+
+
+def _first_shared_ngram(doc: list[bytes], items: list[list[bytes]], n: int) -> tuple[int, int] | None:
+    """The definition, by brute force: (where the document's first n-gram that an item has
+    starts, the first item that has it)."""
+    held = {}
+    for k, words in enumerate(items):
+        for r in range(len(words) - n + 1):
+            held.setdefault(tuple(words[r : r + n]), k)
+    for p in range(len(doc) - n + 1):
+        k = held.get(tuple(doc[p : p + n]))
+        if k is not None:
+            return p, k
+    return None
+
+
+@pytest.mark.parametrize("n", [1, 3, 5, 8, 11, 13, 17])
+def test_the_sampled_index_finds_what_every_ngram_would(n):
+    # A vocabulary of 6 words: documents and items share many runs shorter and longer than n,
+    # items share n-grams with each other, and documents copy pieces of items at every offset.
+    rng = np.random.default_rng(n)
+    vocab = ["ant", "bee", "cat", "dog", "eel", "fox"]
+    items = [[vocab[v] for v in rng.integers(0, 6, int(rng.integers(1, 40)))] for _ in range(30)]
+    docs = []
+    for _ in range(300):
+        words = [vocab[v] for v in rng.integers(0, 4, int(rng.integers(0, 60)))]
+        if rng.random() < 0.7:  # a piece of an item, n - 2 to n + 3 words of it, somewhere
+            item = items[int(rng.integers(0, len(items)))]
+            size = int(rng.integers(max(1, n - 2), n + 4))
+            at, to = int(rng.integers(0, len(item) + 1)), int(rng.integers(0, len(words) + 1))
+            words[to:to] = item[at : at + size]
+        docs.append(" ".join(words))
+    index = decontam.EvalIndex(
+        n,
+        [decontam.EvalItem("eval.jsonl", k + 1, None, "q") for k in range(len(items))],
+        [" ".join(words).encode() for words in items],
+        ["eval.jsonl#q"],
+    )
+    item_words = [[w.encode() for w in words] for words in items]
+    for start in range(0, len(docs), 37):  # batches of several documents, as a part sends them
+        batch = docs[start : start + 37]
+        got = index.check(batch)
+        for doc, match in zip(batch, got):
+            words = doc.encode().split()
+            want = _first_shared_ngram(words, item_words, n)
+            if want is None:
+                assert match is None, (n, doc)
+                continue
+            p, k = want
+            assert match is not None, (n, doc)
+            assert match.item.line == k + 1 and match.ngram == " ".join(doc.split()[p : p + n]), (n, doc)
+
+
+def test_a_later_run_can_name_an_earlier_ngram_or_an_earlier_item():
+    # n = 13 is indexed as runs of 11 words, every 3rd word of an item. A run found further
+    # into a document can belong to an n-gram that starts before the n-gram found first.
+    words = [f"w{k}" for k in range(23)]
+    items = [
+        words[10:23],  # item 1: the 13 words at 10; its run at its word 0 is found at 10
+        ["zz", *words[9:22]],  # item 2: the 13 words at 9; its run at its word 3 is found at 11
+        ["q", "q", *words[0:13]],  # item 3: the 13 words at 0, a word into its run at 3
+        words[0:13],  # item 4: the same 13 words; found first (its run at 0 is found at 0)
+    ]
+    index = decontam.EvalIndex(
+        13,
+        [decontam.EvalItem("eval.jsonl", k + 1, None, "q") for k in range(len(items))],
+        [" ".join(w).encode() for w in items],
+        ["eval.jsonl#q"],
+    )
+    assert (index.stride, index.run) == (3, 11)
+    later = " ".join(["a", "b", "c", "d", "e", "f", "g", "h", "i", *words[9:23]])
+    first = " ".join(words[0:13])
+    found = index.check([later, first])
+    assert [(m.item.line, m.ngram.split()[0]) for m in found if m is not None] == [(2, "w9"), (3, "w0")]
