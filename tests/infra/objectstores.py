@@ -16,12 +16,16 @@ the emulator (the fixtures turn that into a skip).
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -108,6 +112,45 @@ def _wait_listening(
     raise Unavailable(f"{what} did not listen on 127.0.0.1:{port} within {timeout:g} s; see {log}")
 
 
+def _answer(url: str) -> tuple[dict[str, str], bytes]:
+    """The headers and the start of the body of a GET of ``url`` (an error status included)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return dict(response.headers), response.read(512)
+    except urllib.error.HTTPError as err:
+        return dict(err.headers), err.read(512)
+
+
+PORT_ATTEMPTS = 3
+
+
+def _start_on_free_port(
+    what: str,
+    log: Path,
+    timeout: float,
+    launch: Callable[[int], subprocess.Popen[bytes]],
+    ours: Callable[[str], bool],
+) -> tuple[int, subprocess.Popen[bytes]]:
+    """Start a server with ``launch(port)`` on a port that was free a moment before, and check
+    that what answers there is that server (``ours(url)``). Another server of the suite picks its
+    port the same way and may bind it first: Ceph RGW binds the port it picked about 12 s later.
+    Then ours exits at start, or a check that the port listens would be answered by the other
+    one. So the answer is checked, and the server is started again on another port (at most
+    `PORT_ATTEMPTS` times)."""
+    for _ in range(PORT_ATTEMPTS):
+        port = _free_port()
+        process = launch(port)  # (an OSError here, a command that cannot run, is the caller's)
+        try:
+            _wait_listening(port, process, what, log, timeout)
+            if ours(f"http://127.0.0.1:{port}") and process.poll() is None:
+                return port, process
+        except (Unavailable, OSError, ValueError, http.client.HTTPException):
+            pass  # (what answered was not the server, or not yet: another port)
+        process.kill()
+        process.wait()
+    raise Unavailable(f"{what} did not answer on a port of its own in {PORT_ATTEMPTS} attempts; see {log}")
+
+
 def start_gcs(workdir: Path) -> Endpoint:
     """gcp-storage-emulator in memory, in a subprocess (so it does not share the tests' GIL)."""
     try:
@@ -115,7 +158,6 @@ def start_gcs(workdir: Path) -> Endpoint:
         import gcsfs  # noqa: F401
     except ImportError as err:
         raise Unavailable(f"GCS tests skipped: {err.name} is not installed; {GET_GCS}") from None
-    port = _free_port()
     log = workdir / "gcs-emulator.log"
     started = time.monotonic()
     # The emulator serves one request at a time from an HTTPServer whose listen backlog is
@@ -125,14 +167,22 @@ def start_gcs(workdir: Path) -> Endpoint:
         "import http.server, sys; http.server.HTTPServer.request_queue_size = 256; "
         "from gcp_storage_emulator.__main__ import main; main(sys.argv[1:])"
     )
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-c", boot, "start", "--host", "127.0.0.1"]
-            + ["--port", str(port), "--in-memory", "--quiet"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
+
+    def launch(port: int) -> subprocess.Popen[bytes]:
+        with open(log, "ab") as out:
+            return subprocess.Popen(
+                [sys.executable, "-c", boot, "start", "--host", "127.0.0.1"]
+                + ["--port", str(port), "--in-memory", "--quiet"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def ours(url: str) -> bool:  # the emulator lists buckets as JSON
+        return (
+            json.loads(_answer(f"{url}/storage/v1/b?project=p")[1] or b"{}").get("kind") == "storage#buckets"
         )
-    _wait_listening(port, process, "gcp-storage-emulator", log, 30)
+
+    port, process = _start_on_free_port("gcp-storage-emulator", log, 30, launch, ours)
     took = time.monotonic() - started
     return Endpoint(
         "gcs",
@@ -165,23 +215,26 @@ def start_azure(workdir: Path) -> Endpoint:
     command = azurite_command()
     if command is None:
         raise Unavailable(f"Azure tests skipped: azurite is not installed; {GET_AZURITE}")
-    port = _free_port()
     log = workdir / "azurite.log"
     started = time.monotonic()
-    with open(log, "wb") as out:
-        try:
-            process = subprocess.Popen(
+
+    def launch(port: int) -> subprocess.Popen[bytes]:
+        with open(log, "ab") as out:
+            return subprocess.Popen(
                 command
                 + ["--blobHost", "127.0.0.1", "--blobPort", str(port)]
                 + ["--disableTelemetry", "--skipApiVersionCheck", "--silent", "--inMemoryPersistence"],
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        except OSError as err:
-            raise Unavailable(
-                f"Azure tests skipped: cannot run {command[0]} ({err}); {GET_AZURITE}"
-            ) from None
-    _wait_listening(port, process, "azurite", log, 60)
+
+    def ours(url: str) -> bool:  # azurite names itself in every answer's Server header
+        return _answer(f"{url}/{AZURE_ACCOUNT}?comp=list")[0].get("Server", "").startswith("Azurite")
+
+    try:
+        port, process = _start_on_free_port("azurite", log, 60, launch, ours)
+    except OSError as err:  # the command cannot run at all (Popen's error; not retried)
+        raise Unavailable(f"Azure tests skipped: cannot run {command[0]} ({err}); {GET_AZURITE}") from None
     took = time.monotonic() - started
     return Endpoint(
         "azure", f"http://127.0.0.1:{port}", f"azurite {AZURITE_VERSION}, started in {took:.2f} s", process
