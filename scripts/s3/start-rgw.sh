@@ -7,6 +7,8 @@
 #                                    # and GUIDELOOM_TEST_S3_ENDPOINT (the test suite's switch)
 #   scripts/s3/stop-rgw.sh DIR
 #
+# radosgw takes a free port of 127.0.0.1 as it binds (GUIDELOOM_RGW_PORT=PORT asks for that one);
+# endpoint.env and the last line printed name it. GUIDELOOM_RGW_TIMEOUT_S: each step's limit (120).
 # One monitor, one memstore OSD (data lives in RAM and dies with the OSD), cephx off, the beast
 # frontend on a free port of 127.0.0.1, and one S3 user with fixed test keys. It takes about 12 s.
 # Needs Debian's radosgw, ceph-mon and ceph-osd:
@@ -68,8 +70,16 @@ wait_for() {
 alive() { kill -0 "$(cat "$DIR/run/$1.pid")" 2>/dev/null || { echo "start-rgw: $1 exited; see $DIR/log" >&2; return 1; }; }
 
 MON_PORT=$(free_port)
-RGW_PORT=$(free_port)
-while [[ "$RGW_PORT" == "$MON_PORT" ]]; do RGW_PORT=$(free_port); done
+# radosgw's port: 0 lets it take a free one as it binds (read back below), so no other program can
+# take it in between, as one could take a port picked here about 10 s before radosgw binds it (the
+# test suite starts other servers on ports picked that way); GUIDELOOM_RGW_PORT asks for a port.
+RGW_PORT="${GUIDELOOM_RGW_PORT:-0}"
+if [[ "$RGW_PORT" != 0 ]] && ! python3 -c '
+import socket, sys
+with socket.socket() as s:
+    s.bind(("127.0.0.1", int(sys.argv[1])))' "$RGW_PORT" 2>/dev/null; then
+    die "GUIDELOOM_RGW_PORT=$RGW_PORT: 127.0.0.1:$RGW_PORT is in use or not a port; name a free port, or unset GUIDELOOM_RGW_PORT (radosgw then takes a free one)"
+fi
 FSID=$(python3 -c 'import uuid; print(uuid.uuid4())')
 OSD_UUID=$(python3 -c 'import uuid; print(uuid.uuid4())')
 
@@ -147,9 +157,45 @@ alive osd
 # radosgw
 setsid radosgw -c "$CONF" -n client.rgw.test -f >"$DIR/log/rgw.out" 2>&1 &
 echo $! > "$DIR/run/rgw.pid"
-wait_for "$TIMEOUT_S" "radosgw to answer HTTP 200 on 127.0.0.1:$RGW_PORT" bash -c \
-    "kill -0 $(cat "$DIR/run/rgw.pid") && python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:$RGW_PORT/\", timeout=5)'"
-alive rgw
+RGW_LOG="$DIR/log/client.rgw.test.log"
+# rgw_answers: prints the port once radosgw listens there and answers it with an S3 bucket list
+# (its listening socket found through /proc: the port it bound); fails until then.
+rgw_answers() {
+    python3 - "$(cat "$DIR/run/rgw.pid")" <<'PY'
+import os, sys, urllib.request
+pid = sys.argv[1]
+sockets = set()
+for fd in os.listdir(f"/proc/{pid}/fd"):
+    try:
+        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+    except OSError:
+        continue
+    if target.startswith("socket:["):
+        sockets.add(target[8:-1])
+with open("/proc/net/tcp") as table:
+    ports = [int(f[1].split(":")[1], 16) for f in map(str.split, list(table)[1:]) if f[3] == "0A" and f[9] in sockets]
+if len(ports) != 1:  # (0A: listening)
+    sys.exit(1)
+body = urllib.request.urlopen(f"http://127.0.0.1:{ports[0]}/", timeout=5).read()
+if b"ListAllMyBucketsResult" not in body:
+    sys.exit(1)
+print(ports[0])
+PY
+}
+deadline=$((SECONDS + TIMEOUT_S))
+until BOUND=$(rgw_answers 2>/dev/null); do
+    if [[ -f "$RGW_LOG" ]] && grep -q "failed to bind address" "$RGW_LOG"; then
+        echo "start-rgw: radosgw could not bind 127.0.0.1:$RGW_PORT (is GUIDELOOM_RGW_PORT in use?)" >&2
+        false
+    fi
+    alive rgw
+    if ((SECONDS >= deadline)); then
+        echo "start-rgw: timed out after ${TIMEOUT_S} s waiting for radosgw to answer S3 on 127.0.0.1" >&2
+        false
+    fi
+    sleep 0.2
+done
+RGW_PORT=$BOUND
 
 radosgw-admin -c "$CONF" -n client.rgw.test --admin-socket "$DIR/run/radosgw-admin.asok" user create --uid=guideloom-test \
     --display-name="GuideLoom tests" --access-key="$ACCESS_KEY" --secret="$SECRET_KEY" \

@@ -1,17 +1,20 @@
-"""The GCS and Azure emulators start on a port of their own even when another server of the
-suite took the port picked for them (CI once ran the Azure tests against Ceph RGW, which binds
-the port it picked about 12 s after picking it)."""
+"""The GCS and Azure emulators, and Ceph RGW, start on a port of their own even when another
+server of the suite took the port picked for them (CI once ran the Azure tests against Ceph RGW,
+which binds the port it picked about 12 s after picking it)."""
 
 from __future__ import annotations
 
 import http.server
+import os
 import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import objectstores
 import pytest
+import s3server
 
 
 class _Other(http.server.BaseHTTPRequestHandler):
@@ -67,3 +70,30 @@ def test_an_emulator_whose_port_was_taken_starts_on_another(
         assert fs.cat_file("gl-ports/x.bin") == b"abc"
     finally:
         endpoint.stop()
+
+
+def test_radosgw_takes_its_port_as_it_binds_and_refuses_a_port_in_use(
+    taken_port: int, tmp_path: Path
+) -> None:
+    # scripts/s3/start-rgw.sh no longer picks radosgw's port ahead of time (about 10 s before
+    # radosgw binds it, time enough for another server to take it): radosgw binds port 0 and
+    # the script reads back the port it got; every S3 test of the suite runs against that.
+    # A port asked for with GUIDELOOM_RGW_PORT that another server holds is refused at once,
+    # before anything starts, naming the fix.
+    script = s3server.START_RGW.read_text(encoding="utf-8")
+    assert 'RGW_PORT="${GUIDELOOM_RGW_PORT:-0}"' in script
+    assert "beast endpoint=127.0.0.1:$RGW_PORT" in script
+    cluster = tmp_path / "rgw"
+    run = subprocess.run(
+        ["bash", str(s3server.START_RGW), str(cluster)],
+        env={**os.environ, "GUIDELOOM_RGW_PORT": str(taken_port)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if "not found; install Debian's radosgw" in run.stderr:
+        pytest.skip("Ceph RGW is not installed (apt-get install radosgw ceph-mon ceph-osd)")
+    assert run.returncode == 1
+    assert f"GUIDELOOM_RGW_PORT={taken_port}: 127.0.0.1:{taken_port} is in use" in run.stderr
+    assert "unset GUIDELOOM_RGW_PORT (radosgw then takes a free one)" in run.stderr
+    assert not (cluster / "ceph.conf").exists()  # nothing was started
