@@ -132,11 +132,11 @@ def _start_on_free_port(
     ours: Callable[[str], bool],
 ) -> tuple[int, subprocess.Popen[bytes]]:
     """Start a server with ``launch(port)`` on a port that was free a moment before, and check
-    that what answers there is that server (``ours(url)``). Another server of the suite picks its
-    port the same way and may bind it first: Ceph RGW binds the port it picked about 12 s later.
-    Then ours exits at start, or a check that the port listens would be answered by the other
-    one. So the answer is checked, and the server is started again on another port (at most
-    `PORT_ATTEMPTS` times)."""
+    that what answers there is that server (``ours(url)``). Other servers of the suite pick their
+    ports the same way, and one may bind the port first (CI once had azurite start on the port
+    Ceph RGW had picked 12 s before binding it; RGW now binds port 0). Then ours exits at start
+    while the other one answers a check that the port listens. So the answer is checked, and the
+    server is started again on another port (at most `PORT_ATTEMPTS` times)."""
     for _ in range(PORT_ATTEMPTS):
         port = _free_port()
         process = launch(port)  # (an OSError here, a command that cannot run, is the caller's)

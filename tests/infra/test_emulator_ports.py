@@ -1,6 +1,6 @@
-"""The GCS and Azure emulators, and Ceph RGW, start on a port of their own even when another
+"""The GCS and Azure emulators, and Ceph RGW, serve on a port of their own even when another
 server of the suite took the port picked for them (CI once ran the Azure tests against Ceph RGW,
-which binds the port it picked about 12 s after picking it)."""
+which then bound the port it had picked about 12 s before)."""
 
 from __future__ import annotations
 
