@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.server
 import os
-import socket
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -48,13 +47,10 @@ def test_an_emulator_whose_port_was_taken_starts_on_another(
     store: str, taken_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     picked = [taken_port]  # the first port handed out is the other server's, then free ones
+    free = objectstores._free_port
 
     def free_port() -> int:
-        if picked:
-            return picked.pop()
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return int(s.getsockname()[1])
+        return picked.pop() if picked else free()
 
     monkeypatch.setattr(objectstores, "_free_port", free_port)
     try:
